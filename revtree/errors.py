@@ -1,0 +1,43 @@
+"""The one exception tree of revtree.
+
+Errors are raised where they happen and caught only at a boundary: the candidate
+(recorded as a failed node, the run goes on) or the run (recorded as its status).
+"""
+
+from __future__ import annotations
+
+
+class RevtreeError(Exception):
+    """Base of every error revtree raises on purpose."""
+
+
+class TaskSpecError(RevtreeError, ValueError):
+    """A task file (or folder) is malformed. The message names the file and key."""
+
+
+class SandboxError(RevtreeError, RuntimeError):
+    """The sandbox itself failed (not the evaluated code)."""
+
+
+class SandboxTimeout(SandboxError, TimeoutError):
+    """The evaluated command ran past its wall timeout and was killed."""
+
+
+class Cancelled(RevtreeError):
+    """Work was cancelled because the run is stopping; nothing was recorded for it."""
+
+
+class EditError(RevtreeError, ValueError):
+    """A proposed edit cannot be applied (unknown file, pattern not found, ...)."""
+
+
+class StoreError(RevtreeError, RuntimeError):
+    """The SQL memory or the git store failed or is inconsistent."""
+
+
+class RunNotFound(StoreError, LookupError):
+    """No run matches the id (or prefix) given."""
+
+
+class RunBusy(RevtreeError, RuntimeError):
+    """The run is already being driven by a live process."""

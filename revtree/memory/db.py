@@ -1,0 +1,108 @@
+"""Engines, sessions and migrations.
+
+SQLite (the default) runs in WAL mode with a busy timeout; write transactions start
+with ``BEGIN IMMEDIATE`` so concurrent writers queue instead of failing on a lock
+upgrade. Any SQLAlchemy URL works (PostgreSQL for shared memory).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event, inspect
+from sqlalchemy.engine import Connection, make_url
+from sqlalchemy.exc import OperationalError, SQLAlchemyError
+
+from revtree.errors import StoreError
+
+MIGRATIONS = Path(__file__).parent / "migrations"
+HEAD = "0001"
+
+
+def revtree_home() -> Path:
+    """``$REVTREE_HOME``, by default ``~/.revtree``."""
+    return Path(os.environ.get("REVTREE_HOME") or Path.home() / ".revtree").expanduser()
+
+
+def default_url() -> str:
+    """``$REVTREE_DB``, else the SQLite file ``$REVTREE_HOME/revtree.db``."""
+    return os.environ.get("REVTREE_DB") or f"sqlite:///{revtree_home() / 'revtree.db'}"
+
+
+def make_engine(url: str) -> Engine:
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite":
+        return create_engine(url, pool_pre_ping=True, future=True)
+    if parsed.database and parsed.database != ":memory:":
+        Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+    engine = create_engine(url, connect_args={"timeout": 60, "check_same_thread": False})
+    event.listen(engine, "connect", _sqlite_connect)
+    event.listen(engine, "begin", _sqlite_begin)
+    return engine
+
+
+def _sqlite_connect(dbapi_conn: Any, _record: Any) -> None:
+    dbapi_conn.isolation_level = None  # we issue BEGIN ourselves
+    cur = dbapi_conn.cursor()
+    for pragma in ("journal_mode=WAL", "synchronous=NORMAL", "busy_timeout=60000",
+                   "foreign_keys=ON"):
+        cur.execute(f"PRAGMA {pragma}")
+    cur.close()
+
+
+def _sqlite_begin(conn: Connection) -> None:
+    immediate = conn.get_execution_options().get("sqlite_immediate", False)
+    conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+
+def is_sqlite(engine: Engine) -> bool:
+    return engine.dialect.name == "sqlite"
+
+
+@contextmanager
+def transaction(engine: Engine, write: bool = False) -> Iterator[Connection]:
+    """One transaction: committed on success, rolled back and wrapped on error."""
+    bind = engine.execution_options(sqlite_immediate=True) if write else engine
+    try:
+        with bind.begin() as conn:
+            yield conn
+    except SQLAlchemyError as e:
+        raise StoreError(f"database error on {engine.url.render_as_string()}: {e}") from e
+
+
+def migrate(engine: Engine) -> None:
+    """Bring the schema to the newest revision (cheap when it is already there)."""
+    from alembic.runtime.migration import MigrationContext
+
+    with engine.connect() as conn:
+        if MigrationContext.configure(conn).get_current_revision() == HEAD:
+            return
+    for attempt in range(3):
+        try:
+            _upgrade(engine)
+            return
+        except (OperationalError, StoreError):  # another process migrated at the same time
+            if attempt == 2:
+                raise
+            with engine.connect() as conn:
+                if MigrationContext.configure(conn).get_current_revision() == HEAD:
+                    return
+
+
+def _upgrade(engine: Engine) -> None:
+    from alembic import command
+    from alembic.config import Config
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    with engine.execution_options(sqlite_immediate=True).begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "head")
+
+
+def table_names(engine: Engine) -> list[str]:
+    return sorted(inspect(engine).get_table_names())

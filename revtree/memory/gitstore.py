@@ -1,0 +1,235 @@
+"""The git revision store: one bare repository per run, one commit per node.
+
+Each node's commit has its parent node's commit as parent and is kept reachable by
+``refs/revtree/nodes/<node-id>``; failed and rejected nodes keep theirs too, so any
+node can be forked later. Objects are written through GitPython's object database
+(no working tree, no index, no subprocess per commit). Methods are thread-safe.
+"""
+
+from __future__ import annotations
+
+import io
+import stat
+import tarfile
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Mapping
+from pathlib import Path
+
+import git
+from git.objects.fun import tree_entries_from_data, tree_to_stream
+from gitdb import IStream
+
+from revtree.errors import StoreError
+
+TREE_MODE = 0o040000
+FILE_MODE = 0o100644
+EXEC_MODE = 0o100755
+LINK_MODE = 0o120000
+ACTOR = git.Actor("revtree", "revtree@localhost")
+NODE_REF = "refs/revtree/nodes/{}"
+HOLDOUT_REF = "refs/revtree/holdout"
+
+Entry = tuple[bytes, int, str]  # (binsha, mode, name) as git stores a tree row
+Change = bytes | None  # new content, or None to delete
+
+
+class GitStore:
+    """A bare repository at ``path`` holding every revision of one run."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._lock = threading.RLock()
+        self._blobs: OrderedDict[bytes, bytes] = OrderedDict()
+        try:
+            if (self.path / "HEAD").is_file():
+                self.repo = git.Repo(self.path, odbt=git.GitDB)
+            else:
+                git.Repo.init(self.path, bare=True, mkdir=True).close()
+                self.repo = git.Repo(self.path, odbt=git.GitDB)
+        except (git.GitError, OSError) as e:
+            raise StoreError(f"cannot open the git store at {self.path}: {e}") from e
+
+    # -- writing ------------------------------------------------------------------
+    def commit_files(
+        self, files: Mapping[str, bytes], message: str, modes: Mapping[str, int] | None = None
+    ) -> str:
+        """A parentless commit of exactly ``files`` (the root revision)."""
+        with self._lock:
+            changes = {p: d for p, d in files.items()}
+            tree = self._update_tree(None, _split(changes), modes or {})
+            return self._commit(tree, [], message)
+
+    def commit(self, parent: str, changes: Mapping[str, Change], message: str) -> str:
+        """A commit on ``parent`` with ``changes`` applied (None deletes a path)."""
+        with self._lock:
+            base = self.repo.commit(parent).tree.binsha
+            tree = self._update_tree(base, _split(changes), {})
+            return self._commit(tree, [parent], message)
+
+    def set_ref(self, ref: str, sha: str) -> None:
+        with self._lock:
+            git.Reference.create(self.repo, ref, sha, force=True)
+
+    def set_node_ref(self, node_id: int, sha: str) -> None:
+        self.set_ref(NODE_REF.format(node_id), sha)
+
+    def node_refs(self) -> dict[int, str]:
+        with self._lock:
+            return self._scan_refs(NODE_REF.format(""))
+
+    def _scan_refs(self, prefix: str) -> dict[int, str]:
+        out = self.repo.git.for_each_ref("--format=%(refname) %(objectname)", prefix)
+        refs = {}
+        for line in out.splitlines():
+            name, sha = line.split()
+            refs[int(name[len(prefix):])] = sha
+        return refs
+
+    def _commit(self, tree: bytes, parents: list[str], message: str) -> str:
+        parent_commits = [self.repo.commit(p) for p in parents]
+        now = int(time.time())
+        commit = git.Commit.create_from_tree(
+            self.repo, git.Tree(self.repo, tree), message, parent_commits=parent_commits,
+            head=False, author=ACTOR, committer=ACTOR,
+            author_date=f"{now} +0000", commit_date=f"{now} +0000",
+        )
+        return str(commit.hexsha)
+
+    def _write(self, kind: bytes, data: bytes) -> bytes:
+        binsha: bytes = self.repo.odb.store(IStream(kind, len(data), io.BytesIO(data))).binsha
+        return binsha
+
+    def _entries(self, tree: bytes | None) -> dict[str, tuple[bytes, int]]:
+        if tree is None:
+            return {}
+        data = self.repo.odb.stream(tree).read()
+        return {name: (sha, mode) for sha, mode, name in tree_entries_from_data(data)}
+
+    def _update_tree(self, tree: bytes | None, changes: dict, modes: Mapping[str, int],
+                     prefix: str = "") -> bytes:
+        entries = self._entries(tree)
+        for name, change in changes.items():
+            if isinstance(change, dict):
+                sub = entries.get(name)
+                sub_tree = sub[0] if sub and sub[1] == TREE_MODE else None
+                new = self._update_tree(sub_tree, change, modes, f"{prefix}{name}/")
+                if self._entries(new):
+                    entries[name] = (new, TREE_MODE)
+                else:
+                    entries.pop(name, None)
+            elif change is None:
+                entries.pop(name, None)
+            else:
+                old_mode = entries.get(name, (b"", FILE_MODE))[1]
+                mode = modes.get(prefix + name, old_mode if old_mode != TREE_MODE else FILE_MODE)
+                entries[name] = (self._write(b"blob", change), mode)
+        rows: list[Entry] = [(sha, mode, name) for name, (sha, mode) in entries.items()]
+        rows.sort(key=lambda e: e[2] + "/" if e[1] == TREE_MODE else e[2])
+        buf = io.BytesIO()
+        tree_to_stream(rows, buf.write)
+        return self._write(b"tree", buf.getvalue())
+
+    # -- reading ------------------------------------------------------------------
+    def list_files(self, sha: str) -> dict[str, tuple[bytes, int]]:
+        """Every file of the commit: path -> (blob binsha, mode)."""
+        with self._lock:
+            out: dict[str, tuple[bytes, int]] = {}
+            self._walk(self.repo.commit(sha).tree.binsha, "", out)
+            return out
+
+    def _walk(self, tree: bytes, prefix: str, out: dict[str, tuple[bytes, int]]) -> None:
+        for name, (sha, mode) in self._entries(tree).items():
+            if mode == TREE_MODE:
+                self._walk(sha, f"{prefix}{name}/", out)
+            else:
+                out[prefix + name] = (sha, mode)
+
+    def blob(self, binsha: bytes) -> bytes:
+        with self._lock:
+            if (data := self._blobs.get(binsha)) is not None:
+                self._blobs.move_to_end(binsha)
+                return data
+            data = self.repo.odb.stream(binsha).read()
+            self._blobs[binsha] = data
+            if len(self._blobs) > 4096:
+                self._blobs.popitem(last=False)
+            return data
+
+    def read(self, sha: str, path: str) -> bytes:
+        files = self.list_files(sha)
+        if path not in files:
+            raise StoreError(f"{path!r} is not in revision {sha[:10]}")
+        return self.blob(files[path][0])
+
+    def read_files(self, sha: str, paths: list[str] | None = None) -> dict[str, bytes]:
+        files = self.list_files(sha)
+        return {p: self.blob(b) for p, (b, _) in files.items() if paths is None or p in paths}
+
+    def changed_paths(self, parent: str, child: str) -> list[str]:
+        a, b = self.list_files(parent), self.list_files(child)
+        return sorted(p for p in a.keys() | b.keys() if a.get(p) != b.get(p))
+
+    def diff(self, base: str, head: str) -> str:
+        """A unified diff (``git diff`` format, applies with ``git apply``)."""
+        with self._lock:
+            return str(self.repo.git.diff(base, head, "--no-color", "--binary")) + "\n"
+
+    def has_commit(self, sha: str) -> bool:
+        with self._lock:
+            try:
+                self.repo.commit(sha)
+                return True
+            except (ValueError, git.BadName):
+                return False
+
+    def archive(self, sha: str, overlay: Mapping[str, bytes] | None = None) -> bytes:
+        """A tar of the commit's files, with ``overlay`` files added or replacing."""
+        overlay = dict(overlay or {})
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+            for path, (binsha, mode) in sorted(self.list_files(sha).items()):
+                data = overlay.pop(path, None)
+                _add(tar, path, self.blob(binsha) if data is None else data,
+                     FILE_MODE if data is not None else mode)
+            for path, data in sorted(overlay.items()):
+                _add(tar, path, data, FILE_MODE)
+        return buf.getvalue()
+
+    def close(self) -> None:
+        with self._lock:
+            self.repo.close()
+
+
+def _add(tar: tarfile.TarFile, path: str, data: bytes, mode: int) -> None:
+    info = tarfile.TarInfo(path)
+    info.mtime = 0
+    if mode == LINK_MODE:
+        info.type, info.linkname = tarfile.SYMTYPE, data.decode()
+        tar.addfile(info)
+        return
+    info.size, info.mode = len(data), 0o755 if mode == EXEC_MODE else 0o644
+    tar.addfile(info, io.BytesIO(data))
+
+
+def _split(changes: Mapping[str, Change]) -> dict:
+    """``{"a/b.py": x}`` -> ``{"a": {"b.py": x}}``."""
+    root: dict = {}
+    for path, data in changes.items():
+        parts = [p for p in path.split("/") if p not in ("", ".")]
+        if not parts or ".." in parts:
+            raise StoreError(f"invalid path in a revision: {path!r}")
+        node = root
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = data
+    return root
+
+
+def file_mode(path: Path) -> int:
+    """The git mode of a file on disk."""
+    st = path.lstat()
+    if stat.S_ISLNK(st.st_mode):
+        return LINK_MODE
+    return EXEC_MODE if st.st_mode & 0o111 else FILE_MODE

@@ -1,0 +1,174 @@
+"""Immutable records that cross package boundaries.
+
+Only the orchestrator changes state, and it does so through the Store; everything
+else receives frozen snapshots. :class:`Score` makes the metric direction a type: it
+orders by *better*, with a worst sentinel for failed candidates, so ``max(scores)`` is
+always the best.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass, field
+from functools import total_ordering
+from typing import Any
+
+
+class NodeStatus(enum.StrEnum):
+    PENDING = "pending"  # selected, not yet proposed
+    PROPOSED = "proposed"
+    CODED = "coded"  # committed to git
+    REVIEWED = "reviewed"  # accepted by the reviewer
+    EVALUATING = "evaluating"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    REJECTED = "rejected"
+
+    def is_finished(self) -> bool:
+        return self in (NodeStatus.SUCCEEDED, NodeStatus.FAILED, NodeStatus.REJECTED)
+
+
+class RunStatus(enum.StrEnum):
+    RUNNING = "running"
+    COMPLETED = "completed"  # budget spent or search exhausted
+    STOPPED = "stopped"  # by the user; resumable
+    FAILED = "failed"  # the orchestrator itself failed; resumable
+
+    def is_finished(self) -> bool:
+        return self is not RunStatus.RUNNING
+
+
+@total_ordering
+@dataclass(frozen=True)
+class Score:
+    """A metric value that orders by *better*. ``Score.worst(maximize)`` is below all."""
+
+    value: float | None
+    maximize: bool
+
+    @classmethod
+    def worst(cls, maximize: bool) -> Score:
+        return cls(None, maximize)
+
+    @property
+    def is_valid(self) -> bool:
+        return self.value is not None and math.isfinite(self.value)
+
+    def _key(self) -> float:
+        if not self.is_valid:
+            return -math.inf
+        assert self.value is not None
+        return self.value if self.maximize else -self.value
+
+    def __lt__(self, other: object) -> bool:
+        if not isinstance(other, Score):
+            return NotImplemented
+        return self._key() < other._key()
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Score):
+            return NotImplemented
+        return self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def gain_over(self, other: Score) -> float | None:
+        """How much better than ``other``, positive when better (None if either is invalid)."""
+        if not (self.is_valid and other.is_valid):
+            return None
+        return self._key() - other._key()
+
+    def __str__(self) -> str:
+        return "-" if self.value is None else f"{self.value:.6g}"
+
+
+@dataclass(frozen=True)
+class Node:
+    """One candidate revision in a run's tree."""
+
+    run_id: str
+    id: int
+    parent_id: int | None
+    operator: str
+    status: NodeStatus
+    depth: int = 0
+    commit: str | None = None
+    proposal: dict[str, Any] | None = None
+    score: float | None = None
+    score_std: float | None = None
+    n_evals: int = 0
+    error: str | None = None
+    error_kind: str | None = None
+    thread_id: str | None = None
+    created_at: float = 0.0
+    finished_at: float | None = None
+    extra_parents: tuple[int, ...] = ()
+
+    @property
+    def is_root(self) -> bool:
+        return self.parent_id is None
+
+    def score_of(self, maximize: bool) -> Score:
+        if self.status is not NodeStatus.SUCCEEDED:
+            return Score.worst(maximize)
+        return Score(self.score, maximize)
+
+
+@dataclass(frozen=True)
+class EvalResult:
+    """One run of one stage of the evaluator on one node. Unique by (node, stage, repeat)."""
+
+    node_id: int
+    stage: str
+    repeat: int
+    ok: bool
+    score: float | None
+    metrics: dict[str, Any] = field(default_factory=dict)
+    exit_code: int | None = None
+    duration: float = 0.0
+    stdout_tail: str = ""
+    stderr_tail: str = ""
+    error: str | None = None
+    error_kind: str | None = None
+    log_path: str | None = None
+
+
+@dataclass(frozen=True)
+class Event:
+    """One line of the live log. ``seq`` increases by one per event within a run."""
+
+    run_id: str
+    seq: int
+    ts: float
+    kind: str
+    message: str
+    node_id: int | None = None
+    data: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """A run as stored."""
+
+    id: str
+    task_name: str
+    status: RunStatus
+    policy: str
+    direction: str
+    spec: dict[str, Any]
+    seed: int
+    created_at: float
+    updated_at: float
+    reason: str | None = None
+    pid: int | None = None
+    host: str | None = None
+    wall_used: float = 0.0
+    policy_state: dict[str, Any] | None = None
+    parent_run: str | None = None
+    parent_node: int | None = None
+
+    @property
+    def maximize(self) -> bool:
+        return self.direction == "maximize"

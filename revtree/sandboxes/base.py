@@ -1,0 +1,64 @@
+"""The sandbox protocol: run one command over one workspace, under limits.
+
+A workspace is handed over as a tar archive (the ``git archive`` of a candidate's
+commit with fresh protected files appended), so every backend, local or container,
+receives exactly the same bytes and never sees the run's repository.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+METRICS_FILE = ".revtree_metrics.json"
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resource limits of one execution."""
+
+    timeout: float
+    memory_bytes: int | None = None
+    cpu_seconds: float | None = None
+    output_cap: int = 1 << 20
+
+
+@dataclass(frozen=True)
+class ExecRequest:
+    """One command to run in a fresh workspace built from ``archive``."""
+
+    archive: bytes
+    command: str
+    limits: Limits
+    env: Mapping[str, str] = field(default_factory=dict)
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    """What came out. ``metrics_text`` is the file at ``$REVTREE_METRICS``, if written."""
+
+    exit_code: int | None
+    stdout: str
+    stderr: str
+    duration: float
+    timed_out: bool = False
+    metrics_text: str | None = None
+    truncated: bool = False
+    setup_seconds: float = 0.0
+
+
+class Sandbox(Protocol):
+    """Runs requests in isolated, throw-away workspaces. Must be thread-safe."""
+
+    name: str
+
+    def execute(self, request: ExecRequest, cancel: threading.Event | None = None) -> ExecResult:
+        """Run the request; raise ``Cancelled`` if ``cancel`` is set while it runs."""
+        ...
+
+    def close(self) -> None:
+        """Release what the backend holds (pools, clients)."""
+        ...

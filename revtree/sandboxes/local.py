@@ -1,0 +1,177 @@
+"""The local sandbox: a subprocess in a throw-away folder, for machines with no Docker.
+
+What is covered:
+- a fresh workspace per execution, extracted from the request's tar (path traversal
+  and links out of the folder are refused by tarfile's ``data`` filter);
+- its own session and process group, killed whole (children included) on timeout,
+  on cancel, and after the main process exits; on Linux the direct child also dies
+  with the thread that started it (``PR_SET_PDEATHSIG``), so a killed orchestrator
+  leaves no evaluator running;
+- ``RLIMIT_AS`` and ``RLIMIT_CPU`` limits; stdout and stderr kept up to a byte cap
+  (the tail is kept);
+- an allow-listed environment: no API keys, tokens or database URLs;
+- the workspace removed afterwards.
+
+What is not covered: the code runs as the same user on the same file system and
+network. It can read what that user can read. Use the docker backend for untrusted
+code.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from revtree.errors import Cancelled, SandboxError
+from revtree.sandboxes.base import ExecRequest, ExecResult, Limits
+from revtree.sandboxes.env import sandbox_env
+
+_PR_SET_PDEATHSIG = 1
+
+
+class LocalSandbox:
+    """Runs each request in a new folder under ``base_dir`` (default: the temp dir)."""
+
+    name = "local"
+
+    def __init__(self, base_dir: str | Path | None = None) -> None:
+        self.base_dir = Path(base_dir) if base_dir else None
+        if self.base_dir:
+            self.base_dir.mkdir(parents=True, exist_ok=True)
+
+    def execute(self, request: ExecRequest, cancel: threading.Event | None = None) -> ExecResult:
+        t0 = time.monotonic()
+        tmp = Path(tempfile.mkdtemp(prefix="revtree-", dir=self.base_dir))
+        try:
+            ws, out = tmp / "ws", tmp / "out"
+            out.mkdir()
+            _extract(request.archive, ws)
+            env = sandbox_env(request.env, home=ws, tmp=out)
+            env["REVTREE_METRICS"] = str(out / "metrics.json")
+            setup = time.monotonic() - t0
+            result = _run(request.command, ws, env, request.limits, cancel)
+            metrics = out / "metrics.json"
+            text = metrics.read_text(errors="replace")[:1 << 20] if metrics.is_file() else None
+            return ExecResult(**result, metrics_text=text, setup_seconds=setup)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def close(self) -> None:
+        """Nothing is held between executions."""
+
+
+def _extract(archive: bytes, dest: Path) -> None:
+    dest.mkdir()
+    with tarfile.open(fileobj=io.BytesIO(archive), mode="r:*") as tar:
+        try:
+            tar.extractall(dest, filter="data")
+        except (tarfile.TarError, OSError) as e:
+            raise SandboxError(f"cannot unpack the workspace: {e}") from e
+
+
+def _limit_child(limits: Limits) -> None:  # runs in the child, before exec
+    import resource
+
+    if limits.memory_bytes:
+        resource.setrlimit(resource.RLIMIT_AS, (limits.memory_bytes, limits.memory_bytes))
+    if limits.cpu_seconds:
+        cpu = max(1, int(limits.cpu_seconds))
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+    if sys.platform == "linux":
+        import ctypes
+
+        ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+class _Tail(threading.Thread):
+    """Drains a pipe, keeping the last ``cap`` bytes."""
+
+    def __init__(self, pipe: io.BufferedReader, cap: int) -> None:
+        super().__init__(daemon=True)
+        self.pipe, self.cap, self.buf, self.total = pipe, cap, bytearray(), 0
+
+    def run(self) -> None:
+        fd = self.pipe.fileno()
+        while chunk := os.read(fd, 1 << 16):
+            self.total += len(chunk)
+            self.buf += chunk
+            if len(self.buf) > 2 * self.cap:
+                del self.buf[: len(self.buf) - self.cap]
+
+    def text(self) -> str:
+        return bytes(self.buf[-self.cap :]).decode("utf-8", errors="replace")
+
+
+def _kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _run(
+    command: str, cwd: Path, env: dict[str, str], limits: Limits, cancel: threading.Event | None
+) -> dict[str, object]:
+    start = time.monotonic()
+    try:
+        proc = subprocess.Popen(
+            ["/bin/sh", "-c", command], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+            preexec_fn=lambda: _limit_child(limits),  # noqa: PLW1509
+        )
+    except OSError as e:
+        raise SandboxError(f"cannot start {command!r}: {e}") from e
+    assert proc.stdout is not None and proc.stderr is not None
+    readers = [_Tail(proc.stdout, limits.output_cap), _Tail(proc.stderr, limits.output_cap)]
+    for r in readers:
+        r.start()
+    done, why = threading.Event(), []
+    watchdog = threading.Thread(
+        target=_watch, args=(proc.pid, start + limits.timeout, done, cancel, why), daemon=True
+    )
+    watchdog.start()
+    code = proc.wait()
+    duration = time.monotonic() - start
+    done.set()
+    _kill_group(proc.pid)
+    for r in readers:
+        r.join(timeout=2.0)
+    proc.stdout.close()
+    proc.stderr.close()
+    watchdog.join()
+    if why == ["cancel"]:
+        raise Cancelled("the evaluation was cancelled")
+    return {
+        "exit_code": code,
+        "stdout": readers[0].text(),
+        "stderr": readers[1].text(),
+        "duration": duration,
+        "timed_out": why == ["timeout"],
+        "truncated": any(r.total > limits.output_cap for r in readers),
+    }
+
+
+def _watch(
+    pgid: int, deadline: float, done: threading.Event, cancel: threading.Event | None,
+    why: list[str],
+) -> None:
+    while not done.is_set():
+        now = time.monotonic()
+        if cancel is not None and cancel.is_set():
+            why.append("cancel")
+        elif now >= deadline:
+            why.append("timeout")
+        else:
+            done.wait(min(0.05, deadline - now))
+            continue
+        _kill_group(pgid)
+        return
