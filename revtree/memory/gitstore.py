@@ -61,12 +61,17 @@ class GitStore:
             tree = self._update_tree(None, _split(changes), modes or {})
             return self._commit(tree, [], message)
 
-    def commit(self, parent: str, changes: Mapping[str, Change], message: str) -> str:
-        """A commit on ``parent`` with ``changes`` applied (None deletes a path)."""
+    def commit(self, parent: str, changes: Mapping[str, Change], message: str,
+               when: float | None = None) -> str:
+        """A commit on ``parent`` with ``changes`` applied (None deletes a path).
+
+        With the same inputs and ``when`` the commit (and its sha) is the same, so a
+        replayed step after a crash rewrites the identical commit.
+        """
         with self._lock:
             base = self.repo.commit(parent).tree.binsha
             tree = self._update_tree(base, _split(changes), {})
-            return self._commit(tree, [parent], message)
+            return self._commit(tree, [parent], message, when)
 
     def set_ref(self, ref: str, sha: str) -> None:
         with self._lock:
@@ -87,9 +92,10 @@ class GitStore:
             refs[int(name[len(prefix):])] = sha
         return refs
 
-    def _commit(self, tree: bytes, parents: list[str], message: str) -> str:
+    def _commit(self, tree: bytes, parents: list[str], message: str,
+                when: float | None = None) -> str:
         parent_commits = [self.repo.commit(p) for p in parents]
-        now = int(time.time())
+        now = int(time.time() if when is None else when)
         commit = git.Commit.create_from_tree(
             self.repo, git.Tree(self.repo, tree), message, parent_commits=parent_commits,
             head=False, author=ACTOR, committer=ACTOR,
@@ -175,6 +181,10 @@ class GitStore:
         """A unified diff (``git diff`` format, applies with ``git apply``)."""
         with self._lock:
             return str(self.repo.git.diff(base, head, "--no-color", "--binary")) + "\n"
+
+    def resolve(self, ref: str) -> str:
+        with self._lock:
+            return str(self.repo.commit(ref).hexsha)
 
     def has_commit(self, sha: str) -> bool:
         with self._lock:

@@ -6,14 +6,15 @@ Guarantees:
   not stored;
 - event ``seq`` numbers increase by one per run, allocated in the same transaction;
 - an evaluation is stored once per (node, stage, repeat); a second record is ignored;
-- methods are thread-safe; writes from one process are serialised.
+- methods are thread-safe; writes from one process are serialised;
+- ``listeners`` receive each event after its transaction committed, in ``seq`` order.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from sqlalchemy import Engine, delete, func, insert, select, update
@@ -42,6 +43,8 @@ class Store:
         self.url = url or default_url()
         self.engine = engine or make_engine(self.url)
         self._write_lock = threading.Lock()
+        self.listeners: list[Callable[[Event], None]] = []
+        self._pending: list[Event] = []
         migrate(self.engine)
 
     def close(self) -> None:
@@ -62,13 +65,30 @@ class Store:
 
             def __exit__(self, *exc: Any) -> Any:
                 try:
-                    return self.cm.__exit__(*exc)
+                    result = self.cm.__exit__(*exc)
+                    store._announce(failed=exc[0] is not None)
+                    return result
+                except BaseException:
+                    store._pending.clear()
+                    raise
                 finally:
                     store._write_lock.release()
 
         return _Tx()
 
     # -- events -------------------------------------------------------------------
+    def _announce(self, failed: bool) -> None:
+        """Hand committed events to the listeners, in seq order, before the next write."""
+        events, self._pending = self._pending, []
+        if failed:
+            return
+        for ev in events:
+            for listener in list(self.listeners):
+                try:
+                    listener(ev)
+                except Exception:  # a broken display must not break the run
+                    self.listeners.remove(listener)
+
     def _event(self, conn: Connection, run_id: str, spec: EventSpec, node_id: int | None) -> Event:
         kind, message, data = spec
         seq = conn.execute(
@@ -81,6 +101,7 @@ class Store:
             run_id=run_id, seq=seq, ts=ev.ts, kind=kind, node_id=node_id, message=message,
             data=data,
         ))
+        self._pending.append(ev)
         return ev
 
     def add_event(self, run_id: str, kind: str, message: str, node_id: int | None = None,

@@ -19,8 +19,10 @@ code.
 
 from __future__ import annotations
 
+import ctypes
 import io
 import os
+import resource
 import shutil
 import signal
 import subprocess
@@ -71,25 +73,26 @@ class LocalSandbox:
 
 def _extract(archive: bytes, dest: Path) -> None:
     dest.mkdir()
-    with tarfile.open(fileobj=io.BytesIO(archive), mode="r:*") as tar:
-        try:
+    try:
+        with tarfile.open(fileobj=io.BytesIO(archive), mode="r:*") as tar:
             tar.extractall(dest, filter="data")
-        except (tarfile.TarError, OSError) as e:
-            raise SandboxError(f"cannot unpack the workspace: {e}") from e
+    except (tarfile.TarError, OSError) as e:
+        raise SandboxError(f"cannot unpack the workspace: {e}") from e
+
+
+# Resolved in the parent: the child of a threaded process must not import or load
+# libraries (another thread may hold the import lock; RLIMIT_AS may forbid the mmap).
+_prctl = ctypes.CDLL(None).prctl if sys.platform == "linux" else None
 
 
 def _limit_child(limits: Limits) -> None:  # runs in the child, before exec
-    import resource
-
+    if _prctl is not None:
+        _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     if limits.memory_bytes:
         resource.setrlimit(resource.RLIMIT_AS, (limits.memory_bytes, limits.memory_bytes))
     if limits.cpu_seconds:
         cpu = max(1, int(limits.cpu_seconds))
         resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
-    if sys.platform == "linux":
-        import ctypes
-
-        ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 class _Tail(threading.Thread):

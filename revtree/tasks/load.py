@@ -117,7 +117,9 @@ def check_files(spec: TaskSpec, file: Path) -> None:
                 raise TaskSpecError(f"{file}: key '{key}': glob {glob!r} matches no file in {src}")
     for f in files:
         if matches(f, spec.editable) and matches(f, spec.protected):
-            raise TaskSpecError(f"{file}: file {f!r} is both editable and protected")
+            raise TaskSpecError(
+                f"{file}: key 'protected': file {f!r} is also 'editable' (it must be one or the other)"
+            )
     if spec.holdout and spec.holdout.files and not holdout_files(spec):
         raise TaskSpecError(f"{file}: key 'holdout.files': no file matches {spec.holdout.files}")
     for i, knob in enumerate(spec.knobs):

@@ -237,13 +237,14 @@ class TaskSpec(_Section):
     agents: Agents = Field(default_factory=Agents)
     root: str = Field("", description="Absolute folder of the task; set by the loader.")
 
-    @model_validator(mode="after")
-    def _unique_knobs(self) -> TaskSpec:
-        names = [k.name for k in self.knobs]
+    @field_validator("knobs")
+    @classmethod
+    def _unique_knobs(cls, knobs: tuple[Knob, ...]) -> tuple[Knob, ...]:
+        names = [k.name for k in knobs]
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:
             raise ValueError(f"knob names must be unique: {dup}")
-        return self
+        return knobs
 
     @property
     def maximize(self) -> bool:

@@ -1,0 +1,440 @@
+"""The ``revtree`` command."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from types import FrameType
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+from rich.text import Text
+
+from revtree.errors import RevtreeError
+from revtree.memory import Event, GitStore, RunInfo, RunStatus, Store
+from revtree.memory.db import revtree_home
+from revtree.orchestrator import Orchestrator, RunPaths, create_run
+from revtree.orchestrator.report import node_json, summarize
+from revtree.tasks import load_task
+from revtree.tasks.spec import POLICIES
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="Grow a tree of git revisions of your code, scored by your evaluator.",
+)
+console = Console(highlight=False)
+err = Console(stderr=True, highlight=False)
+
+DbOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--db", help="SQLAlchemy URL (default $REVTREE_DB or sqlite at $REVTREE_HOME/revtree.db)."
+    ),
+]
+RunArg = Annotated[str, typer.Argument(help="Run id, a unique prefix of it, or 'last'.")]
+STYLES = {
+    "select": "cyan",
+    "propose": "blue",
+    "commit": "dim",
+    "review": "dim",
+    "eval": "white",
+    "node": "bold",
+    "best": "bold green",
+    "run": "bold magenta",
+    "error": "bold red",
+    "holdout": "yellow",
+}
+
+
+def main() -> None:
+    try:
+        app()
+    except RevtreeError as e:
+        err.print(f"[red]error:[/red] {e}")
+        raise SystemExit(2) from None
+
+
+def _store(db: str | None) -> Store:
+    return Store(db)
+
+
+def format_event(ev: Event) -> Text:
+    stamp = time.strftime("%H:%M:%S", time.localtime(ev.ts))
+    style = STYLES.get(ev.kind, "")
+    if ev.kind == "node" and (ev.data or {}).get("status") in ("failed", "rejected"):
+        style = "red"
+    line = Text(f"{stamp} {ev.seq:>5} {ev.kind:<8} ", style="dim")
+    line.append(ev.message, style=style)
+    return line
+
+
+class LiveLog:
+    """Prints each committed event and keeps a progress bar over the node budget."""
+
+    def __init__(self, run: RunInfo, total: int | None, quiet: bool = False) -> None:
+        self.quiet, self.maximize, self.best = quiet, run.maximize, None
+        self.progress = Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("nodes"),
+            TimeElapsedColumn(),
+            TextColumn("{task.fields[best]}"),
+            console=console,
+            transient=False,
+        )
+        self.task = self.progress.add_task(run.id, total=total, best="")
+        self.done = 0
+
+    def __call__(self, ev: Event) -> None:
+        if not self.quiet:
+            self.progress.console.print(format_event(ev))
+        if ev.kind == "node":
+            self.done += 1
+            self.progress.update(self.task, completed=self.done)
+        if ev.kind == "best":
+            self.progress.update(self.task, best=f"best {ev.data.get('score') if ev.data else ''}")
+
+
+def _install_stop(stop: threading.Event) -> None:
+    def handler(signum: int, _frame: FrameType | None) -> None:
+        if stop.is_set():  # second Ctrl-C: give up at once
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            raise KeyboardInterrupt
+        stop.set()
+        err.print(
+            f"[yellow]{signal.Signals(signum).name}: stopping after cancelling the "
+            "evaluations in flight (again to abort)...[/yellow]"
+        )
+
+    signal.signal(signal.SIGINT, handler)
+    signal.signal(signal.SIGTERM, handler)
+
+
+def _drive(store: Store, run: RunInfo, parallel: int | None, quiet: bool, home: Path) -> None:
+    spec_budget = run.spec.get("budget", {}).get("max_nodes")
+    live = LiveLog(run, spec_budget, quiet)
+    live.done = sum(n.status.is_finished() for n in store.nodes(run.id))
+    stop = threading.Event()
+    _install_stop(stop)
+    with live.progress:
+        orch = Orchestrator(store, run.id, home=home, on_event=live, parallel=parallel)
+        live.progress.update(live.task, completed=live.done)
+        final = orch.drive(stop)
+    _print_summary(store, final)
+    if final.status is RunStatus.STOPPED:
+        raise typer.Exit(130)
+
+
+def _print_summary(store: Store, run: RunInfo) -> None:
+    s = summarize(store, run)
+    table = Table(title=f"run {run.id}", show_header=False, title_style="bold")
+    table.add_row("status", f"{s['status']} ({s['reason']})")
+    table.add_row(
+        "nodes",
+        f"{s['n_nodes']} ({s['n_succeeded']} ok, {s['n_failed']} failed, "
+        f"{s['n_in_flight']} unfinished)",
+    )
+    table.add_row("baseline", _fmt(s["baseline_score"]))
+    imp = f" ({s['improvement']:+.2%} better)" if s["improvement"] is not None else ""
+    table.add_row("best", f"{_fmt(s['best_score'])}{imp} at node {s['best_node']}")
+    for h in s["holdout"]:
+        table.add_row("holdout", f"node {h['node']}: {_fmt(h['score']) if h['ok'] else h['error']}")
+    table.add_row("time", f"{s['wall_seconds']:.1f}s wall, {s['sandbox_seconds']:.1f} sandbox-s")
+    console.print(table)
+    if s["best_node"] is not None:
+        console.print(
+            f"export it:  revtree export {run.id} --node {s['best_node']} --patch best.patch"
+        )
+    if run.status is not RunStatus.COMPLETED:
+        console.print(f"continue:   revtree resume {run.id}")
+
+
+def _fmt(v: Any) -> str:
+    return "-" if v is None else f"{v:.6g}"
+
+
+def _detach(run: RunInfo, db: str | None, home: Path, parallel: int | None) -> None:
+    log = RunPaths(home, run.id).dir / "run.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "revtree", "resume", run.id, "--quiet"]
+    if db:
+        cmd += ["--db", db]
+    if parallel:
+        cmd += ["--parallel", str(parallel)]
+    env = {**os.environ, "REVTREE_HOME": str(home)}
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(
+            cmd,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            env=env,
+        )
+    console.print(
+        f"run {run.id} detached (pid {proc.pid}), log {log}\nwatch it:  revtree watch {run.id}"
+    )
+
+
+@app.command()
+def run(
+    task: Annotated[Path, typer.Argument(help="Task folder (holding task.toml) or the file.")],
+    policy: Annotated[
+        str | None, typer.Option(help=f"Search policy: {', '.join(POLICIES)}.")
+    ] = None,
+    parallel: Annotated[int | None, typer.Option(help="Candidates in flight at once.")] = None,
+    budget_nodes: Annotated[int | None, typer.Option(help="Nodes, root included.")] = None,
+    budget_time: Annotated[str | None, typer.Option(help="Wall time, e.g. 600, '10m'.")] = None,
+    budget_sandbox: Annotated[
+        str | None, typer.Option(help="Sandbox-seconds, e.g. '1h'.")
+    ] = None,
+    sandbox: Annotated[str | None, typer.Option(help="local, docker or auto.")] = None,
+    seed: Annotated[int | None, typer.Option(help="Seed of the policy and proposer.")] = None,
+    db: DbOpt = None,
+    detach: Annotated[bool, typer.Option(help="Keep running in the background.")] = False,
+    quiet: Annotated[bool, typer.Option(help="No live log lines, only the summary.")] = False,
+) -> None:
+    """Start a run of TASK and show its live log."""
+    spec = load_task(task)
+    search: dict[str, Any] = {}
+    if policy:
+        search["policy"] = policy
+    if parallel:
+        search["parallel"] = parallel
+    if seed is not None:
+        search["seed"] = seed
+    budget = {
+        k: v
+        for k, v in {
+            "max_nodes": budget_nodes,
+            "max_wall": budget_time,
+            "max_sandbox_seconds": budget_sandbox,
+        }.items()
+        if v is not None
+    }
+    try:
+        spec = spec.with_overrides(
+            search=search, budget=budget, sandbox={"backend": sandbox} if sandbox else {}
+        )
+    except ValueError as e:
+        raise typer.BadParameter(str(e)) from e
+    home = revtree_home()
+    store = _store(db)
+    new = create_run(store, spec, home)
+    console.print(
+        f"run [bold]{new.id}[/bold] · task {spec.name} · {spec.evaluate.metric} "
+        f"({spec.evaluate.direction}) · policy {spec.search.policy}"
+    )
+    if detach:
+        _detach(new, db, home, parallel)
+        return
+    _drive(store, new, None, quiet, home)
+
+
+@app.command()
+def resume(
+    run_id: RunArg,
+    parallel: Annotated[int | None, typer.Option(help="Candidates in flight at once.")] = None,
+    db: DbOpt = None,
+    detach: Annotated[bool, typer.Option(help="Keep running in the background.")] = False,
+    quiet: Annotated[bool, typer.Option(help="No live log lines, only the summary.")] = False,
+) -> None:
+    """Continue a stopped or crashed run where it left off."""
+    store = _store(db)
+    found = store.get_run(run_id)
+    if detach:
+        _detach(found, db, revtree_home(), parallel)
+        return
+    _drive(store, found, parallel, quiet, revtree_home())
+
+
+@app.command()
+def watch(
+    run_id: RunArg,
+    db: DbOpt = None,
+    since: Annotated[int, typer.Option(help="Show events after this seq (0: all).")] = 0,
+    poll: Annotated[float, typer.Option(help="Seconds between polls.")] = 0.25,
+    timeout: Annotated[
+        float | None, typer.Option(help="Give up after this many seconds.")
+    ] = None,
+) -> None:
+    """Follow a run's live log from another terminal until the run ends."""
+    store = _store(db)
+    found = store.get_run(run_id)
+    last, start = since, time.monotonic()
+    while True:
+        events = store.events_since(found.id, last)
+        for ev in events:
+            console.print(format_event(ev))
+            last = ev.seq
+        if not events:
+            current = store.get_run(found.id)
+            if current.status.is_finished() and not store.events_since(found.id, last):
+                console.print(f"run {current.status.value}: {current.reason}")
+                return
+            if timeout is not None and time.monotonic() - start > timeout:
+                raise typer.Exit(1)
+            time.sleep(poll)
+
+
+@app.command("ls")
+def ls(db: DbOpt = None, as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+    """List runs."""
+    store = _store(db)
+    rows = [summarize(store, r) for r in store.list_runs()]
+    if as_json:
+        console.print_json(json.dumps(rows))
+        return
+    table = Table("run", "task", "status", "policy", "nodes", "baseline", "best", "created")
+    for s in rows:
+        table.add_row(
+            s["run_id"],
+            s["task"],
+            s["status"],
+            s["policy"],
+            str(s["n_nodes"]),
+            _fmt(s["baseline_score"]),
+            _fmt(s["best_score"]),
+            time.strftime("%Y-%m-%d %H:%M", time.localtime(s["created_at"])),
+        )
+    console.print(table)
+
+
+@app.command()
+def show(
+    run_id: RunArg,
+    node: Annotated[int | None, typer.Option(help="Show one node in detail.")] = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+    nodes: Annotated[bool, typer.Option("--nodes", help="Include every node.")] = False,
+    db: DbOpt = None,
+) -> None:
+    """Show a run (or one node) as a table or JSON."""
+    store = _store(db)
+    found = store.get_run(run_id)
+    if node is not None:
+        data = node_json(store.node(found.id, node))
+        data["evaluations"] = [e.__dict__ for e in store.evaluations(found.id, node)]
+    else:
+        data = summarize(store, found, with_nodes=nodes)
+    if as_json:
+        print(json.dumps(data, indent=2, default=str))
+        return
+    table = Table(show_header=False, title=f"run {found.id}" + (f" node {node}" if node else ""))
+    for k, v in data.items():
+        if k not in ("nodes", "evaluations"):
+            table.add_row(k, str(v))
+    console.print(table)
+    if nodes and "nodes" in data:
+        nt = Table("id", "parent", "op", "status", "score", "commit", "hypothesis / error")
+        for n in data["nodes"]:
+            nt.add_row(
+                str(n["id"]),
+                str(n["parent"]),
+                n["operator"],
+                n["status"],
+                _fmt(n["score"]),
+                (n["commit"] or "")[:10],
+                (n["error"] or n["hypothesis"] or "")[:70],
+            )
+        console.print(nt)
+
+
+def _git(found: RunInfo) -> GitStore:
+    return GitStore(RunPaths(revtree_home(), found.id).repo)
+
+
+@app.command()
+def diff(
+    run_id: RunArg,
+    node: Annotated[int, typer.Argument(help="Node id.")],
+    against: Annotated[str, typer.Option(help="'parent', 'root', or a node id.")] = "parent",
+    db: DbOpt = None,
+) -> None:
+    """Print the diff of NODE against its parent (or the root, or another node)."""
+    store = _store(db)
+    found = store.get_run(run_id)
+    target = store.node(found.id, node)
+    if against == "parent":
+        base_id = target.parent_id if target.parent_id is not None else target.id
+    else:
+        base_id = 0 if against == "root" else int(against)
+    base = store.node(found.id, base_id)
+    if not (base.commit and target.commit):
+        raise RevtreeError(f"node {node} or {base_id} of run {found.id} has no commit yet")
+    sys.stdout.write(_git(found).diff(base.commit, target.commit))
+
+
+@app.command()
+def export(
+    run_id: RunArg,
+    patch: Annotated[Path, typer.Option(help="Write a patch (against the root) to this file.")],
+    node: Annotated[int | None, typer.Option(help="Node id (default: the best).")] = None,
+    db: DbOpt = None,
+) -> None:
+    """Export a node (by default the best) as a patch that `git apply` takes."""
+    store = _store(db)
+    found = store.get_run(run_id)
+    node_id = node if node is not None else summarize(store, found)["best_node"]
+    if node_id is None:
+        raise RevtreeError(f"run {found.id} has no succeeded node to export; pass --node")
+    target, root = store.node(found.id, node_id), store.node(found.id, 0)
+    if not (target.commit and root.commit):
+        raise RevtreeError(f"node {node_id} of run {found.id} has no commit yet")
+    patch.write_text(_git(found).diff(root.commit, target.commit))
+    console.print(
+        f"wrote {patch}: node {node_id} (score {_fmt(target.score)}) against the "
+        f"baseline; apply with `git apply {patch}` in your source folder"
+    )
+
+
+@app.command()
+def holdout(
+    run_id: RunArg,
+    node: Annotated[int | None, typer.Option(help="Node id (default: the best).")] = None,
+    db: DbOpt = None,
+) -> None:
+    """Run the task's hidden holdout evaluation on a node and record it."""
+    store = _store(db)
+    found = store.get_run(run_id)
+    node_id = node if node is not None else summarize(store, found)["best_node"]
+    if node_id is None:
+        raise RevtreeError(f"run {found.id} has no succeeded node; pass --node")
+    orch = Orchestrator(store, found.id, on_event=lambda ev: console.print(format_event(ev)))
+    try:
+        result = orch.holdout(node_id)
+    finally:
+        orch.close()
+    if result is None:
+        raise RevtreeError(f"the task of run {found.id} has no [holdout] section")
+
+
+@app.command()
+def stop(run_id: RunArg, db: DbOpt = None) -> None:
+    """Ask the process driving a run (on this machine) to stop cleanly."""
+    store = _store(db)
+    found = store.get_run(run_id)
+    if found.status.is_finished() or not found.pid:
+        console.print(f"run {found.id} is not running ({found.status.value})")
+        return
+    try:
+        os.kill(found.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        console.print(f"run {found.id}: its process {found.pid} is gone; `revtree resume` it")
+        return
+    console.print(f"asked pid {found.pid} to stop run {found.id}")
+
+
+if __name__ == "__main__":
+    main()

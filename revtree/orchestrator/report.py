@@ -1,0 +1,76 @@
+"""Summaries of runs for ``show``, ``ls`` and the end of ``run``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from revtree.agents.evaluator import HOLDOUT
+from revtree.memory import Node, NodeStatus, RunInfo, Store
+from revtree.orchestrator.tree import Tree
+
+
+def summarize(store: Store, run: RunInfo, with_nodes: bool = False) -> dict[str, Any]:
+    """The run as a JSON-able dict (the contract of ``revtree show --json``)."""
+    nodes = store.nodes(run.id)
+    tree = Tree.of(nodes, run.maximize)
+    best = tree.best()
+    root = tree.nodes.get(0)
+    count = {s: sum(n.status is s for n in nodes) for s in NodeStatus}
+    holdout = [e for e in store.evaluations(run.id) if e.stage == HOLDOUT]
+    out: dict[str, Any] = {
+        "run_id": run.id,
+        "task": run.task_name,
+        "status": run.status.value,
+        "reason": run.reason,
+        "policy": run.policy,
+        "direction": run.direction,
+        "seed": run.seed,
+        "n_nodes": len(nodes),
+        "n_evaluated": sum(1 for n in nodes if n.n_evals > 0 or n.status is NodeStatus.SUCCEEDED),
+        "n_succeeded": count[NodeStatus.SUCCEEDED],
+        "n_failed": count[NodeStatus.FAILED] + count[NodeStatus.REJECTED],
+        "n_rejected": count[NodeStatus.REJECTED],
+        "n_in_flight": sum(not n.status.is_finished() for n in nodes),
+        "baseline_score": root.score if root and root.status is NodeStatus.SUCCEEDED else None,
+        "best_score": best.score if best else None,
+        "best_node": best.id if best else None,
+        "improvement": _improvement(root, best, run.maximize),
+        "holdout": [
+            {"node": e.node_id, "score": e.score, "ok": e.ok, "error": e.error} for e in holdout
+        ],
+        "wall_seconds": round(run.wall_used, 3),
+        "sandbox_seconds": round(store.sandbox_seconds(run.id), 3),
+        "created_at": run.created_at,
+        "parent_run": run.parent_run,
+        "parent_node": run.parent_node,
+    }
+    if with_nodes:
+        out["nodes"] = [node_json(n) for n in nodes]
+    return out
+
+
+def node_json(n: Node) -> dict[str, Any]:
+    return {
+        "id": n.id,
+        "parent": n.parent_id,
+        "status": n.status.value,
+        "operator": n.operator,
+        "score": n.score,
+        "score_std": n.score_std,
+        "commit": n.commit,
+        "n_evaluations": n.n_evals,
+        "depth": n.depth,
+        "error": n.error,
+        "error_kind": n.error_kind,
+        "hypothesis": (n.proposal or {}).get("hypothesis"),
+        "knobs": (n.proposal or {}).get("knobs"),
+    }
+
+
+def _improvement(root: Node | None, best: Node | None, maximize: bool) -> float | None:
+    """Relative gain of the best over the baseline, positive when better."""
+    if root is None or best is None or root.score in (None, 0) or best.score is None:
+        return None
+    assert root.score is not None
+    gain = (best.score - root.score) / abs(root.score)
+    return gain if maximize else -gain

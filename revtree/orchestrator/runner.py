@@ -1,0 +1,626 @@
+"""Runs: create, drive, resume. The one place where agents, sandbox, memory meet.
+
+The scheduler keeps ``parallel`` candidates in flight in steady state: a new one
+starts as soon as a slot frees, with no generation barrier. Budgets are checked
+before a candidate starts; a run that reaches one stops starting work, lets the
+candidates in flight finish and ends ``completed`` with the reason recorded. A stop
+request (Ctrl-C, SIGTERM) cancels the evaluations in flight without recording them,
+so ``resume`` re-runs exactly what was not stored.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+import sqlite3
+import threading
+import time
+import traceback
+import uuid
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy.engine import make_url
+
+from revtree.agents import Evaluator, KnobCoder, KnobProposer, Proposal, StaticReviewer, read_knobs
+from revtree.agents.evaluator import HOLDOUT, Outcome
+from revtree.errors import Cancelled, EditError, RevtreeError
+from revtree.memory import EvalResult, Event, GitStore, Node, NodeStatus, RunInfo, RunStatus, Store
+from revtree.memory.db import revtree_home
+from revtree.memory.gitstore import HOLDOUT_REF, file_mode
+from revtree.orchestrator.pipeline import CandidateState, build_pipeline
+from revtree.orchestrator.policies import make_policy
+from revtree.orchestrator.tree import Tree
+from revtree.sandboxes import Sandbox, make_sandbox
+from revtree.tasks import TaskSpec, code_files, holdout_files, matches
+from revtree.tasks.load import source_dir
+
+EventSink = Callable[[Event], None]  # called after commit, in seq order
+HEARTBEAT = 2.0
+ROOT_TICKET = "root"
+
+
+@dataclasses.dataclass(frozen=True)
+class RunPaths:
+    home: Path
+    run_id: str
+
+    @property
+    def dir(self) -> Path:
+        return self.home / "runs" / self.run_id
+
+    @property
+    def repo(self) -> Path:
+        return self.dir / "repo.git"
+
+    @property
+    def logs(self) -> Path:
+        return self.dir / "logs"
+
+    @property
+    def work(self) -> Path:
+        return self.dir / "work"
+
+
+def _read_source(spec: TaskSpec, paths: list[str]) -> tuple[dict[str, bytes], dict[str, int]]:
+    src = source_dir(spec)
+    files, modes = {}, {}
+    for rel in paths:
+        p = src / rel
+        modes[rel] = file_mode(p)
+        files[rel] = os.readlink(p).encode() if p.is_symlink() else p.read_bytes()
+    return files, modes
+
+
+def create_run(
+    store: Store, spec: TaskSpec, home: Path | None = None, run_id: str | None = None
+) -> RunInfo:
+    """Snapshot the task's code as the root commit and record a new run with its root node."""
+    home = home or revtree_home()
+    run_id = run_id or f"{spec.name}-{uuid.uuid4().hex[:6]}"
+    paths = RunPaths(home, run_id)
+    git = GitStore(paths.repo)
+    files, modes = _read_source(spec, code_files(spec))
+    root_sha = git.commit_files(files, f"{spec.name}: baseline (untouched source)", modes)
+    git.set_node_ref(0, root_sha)
+    if spec.holdout and spec.holdout.files:
+        hfiles, hmodes = _read_source(spec, holdout_files(spec))
+        git.set_ref(HOLDOUT_REF, git.commit_files(hfiles, "holdout files", hmodes))
+    git.close()
+    run = store.create_run(
+        run_id,
+        spec.name,
+        spec.search.policy,
+        spec.evaluate.direction,
+        spec.search.seed,
+        spec.model_dump(mode="json"),
+    )
+    root = Node(
+        run_id,
+        0,
+        None,
+        "baseline",
+        NodeStatus.REVIEWED,
+        commit=root_sha,
+        thread_id=ROOT_TICKET,
+        created_at=time.time(),
+        proposal=Proposal(
+            "baseline: the untouched source", read_knobs(spec.knobs, files)
+        ).to_json(),
+    )
+    store.add_node(root, ("select", "node 0: baseline (the untouched source)", None))
+    return run
+
+
+def _alive(pid: int, host: str | None) -> bool:
+    if host != socket.gethostname():
+        return True  # cannot tell: assume alive
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie (killed, not yet reaped) is not alive
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def make_checkpointer(url: str) -> Any:
+    """LangGraph's SQLite saver on the run database; in memory for other backends."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
+        from langgraph.checkpoint.sqlite import SqliteSaver
+
+        conn = sqlite3.connect(parsed.database, check_same_thread=False, timeout=60)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        saver = SqliteSaver(conn)
+        saver.setup()
+        return saver
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    return InMemorySaver()
+
+
+class Orchestrator:
+    """Drives one run until its budget is spent or a stop is requested."""
+
+    def __init__(
+        self,
+        store: Store,
+        run_id: str,
+        home: Path | None = None,
+        sandbox: Sandbox | None = None,
+        on_event: EventSink | None = None,
+        parallel: int | None = None,
+    ) -> None:
+        self.store, self.home = store, home or revtree_home()
+        self.run = store.get_run(run_id)
+        self.run_id = self.run.id
+        self.spec = TaskSpec.model_validate(self.run.spec)
+        self.paths = RunPaths(self.home, self.run_id)
+        self.parallel = parallel or self.spec.search.parallel
+        if on_event is not None:
+            store.listeners.append(on_event)
+        self.git = GitStore(self.paths.repo)
+        self.sandbox = sandbox or make_sandbox(self.spec.sandbox.backend, base_dir=self.paths.work)
+        self.policy = make_policy(self.spec.search)
+        self.policy.load_state(self.run.policy_state or {})
+        k = self.spec.agents.knobs
+        self.proposer = KnobProposer(
+            self.spec.knobs,
+            self.spec.maximize,
+            self.spec.search.seed,
+            k.sampler,
+            k.n_startup_trials,
+        )
+        self.coder = KnobCoder(self.spec.knobs)
+        self.reviewer = StaticReviewer(self.spec)
+        self.evaluator = Evaluator(self.spec, self.sandbox, self.paths.logs)
+        self.nodes: dict[int, Node] = {n.id: n for n in store.nodes(self.run_id)}
+        self.by_ticket = {n.thread_id: n.id for n in self.nodes.values() if n.thread_id}
+        self.proposer.rebuild(self.nodes.values())
+        self.lock = threading.RLock()
+        self.cancel = threading.Event()
+        self.unselected: set[str] = set()
+        self.timings: dict[int, dict[str, float]] = {}
+        self.sandbox_seconds = store.sandbox_seconds(self.run_id)
+        root = self.nodes[0]
+        assert root.commit is not None
+        self.overlay = {
+            p: d
+            for p, d in self.git.read_files(root.commit).items()
+            if matches(p, self.spec.protected)
+        }
+        self.checkpointer = make_checkpointer(store.url)
+        self.graph = build_pipeline(self, self.checkpointer)
+        self.started = time.monotonic()
+        self.best_id = self._best_id()
+
+    # -- state changes (SQL first, then the mirror, then the live log) ------------
+    def _set(self, node_id: int, event: tuple[str, str, Any] | None, **values: Any) -> Node:
+        self.store.update_node(self.run_id, node_id, event, **values)
+        with self.lock:
+            if "status" in values:
+                values["status"] = NodeStatus(values["status"])
+            values.pop("timings", None)
+            node = dataclasses.replace(self.nodes[node_id], **values)
+            self.nodes[node_id] = node
+        return node
+
+    def _finish(self, node_id: int, status: NodeStatus, message: str, **values: Any) -> Node:
+        timings = {k: round(v, 4) for k, v in self.timings.pop(node_id, {}).items()}
+        node = self._set(
+            node_id,
+            ("node", message, {"status": status.value, **values}),
+            status=status,
+            finished_at=time.time(),
+            timings=timings,
+            **values,
+        )
+        self.proposer.observe(node)
+        with self.lock:
+            self.policy.update(node)
+            best = self._best_id()
+            new_best = best is not None and best != self.best_id
+            self.best_id = best
+        if new_best and best == node_id:
+            self.store.add_event(
+                self.run_id,
+                "best",
+                f"new best: node {node_id} scores {node.score:.6g}",
+                node_id,
+                {"score": node.score},
+            )
+        return node
+
+    def _best_id(self) -> int | None:
+        best = self.snapshot().best()
+        return best.id if best else None
+
+    def snapshot(self) -> Tree:
+        with self.lock:
+            return Tree.of(list(self.nodes.values()), self.spec.maximize, self.budget_fraction())
+
+    # -- the pipeline steps ---------------------------------------------------------
+    def candidate_done(self, state: CandidateState) -> bool:
+        node_id = state.get("node_id")
+        return node_id is None or self.nodes[node_id].status.is_finished()
+
+    def run_step(self, step: str, state: CandidateState) -> dict[str, Any]:
+        t0 = time.monotonic()
+        node_id = state.get("node_id")
+        try:
+            return dict(getattr(self, f"_step_{step}")(state) or {})
+        except Cancelled:
+            raise
+        except Exception as e:  # the candidate boundary: record, and the run goes on
+            node_id = state.get("node_id", node_id)
+            if node_id is None or self.nodes[node_id].status.is_finished():
+                raise
+            kind = (
+                "code"
+                if isinstance(e, EditError)
+                else step
+                if isinstance(e, RevtreeError)
+                else "internal"
+            )
+            detail = "".join(traceback.format_exception_only(e)).strip()
+            self._finish(
+                node_id,
+                NodeStatus.FAILED,
+                f"node {node_id} failed in {step}: {detail}",
+                error=f"{step}: {detail}",
+                error_kind=kind,
+            )
+            return {}
+        finally:
+            if node_id is not None:
+                spent = self.timings.setdefault(node_id, {})
+                spent[step] = spent.get(step, 0.0) + time.monotonic() - t0
+
+    def _step_select(self, state: CandidateState) -> dict[str, Any]:
+        ticket = state["ticket"]
+        with self.lock:
+            if ticket in self.by_ticket:
+                self.unselected.discard(ticket)
+                return {"node_id": self.by_ticket[ticket]}
+            before = self.policy.state()
+            choice = self.policy.select(self.snapshot())
+            if choice is None:
+                self.unselected.discard(ticket)
+                return {"node_id": None}
+            parent = self.nodes[choice.parent_id]
+            node = Node(
+                self.run_id,
+                max(self.nodes) + 1,
+                parent.id,
+                choice.operator,
+                NodeStatus.PENDING,
+                depth=parent.depth + 1,
+                thread_id=ticket,
+                created_at=time.time(),
+                extra_parents=choice.extra_parents,
+            )
+            msg = f"node {node.id}: {choice.operator} from node {parent.id} (score {parent.score_of(self.spec.maximize)})"
+            try:
+                self.store.add_node(
+                    node,
+                    ("select", msg, {"parent": parent.id, "operator": choice.operator}),
+                    policy_state=self.policy.state(),
+                )
+            except BaseException:
+                self.policy.load_state(before)
+                raise
+            self.nodes[node.id] = node
+            self.by_ticket[ticket] = node.id
+            self.unselected.discard(ticket)
+        return {"node_id": node.id}
+
+    def _step_propose(self, state: CandidateState) -> None:
+        node = self.nodes[state["node_id"] or 0]
+        if node.proposal is not None:
+            return
+        assert node.parent_id is not None
+        proposal = self.proposer.propose(node.id, self.nodes[node.parent_id], node.operator)
+        self._set(
+            node.id,
+            ("propose", f"node {node.id}: {proposal.hypothesis}", {"knobs": proposal.knobs}),
+            proposal=proposal.to_json(),
+            status=NodeStatus.PROPOSED,
+        )
+
+    def _step_code(self, state: CandidateState) -> None:
+        node = self.nodes[state["node_id"] or 0]
+        if node.commit is not None:
+            return
+        assert node.parent_id is not None and node.proposal is not None
+        parent = self.nodes[node.parent_id]
+        assert parent.commit is not None
+        proposal = Proposal(**node.proposal)
+        changes = self.coder.code(proposal, self.git.read_files(parent.commit))
+        message = (
+            f"node {node.id}: {node.operator} from node {parent.id}\n\n{proposal.hypothesis}\n"
+        )
+        sha = self.git.commit(parent.commit, changes, message, when=node.created_at)
+        self.git.set_node_ref(node.id, sha)
+        self._set(
+            node.id,
+            (
+                "commit",
+                f"node {node.id}: commit {sha[:10]} changes {sorted(changes) or 'nothing'}",
+                {"commit": sha},
+            ),
+            commit=sha,
+            status=NodeStatus.CODED,
+        )
+
+    def _step_review(self, state: CandidateState) -> None:
+        node = self.nodes[state["node_id"] or 0]
+        if node.status is not NodeStatus.CODED:
+            return
+        assert node.parent_id is not None and node.commit is not None
+        parent_commit = self.nodes[node.parent_id].commit
+        assert parent_commit is not None
+        verdict = self.reviewer.review(self.git.changed_paths(parent_commit, node.commit))
+        if not verdict.accepted:
+            reason = "; ".join(verdict.reasons)
+            self._finish(
+                node.id,
+                NodeStatus.REJECTED,
+                f"node {node.id} rejected: {reason}",
+                error=f"review: {reason}",
+                error_kind="rejected",
+            )
+            return
+        self._set(
+            node.id, ("review", f"node {node.id}: review passed", None), status=NodeStatus.REVIEWED
+        )
+
+    def _step_evaluate(self, state: CandidateState) -> dict[str, Any]:
+        node = self.nodes[state["node_id"] or 0]
+        assert node.commit is not None
+        if node.status is not NodeStatus.EVALUATING:
+            node = self._set(node.id, None, status=NodeStatus.EVALUATING)
+        done = {
+            (e.stage, e.repeat): e
+            for e in self.store.evaluations(self.run_id, node.id)
+            if e.stage != HOLDOUT
+        }
+        archive = self.git.archive(node.commit, self.overlay)
+        outcome = self.evaluator.evaluate(
+            node.id,
+            archive,
+            done,
+            lambda r: self._record_eval(r),
+            self.cancel,
+            {"revtree.run": self.run_id, "revtree.node": str(node.id)},
+        )
+        return {"outcome": dataclasses.asdict(outcome)}
+
+    def _record_eval(self, result: EvalResult) -> None:
+        what = (
+            f"{result.score:.6g}"
+            if result.ok and result.score is not None
+            else (f"failed ({result.error_kind}): {result.error}")
+        )
+        msg = f"node {result.node_id} {result.stage}#{result.repeat}: {what} in {result.duration:.2f}s"
+        self.store.record_evaluation(
+            self.run_id,
+            result,
+            (
+                "eval",
+                msg,
+                {
+                    "stage": result.stage,
+                    "repeat": result.repeat,
+                    "score": result.score,
+                    "ok": result.ok,
+                    "duration": result.duration,
+                },
+            ),
+        )
+        with self.lock:
+            self.sandbox_seconds += result.duration
+
+    def _step_record(self, state: CandidateState) -> None:
+        node = self.nodes[state["node_id"] or 0]
+        if node.status.is_finished():
+            return
+        o = Outcome(**(state.get("outcome") or {}))
+        if o.ok:
+            assert o.score is not None
+            gain = self._gain(node, o.score)
+            msg = f"node {node.id} scored {o.score:.6g}{gain}"
+            self._finish(
+                node.id,
+                NodeStatus.SUCCEEDED,
+                msg,
+                score=o.score,
+                score_std=o.score_std,
+                n_evals=o.n_evals,
+            )
+        else:
+            self._finish(
+                node.id,
+                NodeStatus.FAILED,
+                f"node {node.id} failed: {o.error}",
+                error=o.error,
+                error_kind=o.error_kind,
+                n_evals=o.n_evals,
+            )
+
+    def _gain(self, node: Node, score: float) -> str:
+        root = self.nodes[0]
+        if node.id == 0 or root.score is None:
+            return " (baseline)" if node.id == 0 else ""
+        delta = score - root.score
+        pct = f" ({delta / abs(root.score):+.1%})" if root.score else ""
+        return f", {delta:+.6g} vs baseline{pct}"
+
+    # -- budgets ----------------------------------------------------------------------
+    def wall_used(self) -> float:
+        return self.run.wall_used + time.monotonic() - self.started
+
+    def budget_reason(self) -> str | None:
+        b = self.spec.budget
+        if b.max_nodes is not None and len(self.nodes) + len(self.unselected) >= b.max_nodes:
+            return f"budget: max_nodes={b.max_nodes} reached"
+        if b.max_wall is not None and self.wall_used() >= b.max_wall:
+            return f"budget: max_wall={b.max_wall:g}s reached"
+        if b.max_sandbox_seconds is not None and self.sandbox_seconds >= b.max_sandbox_seconds:
+            return f"budget: max_sandbox_seconds={b.max_sandbox_seconds:g} reached"
+        return None
+
+    def budget_fraction(self) -> float:
+        b, used = self.spec.budget, [0.0]
+        if b.max_nodes:
+            used.append(len(self.nodes) / b.max_nodes)
+        if b.max_wall:
+            used.append(self.wall_used() / b.max_wall)
+        if b.max_sandbox_seconds:
+            used.append(self.sandbox_seconds / b.max_sandbox_seconds)
+        return min(1.0, max(used))
+
+    # -- the scheduler ----------------------------------------------------------------
+    def _candidate(self, ticket: str) -> str:
+        config = {"configurable": {"thread_id": f"{self.run_id}:{ticket}"}}
+        try:
+            if self.graph.get_state(config).next:
+                self.graph.invoke(None, config, durability="async")
+            else:
+                self.graph.invoke({"ticket": ticket}, config, durability="async")
+            return "done"
+        except Cancelled:
+            return "cancelled"
+        except Exception as e:
+            node_id = self.by_ticket.get(ticket)
+            detail = "".join(traceback.format_exception_only(e)).strip()
+            self.store.add_event(
+                self.run_id,
+                "error",
+                f"candidate {ticket[:8]} (node {node_id}): {detail}",
+                node_id,
+                {"traceback": traceback.format_exc()[-4000:]},
+            )
+            if node_id is not None and not self.nodes[node_id].status.is_finished():
+                self._finish(
+                    node_id,
+                    NodeStatus.FAILED,
+                    f"node {node_id} failed: {detail}",
+                    error=detail,
+                    error_kind="internal",
+                )
+            return "error"
+
+    def drive(self, stop: threading.Event | None = None) -> RunInfo:
+        """Run until the budget is spent, the search is exhausted or ``stop`` is set."""
+        stop = stop or threading.Event()
+        self.run = self.store.claim_run(self.run_id, os.getpid(), socket.gethostname(), _alive)
+        self.started = time.monotonic()
+        resume = sorted(
+            (n for n in self.nodes.values() if not n.status.is_finished()), key=lambda n: n.id
+        )
+        verb = "resumed" if len(self.nodes) > 1 or (resume and resume[0].id != 0) else "started"
+        self.store.add_event(
+            self.run_id,
+            "run",
+            f"run {verb}: policy {self.policy.name}, parallel {self.parallel}, "
+            f"sandbox {self.sandbox.name}, {len(resume)} candidate(s) to resume",
+            None,
+        )
+        reason = self._schedule([n.thread_id or "" for n in resume], stop)
+        return self._close(reason, stop.is_set())
+
+    def _schedule(self, resume: list[str], stop: threading.Event) -> str | None:
+        in_flight: dict[Future[str], str] = {}
+        starved, reason, last_beat = False, None, time.monotonic()
+        with ThreadPoolExecutor(self.parallel, thread_name_prefix="candidate") as pool:
+            while not stop.is_set():
+                while len(in_flight) < self.parallel:
+                    if resume:
+                        ticket = resume.pop(0)
+                    elif starved or (reason := self.budget_reason()) is not None:
+                        break
+                    else:
+                        ticket = uuid.uuid4().hex
+                        with self.lock:
+                            self.unselected.add(ticket)
+                    in_flight[pool.submit(self._candidate, ticket)] = ticket
+                if not in_flight:
+                    reason = reason or "search exhausted: the policy proposes nothing more"
+                    break
+                finished, _ = wait(in_flight, timeout=0.5, return_when=FIRST_COMPLETED)
+                for fut in finished:
+                    ticket = in_flight.pop(fut)
+                    fut.result()
+                    starved = ticket not in self.by_ticket
+                if time.monotonic() - last_beat > HEARTBEAT:
+                    last_beat = time.monotonic()
+                    self.store.update_run(
+                        self.run_id, heartbeat_at=time.time(), wall_used=self.wall_used()
+                    )
+            if stop.is_set():
+                self.cancel.set()
+                wait(in_flight)
+        return reason
+
+    def _close(self, reason: str | None, stopped: bool) -> RunInfo:
+        if stopped:
+            status, reason = RunStatus.STOPPED, "stopped by the user; `revtree resume` continues"
+        else:
+            status = RunStatus.COMPLETED
+            self._final_holdout()
+        best = self.best_id
+        msg = f"run {status.value}: {reason}" + (f"; best node {best}" if best is not None else "")
+        self.store.update_run(
+            self.run_id,
+            ("run", msg, {"status": status.value}),
+            status=status,
+            reason=reason,
+            wall_used=self.wall_used(),
+            pid=None,
+        )
+        self.close()
+        return self.store.get_run(self.run_id)
+
+    def _final_holdout(self) -> None:
+        if self.spec.holdout is None or self.best_id is None:
+            return
+        done = {(e.node_id, e.stage) for e in self.store.evaluations(self.run_id, self.best_id)}
+        if (self.best_id, HOLDOUT) not in done:
+            self.holdout(self.best_id)
+
+    def holdout(self, node_id: int) -> EvalResult | None:
+        """Run the hidden holdout evaluation on a node and record it."""
+        node = self.nodes[node_id]
+        if self.spec.holdout is None or node.commit is None:
+            return None
+        overlay = dict(self.overlay)
+        if self.spec.holdout.files:
+            overlay.update(self.git.read_files(self.git.resolve(HOLDOUT_REF)))
+        result = self.evaluator.holdout(node_id, self.git.archive(node.commit, overlay))
+        if result is not None:
+            self.store.record_evaluation(self.run_id, result)
+            what = f"{result.score:.6g}" if result.ok else f"failed: {result.error}"
+            self.store.add_event(
+                self.run_id,
+                "holdout",
+                f"holdout of node {node_id}: {what}",
+                node_id,
+                {"score": result.score, "ok": result.ok},
+            )
+        return result
+
+    def close(self) -> None:
+        self.git.close()
+        self.sandbox.close()
+        conn = getattr(self.checkpointer, "conn", None)
+        if conn is not None:
+            conn.close()

@@ -1,0 +1,54 @@
+"""The tree snapshot a policy sees: frozen nodes plus cheap derived views."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from revtree.memory.records import Node, NodeStatus, Score
+
+
+@dataclass(frozen=True)
+class Tree:
+    """An immutable view of a run's nodes at one moment."""
+
+    nodes: Mapping[int, Node]
+    maximize: bool
+    budget_used: float = 0.0  # fraction of the tightest budget spent, 0..1
+    _children: dict[int, list[int]] = field(default_factory=dict, compare=False, repr=False)
+
+    @classmethod
+    def of(cls, nodes: Iterable[Node], maximize: bool, budget_used: float = 0.0) -> Tree:
+        by_id = {n.id: n for n in nodes}
+        children: dict[int, list[int]] = {i: [] for i in by_id}
+        for n in by_id.values():
+            if n.parent_id is not None and n.parent_id in children:
+                children[n.parent_id].append(n.id)
+        return cls(by_id, maximize, budget_used, children)
+
+    @property
+    def root(self) -> Node:
+        return self.nodes[0]
+
+    def children(self, node_id: int) -> list[Node]:
+        return [self.nodes[i] for i in self._children.get(node_id, ())]
+
+    def score(self, node: Node) -> Score:
+        return node.score_of(self.maximize)
+
+    @cached_property
+    def succeeded(self) -> list[Node]:
+        return [n for n in self.nodes.values() if n.status is NodeStatus.SUCCEEDED]
+
+    def best(self) -> Node | None:
+        good = self.succeeded
+        return max(good, key=lambda n: (self.score(n), -n.id)) if good else None
+
+    def debug_depth(self, node: Node) -> int:
+        """How many debug steps in a row led to this node."""
+        depth = 0
+        while node.operator == "debug" and node.parent_id is not None:
+            depth += 1
+            node = self.nodes[node.parent_id]
+        return depth
