@@ -19,7 +19,7 @@ from pathlib import Path
 
 import git
 from git.objects.fun import tree_entries_from_data, tree_to_stream
-from gitdb import IStream
+from gitdb import IStream, LooseObjectDB
 
 from revtree.errors import StoreError
 
@@ -43,11 +43,10 @@ class GitStore:
         self._lock = threading.RLock()
         self._blobs: OrderedDict[bytes, bytes] = OrderedDict()
         try:
-            if (self.path / "HEAD").is_file():
-                self.repo = git.Repo(self.path, odbt=git.GitDB)
-            else:
+            if not (self.path / "HEAD").is_file():
                 git.Repo.init(self.path, bare=True, mkdir=True).close()
-                self.repo = git.Repo(self.path, odbt=git.GitDB)
+            self.repo = git.Repo(self.path)
+            self._loose = LooseObjectDB(str(self.path / "objects"))
         except (git.GitError, OSError) as e:
             raise StoreError(f"cannot open the git store at {self.path}: {e}") from e
 
@@ -94,17 +93,15 @@ class GitStore:
 
     def _commit(self, tree: bytes, parents: list[str], message: str,
                 when: float | None = None) -> str:
-        parent_commits = [self.repo.commit(p) for p in parents]
-        now = int(time.time() if when is None else when)
-        commit = git.Commit.create_from_tree(
-            self.repo, git.Tree(self.repo, tree), message, parent_commits=parent_commits,
-            head=False, author=ACTOR, committer=ACTOR,
-            author_date=f"{now} +0000", commit_date=f"{now} +0000",
-        )
-        return str(commit.hexsha)
+        stamp = f"{int(time.time() if when is None else when)} +0000"
+        who = f"{ACTOR.name} <{ACTOR.email}> {stamp}"
+        lines = [f"tree {tree.hex()}", *(f"parent {p}" for p in parents),
+                 f"author {who}", f"committer {who}", "", message]
+        return self._write(b"commit", "\n".join(lines).encode("utf-8")).hex()
 
     def _write(self, kind: bytes, data: bytes) -> bytes:
-        binsha: bytes = self.repo.odb.store(IStream(kind, len(data), io.BytesIO(data))).binsha
+        """Write a loose object (pure Python: no subprocess per object)."""
+        binsha: bytes = self._loose.store(IStream(kind, len(data), io.BytesIO(data))).binsha
         return binsha
 
     def _entries(self, tree: bytes | None) -> dict[str, tuple[bytes, int]]:
@@ -188,10 +185,9 @@ class GitStore:
 
     def has_commit(self, sha: str) -> bool:
         with self._lock:
-            try:
-                self.repo.commit(sha)
-                return True
-            except (ValueError, git.BadName):
+            try:  # repo.commit() of a full hex sha is lazy: ask the object database
+                return bool(self.repo.odb.info(self.repo.commit(sha).binsha).type == b"commit")
+            except (ValueError, git.BadName, git.BadObject):
                 return False
 
     def archive(self, sha: str, overlay: Mapping[str, bytes] | None = None) -> bytes:

@@ -523,6 +523,7 @@ class Orchestrator:
         """Run until the budget is spent, the search is exhausted or ``stop`` is set."""
         stop = stop or threading.Event()
         self.run = self.store.claim_run(self.run_id, os.getpid(), socket.gethostname(), _alive)
+        self.sandbox.reap()  # leftovers of a killed session of this run
         self.started = time.monotonic()
         resume = sorted(
             (n for n in self.nodes.values() if not n.status.is_finished()), key=lambda n: n.id

@@ -59,6 +59,11 @@ class Sandbox(Protocol):
         """Run the request; raise ``Cancelled`` if ``cancel`` is set while it runs."""
         ...
 
+    def reap(self) -> int:
+        """Remove what killed sessions left behind (processes, workspaces, containers);
+        returns how many were found. Only called while this sandbox runs nothing."""
+        ...
+
     def close(self) -> None:
         """Release what the backend holds (pools, clients)."""
         ...

@@ -60,7 +60,7 @@ class LocalSandbox:
             env = sandbox_env(request.env, home=ws, tmp=out)
             env["REVTREE_METRICS"] = str(out / "metrics.json")
             setup = time.monotonic() - t0
-            result = _run(request.command, ws, env, request.limits, cancel)
+            result = _run(request.command, ws, env, request.limits, cancel, tmp / "pgid")
             metrics = out / "metrics.json"
             text = metrics.read_text(errors="replace")[:1 << 20] if metrics.is_file() else None
             return ExecResult(**result, metrics_text=text, setup_seconds=setup)
@@ -69,6 +69,21 @@ class LocalSandbox:
 
     def close(self) -> None:
         """Nothing is held between executions."""
+
+    def reap(self) -> int:
+        """Kill the process groups and remove the workspaces that a killed orchestrator
+        left in ``base_dir``. Call it only while no execution of this sandbox runs."""
+        if self.base_dir is None or not self.base_dir.is_dir():
+            return 0
+        n = 0
+        for tmp in self.base_dir.glob("revtree-*"):
+            try:
+                _kill_group(int((tmp / "pgid").read_text()))
+            except (OSError, ValueError):
+                pass
+            shutil.rmtree(tmp, ignore_errors=True)
+            n += 1
+        return n
 
 
 def _extract(archive: bytes, dest: Path) -> None:
@@ -122,7 +137,8 @@ def _kill_group(pgid: int) -> None:
 
 
 def _run(
-    command: str, cwd: Path, env: dict[str, str], limits: Limits, cancel: threading.Event | None
+    command: str, cwd: Path, env: dict[str, str], limits: Limits, cancel: threading.Event | None,
+    pgid_file: Path,
 ) -> dict[str, object]:
     start = time.monotonic()
     try:
@@ -134,6 +150,7 @@ def _run(
     except OSError as e:
         raise SandboxError(f"cannot start {command!r}: {e}") from e
     assert proc.stdout is not None and proc.stderr is not None
+    pgid_file.write_text(str(proc.pid))
     readers = [_Tail(proc.stdout, limits.output_cap), _Tail(proc.stderr, limits.output_cap)]
     for r in readers:
         r.start()

@@ -140,8 +140,16 @@ class OptunaSearch(_Search):
     policy: Literal["optuna"] = "optuna"
 
 
+def _default_policy(value: Any) -> Any:
+    """A ``[search]`` table without ``policy`` means the default policy, greedy."""
+    if isinstance(value, dict) and "policy" not in value:
+        return {**value, "policy": "greedy"}
+    return value
+
+
 SearchConfig = Annotated[
-    GreedySearch | RandomSearch | OptunaSearch, Field(discriminator="policy")
+    GreedySearch | RandomSearch | OptunaSearch, Field(discriminator="policy"),
+    BeforeValidator(_default_policy),
 ]
 POLICIES = ("greedy", "random", "optuna")
 

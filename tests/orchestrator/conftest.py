@@ -1,0 +1,140 @@
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from revtree.memory import Store
+
+EVALUATOR = """\
+import json, math, os, sys, time
+import sol
+mode = getattr(sol, "MODE", "ok")
+time.sleep(float(os.environ.get("SLEEP", "0")))
+if mode == "crash":
+    print("about to fail", file=sys.stderr)
+    raise SystemExit(3)
+if mode == "hang":
+    time.sleep(600)
+if mode == "garbage":
+    print("this is not json")
+    raise SystemExit(0)
+if mode == "children":
+    import subprocess
+    subprocess.Popen(["sleep", "300"])
+value = (sol.X - 1.2) ** 2 + (sol.N - 7) ** 2
+if mode == "nan":
+    value = float("nan")
+leak = sorted(k for k in os.environ if "KEY" in k or "TOKEN" in k or "REVTREE_DB" in k)
+print(json.dumps({"f": value, "leak": leak}))
+"""
+
+
+def make_task(root: Path, *, budget: int = 8, parallel: int = 1, policy: str = "greedy",
+              sleep: float = 0.0, modes: tuple[str, ...] = (), timeout: float = 20,
+              extra: str = "") -> Path:
+    """A tiny knob task: minimise (X - 1.2)^2 + (N - 7)^2, optionally with a MODE knob."""
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "sol.py").write_text(f"X = 3.0\nN = 2\nMODE = {modes[0]!r}\n" if modes
+                                 else "X = 3.0\nN = 2\n")
+    (root / "ev.py").write_text(EVALUATOR)
+    mode_knob = ""
+    if modes:
+        choices = ", ".join(repr(m) for m in modes).replace("'", '"')
+        mode_knob = f"""
+[[knobs]]
+name = "MODE"
+type = "categorical"
+choices = [{choices}]
+file = "sol.py"
+"""
+    (root / "task.toml").write_text(textwrap.dedent(f"""\
+        name = "quad"
+        goal = "minimise f"
+        editable = ["sol.py"]
+        protected = ["ev.py"]
+        {extra}
+        [evaluate]
+        command = "python ev.py"
+        metric = "f"
+        direction = "minimize"
+        timeout = {timeout}
+
+        [sandbox]
+        env = {{ SLEEP = "{sleep}" }}
+
+        [search]
+        policy = "{policy}"
+        parallel = {parallel}
+        seed = 7
+
+        [budget]
+        max_nodes = {budget}
+
+        [[knobs]]
+        name = "X"
+        type = "float"
+        low = -5
+        high = 5
+        file = "sol.py"
+
+        [[knobs]]
+        name = "N"
+        type = "int"
+        low = 1
+        high = 10
+        file = "sol.py"
+        """) + mode_knob)
+    return root
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    h = tmp_path / "home"
+    monkeypatch.setenv("REVTREE_HOME", str(h))
+    monkeypatch.delenv("REVTREE_DB", raising=False)
+    return h
+
+
+@pytest.fixture
+def store(home: Path) -> Store:
+    s = Store(f"sqlite:///{home / 'revtree.db'}")
+    yield s
+    s.close()
+
+
+def cli_env(home: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "REVTREE_DB"}
+    env.update(REVTREE_HOME=str(home), PYTHONUNBUFFERED="1", COLUMNS="200", **extra)
+    return env
+
+
+def revtree(home: Path, *args: str, check: bool = True, timeout: float = 300,
+            **env: str) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run([sys.executable, "-m", "revtree", *args], capture_output=True,
+                          text=True, env=cli_env(home, **env), timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"revtree {args} exited {proc.returncode}:\n{proc.stdout}\n"
+                             f"{proc.stderr}")
+    return proc
+
+
+def spawn(home: Path, *args: str, **env: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "revtree", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=cli_env(home, **env))
+
+
+def wait_for(cond: Callable[[], object], timeout: float = 60.0, what: str = "condition") -> object:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = cond()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")

@@ -1,0 +1,236 @@
+"""End-to-end runs with real git, real SQLite and real subprocesses."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+
+import pytest
+
+from revtree.agents import Proposal
+from revtree.memory import NodeStatus, RunStatus, Store
+from revtree.orchestrator import Orchestrator, RunPaths, create_run
+from revtree.orchestrator.report import summarize
+from revtree.tasks import load_task
+
+from .conftest import make_task
+
+
+def _run(store: Store, home: Path, task: Path, **kw: object) -> Orchestrator:
+    run = create_run(store, load_task(task), home)
+    orch = Orchestrator(store, run.id, home=home, **kw)  # type: ignore[arg-type]
+    orch.drive()
+    return orch
+
+
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+def test_run_completes_and_every_node_is_a_commit_on_its_parent(
+    tmp_path: Path, home: Path, store: Store
+) -> None:
+    orch = _run(store, home, make_task(tmp_path / "t", budget=10, parallel=2))
+    run = store.get_run(orch.run_id)
+    assert run.status is RunStatus.COMPLETED
+    assert "max_nodes=10" in (run.reason or "")
+    nodes = {n.id: n for n in store.nodes(run.id)}
+    assert len(nodes) == 10
+    assert all(n.status is NodeStatus.SUCCEEDED for n in nodes.values())
+    repo = RunPaths(home, run.id).repo
+    refs = _git(repo, "for-each-ref", "--format=%(refname) %(objectname)", "refs/revtree/nodes/")
+    assert len(refs.splitlines()) == 10
+    for n in nodes.values():
+        assert f"refs/revtree/nodes/{n.id} {n.commit}" in refs
+        if n.parent_id is not None:
+            assert _git(repo, "rev-parse", f"{n.commit}^") == nodes[n.parent_id].commit
+    summary = summarize(store, run)
+    assert summary["best_score"] < summary["baseline_score"]
+    assert summary["holdout"] == []  # the task has no holdout
+
+
+def test_events_are_a_gapless_log_shown_only_after_commit(
+    tmp_path: Path, home: Path, store: Store
+) -> None:
+    seen: list[int] = []
+
+    def listener(ev: object) -> None:
+        seq = ev.seq  # type: ignore[attr-defined]
+        # invariant 4: what is shown is already in the database
+        assert [e.seq for e in store.events_since(ev.run_id, seq - 1, 1)] == [seq]  # type: ignore[attr-defined]
+        seen.append(seq)
+
+    orch = _run(store, home, make_task(tmp_path / "t", budget=6, parallel=2), on_event=listener)
+    events = store.events_since(orch.run_id)
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    assert seen == [e.seq for e in events if e.seq >= seen[0]]
+    kinds = {e.kind for e in events}
+    assert {"run", "select", "propose", "commit", "review", "eval", "node", "best"} <= kinds
+
+
+def test_failures_are_recorded_and_the_run_goes_on(
+    tmp_path: Path, home: Path, store: Store
+) -> None:
+    task = make_task(tmp_path / "t", budget=24, parallel=2, timeout=1.5,
+                     modes=("ok", "crash", "hang", "garbage", "nan", "children"))
+    orch = _run(store, home, task)
+    run = store.get_run(orch.run_id)
+    assert run.status is RunStatus.COMPLETED
+    nodes = store.nodes(run.id)
+    assert len(nodes) == 24
+    by_mode: dict[str, list] = {}
+    for n in nodes:
+        by_mode.setdefault((n.proposal or {}).get("knobs", {}).get("MODE"), []).append(n)
+    kinds = {n.error_kind for n in nodes if n.status is NodeStatus.FAILED}
+    assert {"crash", "timeout", "metrics"} <= kinds, kinds
+    for n in by_mode.get("crash", []):
+        assert n.status is NodeStatus.FAILED and "exit code 3" in (n.error or "")
+        assert "about to fail" in (n.error or "")
+    for n in by_mode.get("hang", []):
+        assert n.status is NodeStatus.FAILED and n.error_kind == "timeout"
+    for n in by_mode.get("nan", []):
+        assert n.status is NodeStatus.FAILED and "not finite" in (n.error or "")
+    for n in by_mode.get("garbage", []):
+        assert n.status is NodeStatus.FAILED and "not JSON" in (n.error or "")
+    assert any(n.status is NodeStatus.SUCCEEDED for n in nodes)
+    # every evaluation wrote its whole output to a log file
+    evals = store.evaluations(run.id)
+    assert evals and all(e.log_path and Path(e.log_path).is_file() for e in evals)
+
+
+def test_children_left_behind_are_killed(tmp_path: Path, home: Path, store: Store) -> None:
+    task = make_task(tmp_path / "t", budget=2, modes=("children",))
+    before = _sleepers()
+    orch = _run(store, home, task)
+    assert all(n.status is NodeStatus.SUCCEEDED for n in store.nodes(orch.run_id))
+    assert _sleepers() <= before
+
+
+def _sleepers() -> set[int]:
+    out = subprocess.run(["pgrep", "-f", "^sleep 300$"], capture_output=True, text=True).stdout
+    return {int(p) for p in out.split()}
+
+
+class TouchesEvaluator:
+    """A hostile coder: besides the knob, it rewrites the protected evaluator."""
+
+    def code(self, proposal: Proposal, files: Mapping[str, bytes]) -> dict[str, bytes | None]:
+        return {"sol.py": b"X = 1.2\nN = 7\n",
+                "ev.py": b"print('{\"f\": -1000}')\n"}
+
+
+def test_a_diff_touching_the_evaluator_is_rejected_before_evaluation(
+    tmp_path: Path, home: Path, store: Store
+) -> None:
+    run = create_run(store, load_task(make_task(tmp_path / "t", budget=3)), home)
+    orch = Orchestrator(store, run.id, home=home)
+    orch.coder = TouchesEvaluator()  # type: ignore[assignment]
+    orch.drive()
+    nodes = store.nodes(run.id)
+    rejected = [n for n in nodes if n.id > 0]
+    assert rejected and all(n.status is NodeStatus.REJECTED for n in rejected)
+    assert all("ev.py" in (n.error or "") for n in rejected)
+    assert {e.node_id for e in store.evaluations(run.id)} == {0}  # never evaluated
+
+
+def test_secrets_in_the_parent_environment_do_not_reach_the_sandbox(
+    tmp_path: Path, home: Path, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-secret")
+    monkeypatch.setenv("GITHUB_TOKEN", "ghp-secret")
+    monkeypatch.setenv("REVTREE_DB", f"sqlite:///{home / 'revtree.db'}")
+    orch = _run(store, home, make_task(tmp_path / "t", budget=2))
+    evals = store.evaluations(orch.run_id)
+    assert evals and all(e.ok for e in evals)
+    assert all(e.metrics["leak"] == [] for e in evals)
+
+
+def test_same_seed_same_tree(tmp_path: Path, home: Path, store: Store) -> None:
+    def tree(task: Path) -> list[tuple]:
+        orch = _run(store, home, task)
+        return [(n.id, n.parent_id, n.operator, (n.proposal or {}).get("knobs"), n.score)
+                for n in store.nodes(orch.run_id)]
+
+    first = tree(make_task(tmp_path / "a", budget=8))
+    assert first == tree(make_task(tmp_path / "b", budget=8))
+
+
+def test_resume_after_a_stop_chooses_as_the_uninterrupted_run(
+    tmp_path: Path, home: Path, store: Store
+) -> None:
+    straight = _run(store, home, make_task(tmp_path / "a", budget=9))
+    expected = [(n.id, n.parent_id, n.operator, (n.proposal or {}).get("knobs"))
+                for n in store.nodes(straight.run_id)]
+
+    run = create_run(store, load_task(make_task(tmp_path / "b", budget=9)), home)
+    orch = Orchestrator(store, run.id, home=home)
+    orch.spec = orch.spec.with_overrides(budget={"max_nodes": 4})
+    orch.drive()  # a first session that ends early, as a stop would
+    store.update_run(run.id, status=RunStatus.STOPPED)
+    Orchestrator(store, run.id, home=home).drive()
+    got = [(n.id, n.parent_id, n.operator, (n.proposal or {}).get("knobs"))
+           for n in store.nodes(run.id)]
+    assert got == expected
+
+
+def test_policies_optuna_and_random_run(tmp_path: Path, home: Path, store: Store) -> None:
+    for policy in ("optuna", "random"):
+        orch = _run(store, home, make_task(tmp_path / policy, budget=6, policy=policy))
+        nodes = store.nodes(orch.run_id)
+        assert len(nodes) == 6 and store.get_run(orch.run_id).policy == policy
+        if policy == "optuna":
+            assert all(n.parent_id == 0 for n in nodes[1:])
+
+
+def test_wall_and_sandbox_budgets_stop_the_run(tmp_path: Path, home: Path, store: Store) -> None:
+    task = make_task(tmp_path / "t", budget=1000, sleep=0.2,
+                     extra="")
+    spec = load_task(task).with_overrides(budget={"max_sandbox_seconds": 1.0})
+    run = create_run(store, spec, home)
+    Orchestrator(store, run.id, home=home).drive()
+    info = store.get_run(run.id)
+    assert info.status is RunStatus.COMPLETED and "max_sandbox_seconds" in (info.reason or "")
+    assert 3 <= len(store.nodes(run.id)) < 20
+    spec = load_task(task).with_overrides(budget={"max_wall": 1.5})
+    run = create_run(store, spec, home)
+    Orchestrator(store, run.id, home=home).drive()
+    info = store.get_run(run.id)
+    assert "max_wall" in (info.reason or "") and len(store.nodes(run.id)) < 20
+
+
+def test_holdout_runs_on_the_best_node(tmp_path: Path, home: Path, store: Store) -> None:
+    task = make_task(tmp_path / "t", budget=4)
+    (task / "hold.py").write_text("import json, sol\nprint(json.dumps({'f': sol.X}))\n")
+    with (task / "task.toml").open("a") as f:
+        f.write('\n[holdout]\ncommand = "python hold.py"\nfiles = ["hold.py"]\n')
+    orch = _run(store, home, task)
+    run = store.get_run(orch.run_id)
+    s = summarize(store, run)
+    assert len(s["holdout"]) == 1 and s["holdout"][0]["node"] == s["best_node"]
+    assert s["holdout"][0]["ok"]
+    # the holdout file never entered the candidates' code
+    root = store.node(run.id, 0)
+    assert "hold.py" not in orch.git.list_files(root.commit or "")
+
+
+def test_unfinished_nodes_resume_without_repeating_recorded_evaluations(
+    tmp_path: Path, home: Path, store: Store
+) -> None:
+    task = make_task(tmp_path / "t", budget=3)
+    spec = load_task(task).with_overrides(evaluate={"repeats": 3})
+    run = create_run(store, spec, home)
+    orch = Orchestrator(store, run.id, home=home)
+    # Simulate a crash mid-evaluation: one repeat of the root is already stored.
+    archive = orch.git.archive(orch.nodes[0].commit or "", orch.overlay)
+    first = orch.evaluator.run_one(0, archive, "full", 0, spec.evaluate.command, "f", 10, None)
+    store.record_evaluation(run.id, dataclasses.replace(first, stdout_tail="FIRST"))
+    orch.close()
+    Orchestrator(store, run.id, home=home).drive()
+    counts = store.evaluation_counts(run.id)
+    assert set(counts.values()) == {1}
+    assert {(0, "full", r) for r in range(3)} <= counts.keys()
+    kept = [e for e in store.evaluations(run.id, 0) if e.repeat == 0]
+    assert kept[0].stdout_tail == "FIRST"
