@@ -197,9 +197,7 @@ def run(
     parallel: Annotated[int | None, typer.Option(help="Candidates in flight at once.")] = None,
     budget_nodes: Annotated[int | None, typer.Option(help="Nodes, root included.")] = None,
     budget_time: Annotated[str | None, typer.Option(help="Wall time, e.g. 600, '10m'.")] = None,
-    budget_sandbox: Annotated[
-        str | None, typer.Option(help="Sandbox-seconds, e.g. '1h'.")
-    ] = None,
+    budget_sandbox: Annotated[str | None, typer.Option(help="Sandbox-seconds, e.g. '1h'.")] = None,
     sandbox: Annotated[str | None, typer.Option(help="local, docker or auto.")] = None,
     seed: Annotated[int | None, typer.Option(help="Seed of the policy and proposer.")] = None,
     db: DbOpt = None,
@@ -266,9 +264,7 @@ def watch(
     db: DbOpt = None,
     since: Annotated[int, typer.Option(help="Show events after this seq (0: all).")] = 0,
     poll: Annotated[float, typer.Option(help="Seconds between polls.")] = 0.25,
-    timeout: Annotated[
-        float | None, typer.Option(help="Give up after this many seconds.")
-    ] = None,
+    timeout: Annotated[float | None, typer.Option(help="Give up after this many seconds.")] = None,
 ) -> None:
     """Follow a run's live log from another terminal until the run ends."""
     store = _store(db)

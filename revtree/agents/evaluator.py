@@ -45,7 +45,9 @@ class Outcome:
     sandbox_seconds: float = 0.0
 
 
-def parse_metrics(result: ExecResult, metric: str) -> tuple[dict[str, Any], float | None, str | None]:
+def parse_metrics(
+    result: ExecResult, metric: str
+) -> tuple[dict[str, Any], float | None, str | None]:
     """(metrics, score, error) from a finished execution."""
     text = result.metrics_text
     source = "$REVTREE_METRICS"
@@ -59,7 +61,11 @@ def parse_metrics(result: ExecResult, metric: str) -> tuple[dict[str, Any], floa
     if not isinstance(metrics, dict):
         return {}, None, f"metrics in {source} must be a JSON object, got {type(metrics).__name__}"
     if metric not in metrics:
-        return metrics, None, f"metric {metric!r} missing from metrics (keys: {sorted(metrics)[:10]})"
+        return (
+            metrics,
+            None,
+            f"metric {metric!r} missing from metrics (keys: {sorted(metrics)[:10]})",
+        )
     value = metrics[metric]
     if isinstance(value, bool) or not isinstance(value, int | float):
         return metrics, None, f"metric {metric!r} is not a number: {value!r:.80}"
@@ -85,14 +91,32 @@ class Evaluator:
         sb = spec.sandbox
         self.base_env = {**{k: os.environ[k] for k in sb.pass_env if k in os.environ}, **sb.env}
 
-    def run_one(self, node_id: int, archive: bytes, stage: str, repeat: int, command: str,
-                metric: str, timeout: float, cancel: threading.Event | None,
-                labels: Mapping[str, str] | None = None) -> EvalResult:
+    def run_one(
+        self,
+        node_id: int,
+        archive: bytes,
+        stage: str,
+        repeat: int,
+        command: str,
+        metric: str,
+        timeout: float,
+        cancel: threading.Event | None,
+        labels: Mapping[str, str] | None = None,
+    ) -> EvalResult:
         sb = self.spec.sandbox
-        env = {**self.base_env, "REVTREE_NODE": str(node_id), "REVTREE_STAGE": stage,
-               "REVTREE_REPEAT": str(repeat), "REVTREE_SEED": str(self.spec.search.seed + repeat)}
-        limits = Limits(timeout=timeout, memory_bytes=sb.memory, cpu_seconds=sb.cpu_seconds,
-                        output_cap=sb.output_cap)
+        env = {
+            **self.base_env,
+            "REVTREE_NODE": str(node_id),
+            "REVTREE_STAGE": stage,
+            "REVTREE_REPEAT": str(repeat),
+            "REVTREE_SEED": str(self.spec.search.seed + repeat),
+        }
+        limits = Limits(
+            timeout=timeout,
+            memory_bytes=sb.memory,
+            cpu_seconds=sb.cpu_seconds,
+            output_cap=sb.output_cap,
+        )
         request = ExecRequest(archive, command, limits, env, dict(labels or {}))
         result = self.sandbox.execute(request, cancel)
         metrics, score, error = parse_metrics(result, metric)
@@ -100,14 +124,30 @@ class Evaluator:
         if (failure := _failure(result, timeout)) is not None:
             kind, error = failure
         return EvalResult(
-            node_id=node_id, stage=stage, repeat=repeat, ok=error is None, score=score,
-            metrics=_jsonable(metrics), exit_code=result.exit_code, duration=result.duration,
-            stdout_tail=result.stdout[-TAIL:], stderr_tail=result.stderr[-TAIL:], error=error,
-            error_kind=kind, log_path=self._log(node_id, stage, repeat, command, result, error),
+            node_id=node_id,
+            stage=stage,
+            repeat=repeat,
+            ok=error is None,
+            score=score,
+            metrics=_jsonable(metrics),
+            exit_code=result.exit_code,
+            duration=result.duration,
+            stdout_tail=result.stdout[-TAIL:],
+            stderr_tail=result.stderr[-TAIL:],
+            error=error,
+            error_kind=kind,
+            log_path=self._log(node_id, stage, repeat, command, result, error),
         )
 
-    def _log(self, node_id: int, stage: str, repeat: int, command: str, result: ExecResult,
-             error: str | None) -> str | None:
+    def _log(
+        self,
+        node_id: int,
+        stage: str,
+        repeat: int,
+        command: str,
+        result: ExecResult,
+        error: str | None,
+    ) -> str | None:
         """The whole captured output in a file (the database keeps only tails)."""
         if self.log_dir is None:
             return None
@@ -117,21 +157,29 @@ class Evaluator:
             f"$ {command}\nexit code: {result.exit_code}  duration: {result.duration:.3f}s  "
             f"timed out: {result.timed_out}  truncated: {result.truncated}\n"
             f"error: {error}\n--- stdout ---\n{result.stdout}\n--- stderr ---\n{result.stderr}\n",
-            encoding="utf-8", errors="replace",
+            encoding="utf-8",
+            errors="replace",
         )
         return str(path)
 
-    def evaluate(self, node_id: int, archive: bytes, done: Mapping[tuple[str, int], EvalResult],
-                 record: Callable[[EvalResult], None], cancel: threading.Event | None = None,
-                 labels: Mapping[str, str] | None = None) -> Outcome:
+    def evaluate(
+        self,
+        node_id: int,
+        archive: bytes,
+        done: Mapping[tuple[str, int], EvalResult],
+        record: Callable[[EvalResult], None],
+        cancel: threading.Event | None = None,
+        labels: Mapping[str, str] | None = None,
+    ) -> Outcome:
         ev = self.spec.evaluate
         results: list[EvalResult] = []
 
         def run(stage: str, repeat: int, command: str, metric: str, timeout: float) -> EvalResult:
             res = done.get((stage, repeat))
             if res is None:
-                res = self.run_one(node_id, archive, stage, repeat, command, metric, timeout,
-                                   cancel, labels)
+                res = self.run_one(
+                    node_id, archive, stage, repeat, command, metric, timeout, cancel, labels
+                )
                 record(res)
             results.append(res)
             return res
@@ -143,7 +191,9 @@ class Evaluator:
             assert res.score is not None
             better = res.score >= st.threshold if self.spec.maximize else res.score <= st.threshold
             if not better:
-                msg = f"stage {st.name!r}: {res.score:.6g} does not reach threshold {st.threshold:g}"
+                msg = (
+                    f"stage {st.name!r}: {res.score:.6g} does not reach threshold {st.threshold:g}"
+                )
                 return self._outcome(results, msg, "gated")
         scores = []
         for r in range(ev.repeats):
@@ -155,23 +205,40 @@ class Evaluator:
         std = statistics.stdev(scores) if len(scores) > 1 else None
         return self._outcome(results, None, None, statistics.fmean(scores), std)
 
-    def _outcome(self, results: list[EvalResult], error: str | None, kind: str | None,
-                 score: float | None = None, std: float | None = None) -> Outcome:
-        return Outcome(ok=error is None, score=score, score_std=std, n_evals=len(results),
-                       error=error, error_kind=kind,
-                       sandbox_seconds=sum(r.duration for r in results))
+    def _outcome(
+        self,
+        results: list[EvalResult],
+        error: str | None,
+        kind: str | None,
+        score: float | None = None,
+        std: float | None = None,
+    ) -> Outcome:
+        return Outcome(
+            ok=error is None,
+            score=score,
+            score_std=std,
+            n_evals=len(results),
+            error=error,
+            error_kind=kind,
+            sandbox_seconds=sum(r.duration for r in results),
+        )
 
-    def holdout(self, node_id: int, archive: bytes, cancel: threading.Event | None = None
-                ) -> EvalResult | None:
+    def holdout(
+        self, node_id: int, archive: bytes, cancel: threading.Event | None = None
+    ) -> EvalResult | None:
         h = self.spec.holdout
         if h is None:
             return None
-        metric, timeout = h.metric or self.spec.evaluate.metric, h.timeout or self.spec.evaluate.timeout
+        metric, timeout = (
+            h.metric or self.spec.evaluate.metric,
+            h.timeout or self.spec.evaluate.timeout,
+        )
         return self.run_one(node_id, archive, HOLDOUT, 0, h.command, metric, timeout, cancel)
 
 
 def _jsonable(metrics: dict[str, Any]) -> dict[str, Any]:
     """Metrics as storable JSON (NaN and infinities become strings)."""
+
     def fix(v: Any) -> Any:
         if isinstance(v, float) and not math.isfinite(v):
             return str(v)
@@ -180,5 +247,6 @@ def _jsonable(metrics: dict[str, Any]) -> dict[str, Any]:
         if isinstance(v, list):
             return [fix(x) for x in v]
         return v
+
     out: dict[str, Any] = fix(metrics)
     return out

@@ -43,8 +43,9 @@ def distribution(knob: Knob) -> BaseDistribution:
         return CategoricalDistribution(list(knob.choices or ()))
     assert knob.low is not None and knob.high is not None
     if knob.type == "int":
-        return IntDistribution(int(knob.low), int(knob.high), log=knob.log,
-                               step=int(knob.step or 1))
+        return IntDistribution(
+            int(knob.low), int(knob.high), log=knob.log, step=int(knob.step or 1)
+        )
     return FloatDistribution(knob.low, knob.high, log=knob.log, step=knob.step)
 
 
@@ -98,17 +99,26 @@ class KnobCoder:
             match = knob_regex(knob).search(text)
             if match is None:
                 raise EditError(f"knob {name!r}: its location is gone from {knob.file}")
-            text = text[: match.start(1)] + _literal(knob, value) + text[match.end(1):]
+            text = text[: match.start(1)] + _literal(knob, value) + text[match.end(1) :]
             texts[knob.file] = text
-        return {path: text.encode("utf-8") for path, text in texts.items()
-                if text.encode("utf-8") != files.get(path)}
+        return {
+            path: text.encode("utf-8")
+            for path, text in texts.items()
+            if text.encode("utf-8") != files.get(path)
+        }
 
 
 class KnobProposer:
     """Optuna ask/tell over the task's knobs. Thread-safe."""
 
-    def __init__(self, knobs: Iterable[Knob], maximize: bool, seed: int, sampler: str = "tpe",
-                 n_startup_trials: int = 8) -> None:
+    def __init__(
+        self,
+        knobs: Iterable[Knob],
+        maximize: bool,
+        seed: int,
+        sampler: str = "tpe",
+        n_startup_trials: int = 8,
+    ) -> None:
         self.knobs = list(knobs)
         self.maximize, self.seed = maximize, seed
         self.sampler_name, self.n_startup = sampler, n_startup_trials
@@ -121,8 +131,9 @@ class KnobProposer:
         seed = derive_seed(self.seed, "knobs", node_id)
         if self.sampler_name == "random":
             return optuna.samplers.RandomSampler(seed=seed)
-        return optuna.samplers.TPESampler(seed=seed, n_startup_trials=self.n_startup,
-                                          multivariate=True, constant_liar=True)
+        return optuna.samplers.TPESampler(
+            seed=seed, n_startup_trials=self.n_startup, multivariate=True, constant_liar=True
+        )
 
     def rebuild(self, nodes: Iterable[Node]) -> None:
         """Load the history of a run (nodes in id order) into a fresh study."""
@@ -134,8 +145,11 @@ class KnobProposer:
                 if node.status.is_finished():
                     self._add(node, params)
                 else:
-                    self.study.add_trial(create_trial(params=params, distributions=self._d(params),
-                                                      state=TrialState.RUNNING))
+                    self.study.add_trial(
+                        create_trial(
+                            params=params, distributions=self._d(params), state=TrialState.RUNNING
+                        )
+                    )
                     self._trials[node.id] = self.study.trials[-1].number
 
     def propose(self, node_id: int, parent: Node, operator: str) -> Proposal:
@@ -147,8 +161,9 @@ class KnobProposer:
             self._trials[node_id] = trial.number
             values = dict(trial.params)
         before = (parent.proposal or {}).get("knobs", {})
-        changes = [f"{k} {_fmt(before.get(k))}->{_fmt(v)}" for k, v in values.items()
-                   if before.get(k) != v]
+        changes = [
+            f"{k} {_fmt(before.get(k))}->{_fmt(v)}" for k, v in values.items() if before.get(k) != v
+        ]
         text = f"{operator} from node {parent.id}: " + (", ".join(changes) or "same values")
         return Proposal(hypothesis=text, knobs=values)
 
@@ -177,10 +192,14 @@ class KnobProposer:
 
     def _add(self, node: Node, params: dict[str, Any]) -> None:
         ok = node.status is NodeStatus.SUCCEEDED and _finite(node.score)
-        self.study.add_trial(create_trial(
-            params=params, distributions=self._d(params),
-            value=node.score if ok else None, state=TrialState.COMPLETE if ok else TrialState.FAIL,
-        ))
+        self.study.add_trial(
+            create_trial(
+                params=params,
+                distributions=self._d(params),
+                value=node.score if ok else None,
+                state=TrialState.COMPLETE if ok else TrialState.FAIL,
+            )
+        )
 
 
 def _contains(dist: BaseDistribution, value: Any) -> bool:

@@ -48,8 +48,12 @@ def make_engine(url: str) -> Engine:
 def _sqlite_connect(dbapi_conn: Any, _record: Any) -> None:
     dbapi_conn.isolation_level = None  # we issue BEGIN ourselves
     cur = dbapi_conn.cursor()
-    for pragma in ("journal_mode=WAL", "synchronous=NORMAL", "busy_timeout=60000",
-                   "foreign_keys=ON"):
+    for pragma in (
+        "journal_mode=WAL",
+        "synchronous=NORMAL",
+        "busy_timeout=60000",
+        "foreign_keys=ON",
+    ):
         cur.execute(f"PRAGMA {pragma}")
     cur.close()
 

@@ -42,6 +42,7 @@ class GitStore:
         self.path = Path(path)
         self._lock = threading.RLock()
         self._blobs: OrderedDict[bytes, bytes] = OrderedDict()
+        self._files: OrderedDict[str, dict[str, tuple[bytes, int]]] = OrderedDict()
         try:
             if not (self.path / "HEAD").is_file():
                 git.Repo.init(self.path, bare=True, mkdir=True).close()
@@ -60,8 +61,9 @@ class GitStore:
             tree = self._update_tree(None, _split(changes), modes or {})
             return self._commit(tree, [], message)
 
-    def commit(self, parent: str, changes: Mapping[str, Change], message: str,
-               when: float | None = None) -> str:
+    def commit(
+        self, parent: str, changes: Mapping[str, Change], message: str, when: float | None = None
+    ) -> str:
         """A commit on ``parent`` with ``changes`` applied (None deletes a path).
 
         With the same inputs and ``when`` the commit (and its sha) is the same, so a
@@ -88,15 +90,22 @@ class GitStore:
         refs = {}
         for line in out.splitlines():
             name, sha = line.split()
-            refs[int(name[len(prefix):])] = sha
+            refs[int(name[len(prefix) :])] = sha
         return refs
 
-    def _commit(self, tree: bytes, parents: list[str], message: str,
-                when: float | None = None) -> str:
+    def _commit(
+        self, tree: bytes, parents: list[str], message: str, when: float | None = None
+    ) -> str:
         stamp = f"{int(time.time() if when is None else when)} +0000"
         who = f"{ACTOR.name} <{ACTOR.email}> {stamp}"
-        lines = [f"tree {tree.hex()}", *(f"parent {p}" for p in parents),
-                 f"author {who}", f"committer {who}", "", message]
+        lines = [
+            f"tree {tree.hex()}",
+            *(f"parent {p}" for p in parents),
+            f"author {who}",
+            f"committer {who}",
+            "",
+            message,
+        ]
         return self._write(b"commit", "\n".join(lines).encode("utf-8")).hex()
 
     def _write(self, kind: bytes, data: bytes) -> bytes:
@@ -110,8 +119,9 @@ class GitStore:
         data = self.repo.odb.stream(tree).read()
         return {name: (sha, mode) for sha, mode, name in tree_entries_from_data(data)}
 
-    def _update_tree(self, tree: bytes | None, changes: dict, modes: Mapping[str, int],
-                     prefix: str = "") -> bytes:
+    def _update_tree(
+        self, tree: bytes | None, changes: dict, modes: Mapping[str, int], prefix: str = ""
+    ) -> bytes:
         entries = self._entries(tree)
         for name, change in changes.items():
             if isinstance(change, dict):
@@ -136,11 +146,18 @@ class GitStore:
 
     # -- reading ------------------------------------------------------------------
     def list_files(self, sha: str) -> dict[str, tuple[bytes, int]]:
-        """Every file of the commit: path -> (blob binsha, mode)."""
+        """Every file of the commit: path -> (blob binsha, mode). Cached: commits are
+        immutable."""
         with self._lock:
+            if (cached := self._files.get(sha)) is not None:
+                self._files.move_to_end(sha)
+                return dict(cached)
             out: dict[str, tuple[bytes, int]] = {}
             self._walk(self.repo.commit(sha).tree.binsha, "", out)
-            return out
+            self._files[sha] = out
+            if len(self._files) > 256:
+                self._files.popitem(last=False)
+            return dict(out)
 
     def _walk(self, tree: bytes, prefix: str, out: dict[str, tuple[bytes, int]]) -> None:
         for name, (sha, mode) in self._entries(tree).items():
@@ -197,8 +214,12 @@ class GitStore:
         with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
             for path, (binsha, mode) in sorted(self.list_files(sha).items()):
                 data = overlay.pop(path, None)
-                _add(tar, path, self.blob(binsha) if data is None else data,
-                     FILE_MODE if data is not None else mode)
+                _add(
+                    tar,
+                    path,
+                    self.blob(binsha) if data is None else data,
+                    FILE_MODE if data is not None else mode,
+                )
             for path, data in sorted(overlay.items()):
                 _add(tar, path, data, FILE_MODE)
         return buf.getvalue()

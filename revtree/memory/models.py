@@ -69,7 +69,9 @@ class NodeRow(Base):
 class EvaluationRow(Base):
     __tablename__ = "evaluations"
     __table_args__ = (
-        ForeignKeyConstraint(["run_id", "node_id"], ["nodes.run_id", "nodes.id"], ondelete="CASCADE"),
+        ForeignKeyConstraint(
+            ["run_id", "node_id"], ["nodes.run_id", "nodes.id"], ondelete="CASCADE"
+        ),
         Index("ux_evaluations_key", "run_id", "node_id", "stage", "repeat", unique=True),
     )
 

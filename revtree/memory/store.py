@@ -15,9 +15,9 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import Engine, delete, func, insert, select, update
+from sqlalchemy import Engine, Table, delete, func, insert, select, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
@@ -33,6 +33,10 @@ from revtree.memory.records import (
     RunStatus,
 )
 
+RUNS = cast(Table, RunRow.__table__)
+NODES = cast(Table, NodeRow.__table__)
+EVALS = cast(Table, EvaluationRow.__table__)
+EVENTS = cast(Table, EventRow.__table__)
 EventSpec = tuple[str, str, dict[str, Any] | None]  # (kind, message, data)
 
 
@@ -92,56 +96,96 @@ class Store:
     def _event(self, conn: Connection, run_id: str, spec: EventSpec, node_id: int | None) -> Event:
         kind, message, data = spec
         seq = conn.execute(
-            update(RunRow).where(RunRow.id == run_id)
-            .values(last_event=RunRow.last_event + 1, updated_at=time.time())
-            .returning(RunRow.last_event)
+            update(RUNS)
+            .where(RUNS.c.id == run_id)
+            .values(last_event=RUNS.c.last_event + 1, updated_at=time.time())
+            .returning(RUNS.c.last_event)
         ).scalar_one()
         ev = Event(run_id, seq, time.time(), kind, message, node_id, data)
-        conn.execute(insert(EventRow).values(
-            run_id=run_id, seq=seq, ts=ev.ts, kind=kind, node_id=node_id, message=message,
-            data=data,
-        ))
+        conn.execute(
+            insert(EVENTS).values(
+                run_id=run_id,
+                seq=seq,
+                ts=ev.ts,
+                kind=kind,
+                node_id=node_id,
+                message=message,
+                data=data,
+            )
+        )
         self._pending.append(ev)
         return ev
 
-    def add_event(self, run_id: str, kind: str, message: str, node_id: int | None = None,
-                  data: dict[str, Any] | None = None) -> Event:
+    def add_event(
+        self,
+        run_id: str,
+        kind: str,
+        message: str,
+        node_id: int | None = None,
+        data: dict[str, Any] | None = None,
+    ) -> Event:
         with self._write() as conn:
             return self._event(conn, run_id, (kind, message, data), node_id)
 
     def events_since(self, run_id: str, after: int = 0, limit: int = 1000) -> list[Event]:
         with transaction(self.engine) as conn:
             rows = conn.execute(
-                select(EventRow.__table__).where(EventRow.run_id == run_id, EventRow.seq > after)
-                .order_by(EventRow.seq).limit(limit)
+                select(EVENTS)
+                .where(EVENTS.c.run_id == run_id, EVENTS.c.seq > after)
+                .order_by(EVENTS.c.seq)
+                .limit(limit)
             ).all()
         return [Event(r.run_id, r.seq, r.ts, r.kind, r.message, r.node_id, r.data) for r in rows]
 
     # -- runs ---------------------------------------------------------------------
-    def create_run(self, run_id: str, task_name: str, policy: str, direction: str, seed: int,
-                   spec: dict[str, Any], parent_run: str | None = None,
-                   parent_node: int | None = None) -> RunInfo:
+    def create_run(
+        self,
+        run_id: str,
+        task_name: str,
+        policy: str,
+        direction: str,
+        seed: int,
+        spec: dict[str, Any],
+        parent_run: str | None = None,
+        parent_node: int | None = None,
+    ) -> RunInfo:
         now = time.time()
         with self._write() as conn:
-            conn.execute(insert(RunRow).values(
-                id=run_id, task_name=task_name, status=RunStatus.RUNNING.value, policy=policy,
-                direction=direction, seed=seed, spec=spec, created_at=now, updated_at=now,
-                wall_used=0.0, last_event=0, parent_run=parent_run, parent_node=parent_node,
-            ))
-            self._event(conn, run_id, ("run", f"run {run_id} created for task {task_name}",
-                                       {"policy": policy}), None)
+            conn.execute(
+                insert(RUNS).values(
+                    id=run_id,
+                    task_name=task_name,
+                    status=RunStatus.RUNNING.value,
+                    policy=policy,
+                    direction=direction,
+                    seed=seed,
+                    spec=spec,
+                    created_at=now,
+                    updated_at=now,
+                    wall_used=0.0,
+                    last_event=0,
+                    parent_run=parent_run,
+                    parent_node=parent_node,
+                )
+            )
+            self._event(
+                conn,
+                run_id,
+                ("run", f"run {run_id} created for task {task_name}", {"policy": policy}),
+                None,
+            )
         return self.get_run(run_id)
 
     def get_run(self, run_id: str) -> RunInfo:
         """The run with this id, or the only one whose id starts with it, or 'last'."""
         with transaction(self.engine) as conn:
             if run_id in ("last", "latest"):
-                row = conn.execute(select(RunRow.__table__).order_by(RunRow.created_at.desc()).limit(1)).first()
+                row = conn.execute(select(RUNS).order_by(RUNS.c.created_at.desc()).limit(1)).first()
             else:
-                row = conn.execute(select(RunRow.__table__).where(RunRow.id == run_id)).first()
+                row = conn.execute(select(RUNS).where(RUNS.c.id == run_id)).first()
                 if row is None:
                     rows = conn.execute(
-                        select(RunRow.__table__).where(RunRow.id.startswith(run_id, autoescape=True)).limit(2)
+                        select(RUNS).where(RUNS.c.id.startswith(run_id, autoescape=True)).limit(2)
                     ).all()
                     if len(rows) > 1:
                         raise RunNotFound(f"run id {run_id!r} is ambiguous; give more characters")
@@ -152,15 +196,17 @@ class Store:
 
     def list_runs(self) -> list[RunInfo]:
         with transaction(self.engine) as conn:
-            rows = conn.execute(select(RunRow.__table__).order_by(RunRow.created_at)).all()
+            rows = conn.execute(select(RUNS).order_by(RUNS.c.created_at)).all()
         return [_run_info(r) for r in rows]
 
-    def update_run(self, run_id: str, event: EventSpec | None = None, **values: Any) -> Event | None:
+    def update_run(
+        self, run_id: str, event: EventSpec | None = None, **values: Any
+    ) -> Event | None:
         if "status" in values:
             values["status"] = RunStatus(values["status"]).value
         with self._write() as conn:
             values["updated_at"] = time.time()
-            conn.execute(update(RunRow).where(RunRow.id == run_id).values(**values))
+            conn.execute(update(RUNS).where(RUNS.c.id == run_id).values(**values))
             return self._event(conn, run_id, event, None) if event else None
 
     def claim_run(self, run_id: str, pid: int, host: str, alive: Any) -> RunInfo:
@@ -168,74 +214,95 @@ class Store:
         from revtree.errors import RunBusy
 
         with self._write() as conn:
-            row = conn.execute(select(RunRow.__table__).where(RunRow.id == run_id)).one()
-            if row.status == RunStatus.RUNNING.value and row.pid and row.pid != pid and alive(
-                row.pid, row.host
+            row = conn.execute(select(RUNS).where(RUNS.c.id == run_id)).one()
+            if (
+                row.status == RunStatus.RUNNING.value
+                and row.pid
+                and row.pid != pid
+                and alive(row.pid, row.host)
             ):
                 raise RunBusy(f"run {run_id} is being driven by pid {row.pid} on {row.host}")
-            conn.execute(update(RunRow).where(RunRow.id == run_id).values(
-                pid=pid, host=host, heartbeat_at=time.time(), status=RunStatus.RUNNING.value,
-                reason=None, updated_at=time.time(),
-            ))
+            conn.execute(
+                update(RUNS)
+                .where(RUNS.c.id == run_id)
+                .values(
+                    pid=pid,
+                    host=host,
+                    heartbeat_at=time.time(),
+                    status=RunStatus.RUNNING.value,
+                    reason=None,
+                    updated_at=time.time(),
+                )
+            )
         return self.get_run(run_id)
 
     def delete_run(self, run_id: str) -> None:
         with self._write() as conn:
-            for table in (EventRow, EvaluationRow, NodeRow):
-                conn.execute(delete(table).where(table.run_id == run_id))
-            conn.execute(delete(RunRow).where(RunRow.id == run_id))
+            for table in (EVENTS, EVALS, NODES):
+                conn.execute(delete(table).where(table.c.run_id == run_id))
+            conn.execute(delete(RUNS).where(RUNS.c.id == run_id))
 
     # -- nodes --------------------------------------------------------------------
-    def add_node(self, node: Node, event: EventSpec, policy_state: dict[str, Any] | None = None
-                 ) -> Event:
+    def add_node(
+        self, node: Node, event: EventSpec, policy_state: dict[str, Any] | None = None
+    ) -> Event:
         """Insert a node (and the policy state that chose it) in one transaction."""
         with self._write() as conn:
-            conn.execute(insert(NodeRow).values(**_node_values(node)))
+            conn.execute(insert(NODES).values(**_node_values(node)))
             if policy_state is not None:
-                conn.execute(update(RunRow).where(RunRow.id == node.run_id)
-                             .values(policy_state=policy_state))
+                conn.execute(
+                    update(RUNS).where(RUNS.c.id == node.run_id).values(policy_state=policy_state)
+                )
             return self._event(conn, node.run_id, event, node.id)
 
-    def update_node(self, run_id: str, node_id: int, event: EventSpec | None = None,
-                    **values: Any) -> Event | None:
+    def update_node(
+        self, run_id: str, node_id: int, event: EventSpec | None = None, **values: Any
+    ) -> Event | None:
         if "status" in values:
             values["status"] = NodeStatus(values["status"]).value
         with self._write() as conn:
-            n = conn.execute(update(NodeRow).where(NodeRow.run_id == run_id, NodeRow.id == node_id)
-                             .values(**values)).rowcount
+            n = conn.execute(
+                update(NODES)
+                .where(NODES.c.run_id == run_id, NODES.c.id == node_id)
+                .values(**values)
+            ).rowcount
             if n != 1:
                 raise StoreError(f"run {run_id}: no node {node_id} to update")
             return self._event(conn, run_id, event, node_id) if event else None
 
     def nodes(self, run_id: str) -> list[Node]:
         with transaction(self.engine) as conn:
-            rows = conn.execute(select(NodeRow.__table__).where(NodeRow.run_id == run_id)
-                                .order_by(NodeRow.id)).all()
+            rows = conn.execute(
+                select(NODES).where(NODES.c.run_id == run_id).order_by(NODES.c.id)
+            ).all()
         return [_node(r) for r in rows]
 
     def node(self, run_id: str, node_id: int) -> Node:
         with transaction(self.engine) as conn:
-            row = conn.execute(select(NodeRow.__table__).where(NodeRow.run_id == run_id,
-                                                     NodeRow.id == node_id)).first()
+            row = conn.execute(
+                select(NODES).where(NODES.c.run_id == run_id, NODES.c.id == node_id)
+            ).first()
         if row is None:
             raise StoreError(f"run {run_id} has no node {node_id}")
         return _node(row)
 
     def node_timings(self, run_id: str) -> dict[int, dict[str, float]]:
         with transaction(self.engine) as conn:
-            rows = conn.execute(select(NodeRow.id, NodeRow.timings)
-                                .where(NodeRow.run_id == run_id)).all()
+            rows = conn.execute(
+                select(NODES.c.id, NODES.c.timings).where(NODES.c.run_id == run_id)
+            ).all()
         return {r[0]: dict(r[1] or {}) for r in rows}
 
     # -- evaluations --------------------------------------------------------------
-    def record_evaluation(self, run_id: str, result: EvalResult, event: EventSpec | None = None
-                          ) -> Event | None:
+    def record_evaluation(
+        self, run_id: str, result: EvalResult, event: EventSpec | None = None
+    ) -> Event | None:
         """Store one evaluation; a duplicate (node, stage, repeat) is ignored (returns None)."""
         values = {k: v for k, v in result.__dict__.items()}
         values.update(run_id=run_id, created_at=time.time())
         try:
             with self._write() as conn:
-                conn.execute(insert(EvaluationRow).values(**values))
+                conn.execute(insert(EVALS).values(**values))
                 return self._event(conn, run_id, event, result.node_id) if event else None
         except StoreError as e:
             if isinstance(e.__cause__, IntegrityError):
@@ -243,66 +310,109 @@ class Store:
             raise
 
     def evaluations(self, run_id: str, node_id: int | None = None) -> list[EvalResult]:
-        query = select(EvaluationRow.__table__).where(EvaluationRow.run_id == run_id)
+        query = select(EVALS).where(EVALS.c.run_id == run_id)
         if node_id is not None:
-            query = query.where(EvaluationRow.node_id == node_id)
+            query = query.where(EVALS.c.node_id == node_id)
         with transaction(self.engine) as conn:
-            rows = conn.execute(query.order_by(EvaluationRow.id)).all()
+            rows = conn.execute(query.order_by(EVALS.c.id)).all()
         return [_eval(r) for r in rows]
 
     def evaluation_counts(self, run_id: str) -> dict[tuple[int, str, int], int]:
         with transaction(self.engine) as conn:
             rows = conn.execute(
-                select(EvaluationRow.node_id, EvaluationRow.stage, EvaluationRow.repeat,
-                       func.count()).where(EvaluationRow.run_id == run_id)
-                .group_by(EvaluationRow.node_id, EvaluationRow.stage, EvaluationRow.repeat)
+                select(EVALS.c.node_id, EVALS.c.stage, EVALS.c.repeat, func.count())
+                .where(EVALS.c.run_id == run_id)
+                .group_by(EVALS.c.node_id, EVALS.c.stage, EVALS.c.repeat)
             ).all()
         return {(r[0], r[1], r[2]): r[3] for r in rows}
 
     def sandbox_seconds(self, run_id: str) -> float:
         with transaction(self.engine) as conn:
-            total = conn.execute(select(func.sum(EvaluationRow.duration))
-                                 .where(EvaluationRow.run_id == run_id)).scalar()
+            total = conn.execute(
+                select(func.sum(EVALS.c.duration)).where(EVALS.c.run_id == run_id)
+            ).scalar()
         return float(total or 0.0)
 
 
 def _node_values(node: Node) -> dict[str, Any]:
     return {
-        "run_id": node.run_id, "id": node.id, "parent_id": node.parent_id,
-        "extra_parents": list(node.extra_parents) or None, "depth": node.depth,
-        "operator": node.operator, "status": node.status.value, "commit": node.commit,
-        "proposal": node.proposal, "score": node.score, "score_std": node.score_std,
-        "n_evals": node.n_evals, "error": node.error, "error_kind": node.error_kind,
-        "thread_id": node.thread_id, "created_at": node.created_at or time.time(),
+        "run_id": node.run_id,
+        "id": node.id,
+        "parent_id": node.parent_id,
+        "extra_parents": list(node.extra_parents) or None,
+        "depth": node.depth,
+        "operator": node.operator,
+        "status": node.status.value,
+        "commit": node.commit,
+        "proposal": node.proposal,
+        "score": node.score,
+        "score_std": node.score_std,
+        "n_evals": node.n_evals,
+        "error": node.error,
+        "error_kind": node.error_kind,
+        "thread_id": node.thread_id,
+        "created_at": node.created_at or time.time(),
         "finished_at": node.finished_at,
     }
 
 
 def _node(r: Any) -> Node:
     return Node(
-        run_id=r.run_id, id=r.id, parent_id=r.parent_id, operator=r.operator,
-        status=NodeStatus(r.status), depth=r.depth, commit=r.commit, proposal=r.proposal,
-        score=r.score, score_std=r.score_std, n_evals=r.n_evals, error=r.error,
-        error_kind=r.error_kind, thread_id=r.thread_id, created_at=r.created_at,
-        finished_at=r.finished_at, extra_parents=tuple(r.extra_parents or ()),
+        run_id=r.run_id,
+        id=r.id,
+        parent_id=r.parent_id,
+        operator=r.operator,
+        status=NodeStatus(r.status),
+        depth=r.depth,
+        commit=r.commit,
+        proposal=r.proposal,
+        score=r.score,
+        score_std=r.score_std,
+        n_evals=r.n_evals,
+        error=r.error,
+        error_kind=r.error_kind,
+        thread_id=r.thread_id,
+        created_at=r.created_at,
+        finished_at=r.finished_at,
+        extra_parents=tuple(r.extra_parents or ()),
     )
 
 
 def _eval(r: Any) -> EvalResult:
     return EvalResult(
-        node_id=r.node_id, stage=r.stage, repeat=r.repeat, ok=r.ok, score=r.score,
-        metrics=dict(r.metrics or {}), exit_code=r.exit_code, duration=r.duration,
-        stdout_tail=r.stdout_tail or "", stderr_tail=r.stderr_tail or "", error=r.error,
-        error_kind=r.error_kind, log_path=r.log_path,
+        node_id=r.node_id,
+        stage=r.stage,
+        repeat=r.repeat,
+        ok=r.ok,
+        score=r.score,
+        metrics=dict(r.metrics or {}),
+        exit_code=r.exit_code,
+        duration=r.duration,
+        stdout_tail=r.stdout_tail or "",
+        stderr_tail=r.stderr_tail or "",
+        error=r.error,
+        error_kind=r.error_kind,
+        log_path=r.log_path,
     )
 
 
 def _run_info(r: Any) -> RunInfo:
     return RunInfo(
-        id=r.id, task_name=r.task_name, status=RunStatus(r.status), policy=r.policy,
-        direction=r.direction, spec=r.spec, seed=r.seed, created_at=r.created_at,
-        updated_at=r.updated_at, reason=r.reason, pid=r.pid, host=r.host,
-        wall_used=r.wall_used, policy_state=r.policy_state, parent_run=r.parent_run,
+        id=r.id,
+        task_name=r.task_name,
+        status=RunStatus(r.status),
+        policy=r.policy,
+        direction=r.direction,
+        spec=r.spec,
+        seed=r.seed,
+        created_at=r.created_at,
+        updated_at=r.updated_at,
+        reason=r.reason,
+        pid=r.pid,
+        host=r.host,
+        wall_used=r.wall_used,
+        policy_state=r.policy_state,
+        parent_run=r.parent_run,
         parent_node=r.parent_node,
     )
 

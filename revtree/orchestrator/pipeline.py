@@ -10,6 +10,7 @@ little; after a crash the thread resumes at the step that was running.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from typing import Any, Protocol, TypedDict
 
@@ -34,9 +35,9 @@ def build_pipeline(steps: Steps, checkpointer: Any) -> Any:
     """Compile the pipeline graph; each step calls ``steps.run_step(name, state)``."""
     graph: StateGraph[CandidateState] = StateGraph(CandidateState)
     for name in STEPS:
-        graph.add_node(name, _bind(steps, name))
+        graph.add_node(name, _bind(steps, name))  # type: ignore[call-overload]
     graph.add_edge(START, "select")
-    for here, nxt in zip(STEPS, STEPS[1:], strict=False):
+    for here, nxt in itertools.pairwise(STEPS):
         graph.add_conditional_edges(here, _router(steps, nxt), {nxt: nxt, END: END})
     graph.add_edge("record", END)
     return graph.compile(checkpointer=checkpointer)

@@ -166,6 +166,9 @@ class Orchestrator:
         self.spec = TaskSpec.model_validate(self.run.spec)
         self.paths = RunPaths(self.home, self.run_id)
         self.parallel = parallel or self.spec.search.parallel
+        look = self.spec.search.lookahead
+        self.lookahead = (0 if self.parallel == 1 else self.parallel) if look is None else look
+        self.slots = threading.Semaphore(self.parallel)
         if on_event is not None:
             store.listeners.append(on_event)
         self.git = GitStore(self.paths.repo)
@@ -185,6 +188,7 @@ class Orchestrator:
         self.evaluator = Evaluator(self.spec, self.sandbox, self.paths.logs)
         self.nodes: dict[int, Node] = {n.id: n for n in store.nodes(self.run_id)}
         self.by_ticket = {n.thread_id: n.id for n in self.nodes.values() if n.thread_id}
+        self.resumed = {n.id for n in self.nodes.values() if not n.status.is_finished()}
         self.proposer.rebuild(self.nodes.values())
         self.lock = threading.RLock()
         self.cancel = threading.Event()
@@ -199,6 +203,7 @@ class Orchestrator:
             if matches(p, self.spec.protected)
         }
         self.checkpointer = make_checkpointer(store.url)
+        self.durability = os.environ.get("REVTREE_DURABILITY", "async")
         self.graph = build_pipeline(self, self.checkpointer)
         self.started = time.monotonic()
         self.best_id = self._best_id()
@@ -308,7 +313,8 @@ class Orchestrator:
                 created_at=time.time(),
                 extra_parents=choice.extra_parents,
             )
-            msg = f"node {node.id}: {choice.operator} from node {parent.id} (score {parent.score_of(self.spec.maximize)})"
+            score = parent.score_of(self.spec.maximize)
+            msg = f"node {node.id}: {choice.operator} from node {parent.id} (score {score})"
             try:
                 self.store.add_node(
                     node,
@@ -386,23 +392,35 @@ class Orchestrator:
     def _step_evaluate(self, state: CandidateState) -> dict[str, Any]:
         node = self.nodes[state["node_id"] or 0]
         assert node.commit is not None
-        if node.status is not NodeStatus.EVALUATING:
-            node = self._set(node.id, None, status=NodeStatus.EVALUATING)
-        done = {
-            (e.stage, e.repeat): e
-            for e in self.store.evaluations(self.run_id, node.id)
-            if e.stage != HOLDOUT
-        }
+        done = {}
+        if node.id in self.resumed:  # only a resumed node can have stored evaluations
+            done = {
+                (e.stage, e.repeat): e
+                for e in self.store.evaluations(self.run_id, node.id)
+                if e.stage != HOLDOUT
+            }
         archive = self.git.archive(node.commit, self.overlay)
-        outcome = self.evaluator.evaluate(
-            node.id,
-            archive,
-            done,
-            lambda r: self._record_eval(r),
-            self.cancel,
-            {"revtree.run": self.run_id, "revtree.node": str(node.id)},
-        )
+        self._acquire_slot()
+        try:
+            if node.status is not NodeStatus.EVALUATING:
+                node = self._set(node.id, None, status=NodeStatus.EVALUATING)
+            outcome = self.evaluator.evaluate(
+                node.id,
+                archive,
+                done,
+                lambda r: self._record_eval(r),
+                self.cancel,
+                {"revtree.run": self.run_id, "revtree.node": str(node.id)},
+            )
+        finally:
+            self.slots.release()
         return {"outcome": dataclasses.asdict(outcome)}
+
+    def _acquire_slot(self) -> None:
+        """Wait for a free evaluation slot: candidates prepared ahead queue here."""
+        while not self.slots.acquire(timeout=0.1):
+            if self.cancel.is_set():
+                raise Cancelled("the run is stopping")
 
     def _record_eval(self, result: EvalResult) -> None:
         what = (
@@ -410,7 +428,8 @@ class Orchestrator:
             if result.ok and result.score is not None
             else (f"failed ({result.error_kind}): {result.error}")
         )
-        msg = f"node {result.node_id} {result.stage}#{result.repeat}: {what} in {result.duration:.2f}s"
+        where = f"node {result.node_id} {result.stage}#{result.repeat}"
+        msg = f"{where}: {what} in {result.duration:.2f}s"
         self.store.record_evaluation(
             self.run_id,
             result,
@@ -493,9 +512,9 @@ class Orchestrator:
         config = {"configurable": {"thread_id": f"{self.run_id}:{ticket}"}}
         try:
             if self.graph.get_state(config).next:
-                self.graph.invoke(None, config, durability="async")
+                self.graph.invoke(None, config, durability=self.durability)
             else:
-                self.graph.invoke({"ticket": ticket}, config, durability="async")
+                self.graph.invoke({"ticket": ticket}, config, durability=self.durability)
             return "done"
         except Cancelled:
             return "cancelled"
@@ -532,7 +551,8 @@ class Orchestrator:
         self.store.add_event(
             self.run_id,
             "run",
-            f"run {verb}: policy {self.policy.name}, parallel {self.parallel}, "
+            f"run {verb}: policy {self.policy.name}, parallel {self.parallel} "
+            f"(+{self.lookahead} prepared ahead), "
             f"sandbox {self.sandbox.name}, {len(resume)} candidate(s) to resume",
             None,
         )
@@ -542,9 +562,10 @@ class Orchestrator:
     def _schedule(self, resume: list[str], stop: threading.Event) -> str | None:
         in_flight: dict[Future[str], str] = {}
         starved, reason, last_beat = False, None, time.monotonic()
-        with ThreadPoolExecutor(self.parallel, thread_name_prefix="candidate") as pool:
+        width = self.parallel + self.lookahead
+        with ThreadPoolExecutor(width, thread_name_prefix="candidate") as pool:
             while not stop.is_set():
-                while len(in_flight) < self.parallel:
+                while len(in_flight) < width:
                     if resume:
                         ticket = resume.pop(0)
                     elif starved or (reason := self.budget_reason()) is not None:

@@ -30,7 +30,13 @@ def sandbox_env(extra: Mapping[str, str], home: Path | str, tmp: Path | str) -> 
     python_bin = str(Path(sys.executable).parent)
     path = os.pathsep.join([python_bin, "/usr/local/bin", "/usr/bin", "/bin"])
     env = {k: os.environ[k] for k in PASSED_FROM_HOST if k in os.environ}
-    env.update(PATH=path, HOME=str(home), TMPDIR=str(tmp), PYTHONDONTWRITEBYTECODE="1",
-               PYTHONUNBUFFERED="1", PYTHONHASHSEED="0")
+    env.update(
+        PATH=path,
+        HOME=str(home),
+        TMPDIR=str(tmp),
+        PYTHONDONTWRITEBYTECODE="1",
+        PYTHONUNBUFFERED="1",
+        PYTHONHASHSEED="0",
+    )
     env.update(extra)
     return {k: v for k, v in env.items() if not is_secret(k)}

@@ -19,7 +19,9 @@ code.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import dataclasses
 import io
 import os
 import resource
@@ -32,12 +34,14 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import IO
 
 from revtree.errors import Cancelled, SandboxError
 from revtree.sandboxes.base import ExecRequest, ExecResult, Limits
 from revtree.sandboxes.env import sandbox_env
 
 _PR_SET_PDEATHSIG = 1
+_LIBC = ctypes.CDLL(None) if sys.platform == "linux" else None
 
 
 class LocalSandbox:
@@ -62,8 +66,8 @@ class LocalSandbox:
             setup = time.monotonic() - t0
             result = _run(request.command, ws, env, request.limits, cancel, tmp / "pgid")
             metrics = out / "metrics.json"
-            text = metrics.read_text(errors="replace")[:1 << 20] if metrics.is_file() else None
-            return ExecResult(**result, metrics_text=text, setup_seconds=setup)
+            text = metrics.read_text(errors="replace")[: 1 << 20] if metrics.is_file() else None
+            return dataclasses.replace(result, metrics_text=text, setup_seconds=setup)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 
@@ -77,10 +81,8 @@ class LocalSandbox:
             return 0
         n = 0
         for tmp in self.base_dir.glob("revtree-*"):
-            try:
+            with contextlib.suppress(OSError, ValueError):
                 _kill_group(int((tmp / "pgid").read_text()))
-            except (OSError, ValueError):
-                pass
             shutil.rmtree(tmp, ignore_errors=True)
             n += 1
         return n
@@ -113,7 +115,7 @@ def _limit_child(limits: Limits) -> None:  # runs in the child, before exec
 class _Tail(threading.Thread):
     """Drains a pipe, keeping the last ``cap`` bytes."""
 
-    def __init__(self, pipe: io.BufferedReader, cap: int) -> None:
+    def __init__(self, pipe: IO[bytes], cap: int) -> None:
         super().__init__(daemon=True)
         self.pipe, self.cap, self.buf, self.total = pipe, cap, bytearray(), 0
 
@@ -130,22 +132,29 @@ class _Tail(threading.Thread):
 
 
 def _kill_group(pgid: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def _run(
-    command: str, cwd: Path, env: dict[str, str], limits: Limits, cancel: threading.Event | None,
+    command: str,
+    cwd: Path,
+    env: dict[str, str],
+    limits: Limits,
+    cancel: threading.Event | None,
     pgid_file: Path,
-) -> dict[str, object]:
+) -> ExecResult:
     start = time.monotonic()
     try:
         proc = subprocess.Popen(
-            ["/bin/sh", "-c", command], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-            preexec_fn=lambda: _limit_child(limits),  # noqa: PLW1509
+            ["/bin/sh", "-c", command],
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            preexec_fn=lambda: _limit_child(limits),
         )
     except OSError as e:
         raise SandboxError(f"cannot start {command!r}: {e}") from e
@@ -154,7 +163,7 @@ def _run(
     readers = [_Tail(proc.stdout, limits.output_cap), _Tail(proc.stderr, limits.output_cap)]
     for r in readers:
         r.start()
-    done, why = threading.Event(), []
+    done, why = threading.Event(), list[str]()
     watchdog = threading.Thread(
         target=_watch, args=(proc.pid, start + limits.timeout, done, cancel, why), daemon=True
     )
@@ -170,18 +179,21 @@ def _run(
     watchdog.join()
     if why == ["cancel"]:
         raise Cancelled("the evaluation was cancelled")
-    return {
-        "exit_code": code,
-        "stdout": readers[0].text(),
-        "stderr": readers[1].text(),
-        "duration": duration,
-        "timed_out": why == ["timeout"],
-        "truncated": any(r.total > limits.output_cap for r in readers),
-    }
+    return ExecResult(
+        exit_code=code,
+        stdout=readers[0].text(),
+        stderr=readers[1].text(),
+        duration=duration,
+        timed_out=why == ["timeout"],
+        truncated=any(r.total > limits.output_cap for r in readers),
+    )
 
 
 def _watch(
-    pgid: int, deadline: float, done: threading.Event, cancel: threading.Event | None,
+    pgid: int,
+    deadline: float,
+    done: threading.Event,
+    cancel: threading.Event | None,
     why: list[str],
 ) -> None:
     while not done.is_set():

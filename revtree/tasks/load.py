@@ -20,8 +20,16 @@ from revtree.errors import TaskSpecError
 from revtree.tasks.spec import Knob, TaskSpec
 
 TASK_FILE = "task.toml"
-ALWAYS_EXCLUDED = (".git", ".git/**", "**/__pycache__/**", "__pycache__/**", "*.pyc", "**/*.pyc",
-                   TASK_FILE, ".revtree/**")
+ALWAYS_EXCLUDED = (
+    ".git",
+    ".git/**",
+    "**/__pycache__/**",
+    "__pycache__/**",
+    "*.pyc",
+    "**/*.pyc",
+    TASK_FILE,
+    ".revtree/**",
+)
 
 
 def load_task(path: str | Path) -> TaskSpec:
@@ -81,8 +89,10 @@ def source_dir(spec: TaskSpec) -> Path:
 
 def matches(path: str, globs: Iterable[str]) -> bool:
     """Whether a relative posix path matches any glob (``**`` spans folders)."""
-    return any(fnmatch.fnmatchcase(path, g) or fnmatch.fnmatchcase(path, g.removeprefix("**/"))
-               for g in globs)
+    return any(
+        fnmatch.fnmatchcase(path, g) or fnmatch.fnmatchcase(path, g.removeprefix("**/"))
+        for g in globs
+    )
 
 
 def code_files(spec: TaskSpec) -> list[str]:
@@ -118,7 +128,8 @@ def check_files(spec: TaskSpec, file: Path) -> None:
     for f in files:
         if matches(f, spec.editable) and matches(f, spec.protected):
             raise TaskSpecError(
-                f"{file}: key 'protected': file {f!r} is also 'editable' (it must be one or the other)"
+                f"{file}: key 'protected': file {f!r} is also 'editable' "
+                "(it must be one or the other)"
             )
     if spec.holdout and spec.holdout.files and not holdout_files(spec):
         raise TaskSpecError(f"{file}: key 'holdout.files': no file matches {spec.holdout.files}")

@@ -17,7 +17,9 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_valida
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _SIZES = {"k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
-_SECRET = re.compile(r"(API_?KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|DATABASE_URL|REVTREE_DB)", re.I)
+_SECRET = re.compile(
+    r"(API_?KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|DATABASE_URL|REVTREE_DB)", re.I
+)
 
 
 def parse_duration(value: Any) -> float:
@@ -39,7 +41,9 @@ def parse_size(value: Any) -> int:
     """Bytes from a number or a string like ``"512m"``, ``"2g"``."""
     if isinstance(value, int) and not isinstance(value, bool) and value > 0:
         return value
-    if isinstance(value, str) and (m := re.fullmatch(r"\s*([0-9.]+)\s*([kmgt]?)b?\s*", value, re.I)):
+    if isinstance(value, str) and (
+        m := re.fullmatch(r"\s*([0-9.]+)\s*([kmgt]?)b?\s*", value, re.I)
+    ):
         size = int(float(m.group(1)) * _SIZES.get(m.group(2).lower(), 1))
         if size > 0:
             return size
@@ -61,7 +65,9 @@ class Stage(_Section):
     command: str = Field(min_length=1, description="Shell command run in the workspace.")
     threshold: float = Field(description="Score the stage must reach (in the better direction).")
     metric: str | None = Field(None, description="Metric to gate on; defaults to evaluate.metric.")
-    timeout: Duration | None = Field(None, description="Wall timeout; defaults to evaluate.timeout.")
+    timeout: Duration | None = Field(
+        None, description="Wall timeout; defaults to evaluate.timeout."
+    )
 
 
 class Evaluate(_Section):
@@ -87,9 +93,13 @@ class Holdout(_Section):
     """A final check hidden from the agents: its files never enter the candidates' code."""
 
     command: str = Field(min_length=1, description="Shell command run in the workspace.")
-    files: tuple[str, ...] = Field((), description="Globs of holdout-only files (kept out of the repo).")
+    files: tuple[str, ...] = Field(
+        (), description="Globs of holdout-only files (kept out of the repo)."
+    )
     metric: str | None = Field(None, description="Metric to read; defaults to evaluate.metric.")
-    timeout: Duration | None = Field(None, description="Wall timeout; defaults to evaluate.timeout.")
+    timeout: Duration | None = Field(
+        None, description="Wall timeout; defaults to evaluate.timeout."
+    )
 
 
 class SandboxConfig(_Section):
@@ -116,7 +126,15 @@ class SandboxConfig(_Section):
 
 class _Search(_Section):
     seed: int = Field(0, description="Seed of the policy and proposer RNGs.")
-    parallel: int = Field(1, ge=1, le=256, description="Candidates in flight at once.")
+    parallel: int = Field(1, ge=1, le=256, description="Evaluations running at once.")
+    lookahead: int | None = Field(
+        None,
+        ge=0,
+        le=256,
+        description="Candidates prepared (selected, proposed, coded, reviewed) ahead of a free "
+        "evaluation slot, so slots never wait for agents. Default: 0 when parallel is 1 (fully "
+        "deterministic), else equal to parallel.",
+    )
 
 
 class GreedySearch(_Search):
@@ -148,7 +166,8 @@ def _default_policy(value: Any) -> Any:
 
 
 SearchConfig = Annotated[
-    GreedySearch | RandomSearch | OptunaSearch, Field(discriminator="policy"),
+    GreedySearch | RandomSearch | OptunaSearch,
+    Field(discriminator="policy"),
     BeforeValidator(_default_policy),
 ]
 POLICIES = ("greedy", "random", "optuna")
@@ -171,7 +190,9 @@ class Knob(_Section):
     high: float | None = Field(None, description="Upper bound (int, float).")
     log: bool = Field(False, description="Sample on a log scale.")
     step: float | None = Field(None, gt=0, description="Grid step (int, float).")
-    choices: tuple[str | int | float | bool, ...] | None = Field(None, description="Categorical values.")
+    choices: tuple[str | int | float | bool, ...] | None = Field(
+        None, description="Categorical values."
+    )
     file: str = Field(min_length=1, description="Editable file that holds the value.")
     variable: str | None = Field(
         None, description="Module-level assignment `NAME = value` to rewrite; defaults to name."
@@ -198,7 +219,9 @@ class Knob(_Section):
             raise ValueError("'log' and 'step' cannot be combined")
         if self.choices is not None:
             raise ValueError(f"an {self.type} knob takes 'low'/'high', not 'choices'")
-        if self.type == "int" and not (float(self.low).is_integer() and float(self.high).is_integer()):
+        if self.type == "int" and not (
+            float(self.low).is_integer() and float(self.high).is_integer()
+        ):
             raise ValueError("an int knob needs integer 'low' and 'high'")
         if self.pattern is not None:
             try:
@@ -224,7 +247,7 @@ class KnobAgent(_Section):
 class Agents(_Section):
     """Agent settings. Offline, only the knob proposer exists."""
 
-    knobs: KnobAgent = Field(default_factory=KnobAgent)
+    knobs: KnobAgent = KnobAgent()
 
 
 class TaskSpec(_Section):
@@ -238,11 +261,11 @@ class TaskSpec(_Section):
     exclude: tuple[str, ...] = Field((), description="Globs kept out of the repository.")
     evaluate: Evaluate
     holdout: Holdout | None = None
-    sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
-    search: SearchConfig = Field(default_factory=GreedySearch)
-    budget: Budget = Field(default_factory=Budget)
+    sandbox: SandboxConfig = SandboxConfig()
+    search: SearchConfig = GreedySearch()
+    budget: Budget = Budget()
     knobs: tuple[Knob, ...] = ()
-    agents: Agents = Field(default_factory=Agents)
+    agents: Agents = Agents()
     root: str = Field("", description="Absolute folder of the task; set by the loader.")
 
     @field_validator("knobs")
@@ -265,6 +288,6 @@ class TaskSpec(_Section):
             if values:
                 data[section] = {**(data.get(section) or {}), **values}
         if "search" in sections and "policy" in (sections["search"] or {}):
-            base = {k: data["search"][k] for k in ("seed", "parallel")}
+            base = {k: data["search"][k] for k in ("seed", "parallel", "lookahead")}
             data["search"] = {**base, **sections["search"]}
         return TaskSpec.model_validate(data)

@@ -1,0 +1,335 @@
+"""The SQL Store on a real SQLite file: runs, nodes, evaluations, the event log, migrations."""
+
+from __future__ import annotations
+
+import dataclasses
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+
+from revtree.errors import RunNotFound, StoreError
+from revtree.memory import EvalResult, Node, NodeStatus, RunStatus, Store
+from revtree.memory.db import HEAD, MIGRATIONS, table_names
+from revtree.memory.models import Base
+
+BOUND = 60.0  # seconds a writer subprocess may take before the test gives up
+
+
+@pytest.fixture
+def url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path}/x.db"
+
+
+@pytest.fixture
+def store(url: str):
+    s = Store(url)
+    yield s
+    s.close()
+
+
+def new_run(store: Store, run_id: str = "run-1") -> str:
+    store.create_run(run_id, "demo", "greedy", "maximize", 7, {"name": "demo"})
+    return run_id
+
+
+def root(run_id: str, node_id: int = 0, parent: int | None = None) -> Node:
+    return Node(run_id=run_id, id=node_id, parent_id=parent, operator="draft",
+                status=NodeStatus.PENDING, depth=0 if parent is None else 1)
+
+
+def seqs(store: Store, run_id: str) -> list[int]:
+    return [e.seq for e in store.events_since(run_id, limit=100_000)]
+
+
+def test_create_run_records_it_with_an_event(store):
+    info = store.create_run("run-1", "demo", "greedy", "minimize", 7, {"name": "demo", "k": [1]})
+    assert (info.id, info.task_name, info.policy, info.seed) == ("run-1", "demo", "greedy", 7)
+    assert info.status is RunStatus.RUNNING and not info.maximize
+    assert info.spec == {"name": "demo", "k": [1]}
+    events = store.events_since("run-1")
+    assert [(e.seq, e.kind) for e in events] == [(1, "run")]
+    assert store.list_runs() == [info]
+    assert table_names(store.engine) == ["alembic_version", "evaluations", "events", "nodes",
+                                         "runs"]
+
+
+def test_add_and_update_node(store):
+    run = new_run(store)
+    ev = store.add_node(root(run), ("node", "node 0 selected", {"op": "draft"}),
+                        policy_state={"rng": [1, 2, 3]})
+    assert (ev.seq, ev.node_id, ev.data) == (2, 0, {"op": "draft"})
+    assert store.get_run(run).policy_state == {"rng": [1, 2, 3]}
+    stored = store.node(run, 0)
+    assert stored == dataclasses.replace(root(run), created_at=stored.created_at)
+    assert stored.created_at > 0
+
+    ev2 = store.update_node(run, 0, ("node", "node 0 succeeded", None),
+                            status=NodeStatus.SUCCEEDED, score=1.5, commit="abc", n_evals=2,
+                            timings={"eval": 0.5})
+    assert ev2 is not None and ev2.seq == 3
+    node = store.node(run, 0)
+    assert (node.status, node.score, node.commit, node.n_evals) == (
+        NodeStatus.SUCCEEDED, 1.5, "abc", 2)
+    assert node.status.is_finished()
+    assert store.node_timings(run) == {0: {"eval": 0.5}}
+    assert store.update_node(run, 0, None, error=None) is None
+    assert seqs(store, run) == [1, 2, 3]
+
+    with pytest.raises(StoreError, match="no node 9"):
+        store.update_node(run, 9, None, score=1.0)
+    with pytest.raises(StoreError):
+        store.node(run, 9)
+
+
+def test_failed_write_adds_no_event_and_leaves_no_gap(store):
+    run = new_run(store)
+    store.add_node(root(run), ("node", "first", None))
+    with pytest.raises(StoreError):
+        store.add_node(root(run), ("node", "duplicate id", None))  # same (run, id)
+    assert seqs(store, run) == [1, 2]
+    assert store.add_event(run, "note", "after the failure").seq == 3
+
+
+def test_event_seqs_increase_by_one_per_run_independently(store):
+    a, b = new_run(store, "run-a"), new_run(store, "run-b")
+    for i in range(5):
+        store.add_event(a, "note", f"a{i}")
+        if i % 2:
+            store.add_event(b, "note", f"b{i}", data={"i": i})
+    assert seqs(store, a) == [1, 2, 3, 4, 5, 6]
+    assert seqs(store, b) == [1, 2, 3]
+    assert [e.message for e in store.events_since(a, after=4)] == ["a3", "a4"]
+    assert [e.data for e in store.events_since(b, after=1)] == [{"i": 1}, {"i": 3}]
+    assert [e.seq for e in store.events_since(a, after=1, limit=2)] == [2, 3]
+
+
+def test_update_run_status_with_event(store):
+    run = new_run(store)
+    ev = store.update_run(run, ("run", "stopped by user", None), status="stopped",
+                          reason="user", wall_used=12.5)
+    assert ev is not None and ev.seq == 2
+    info = store.get_run(run)
+    assert (info.status, info.reason, info.wall_used) == (RunStatus.STOPPED, "user", 12.5)
+    assert info.status.is_finished()
+
+
+def test_duplicate_evaluation_is_ignored(store):
+    run = new_run(store)
+    store.add_node(root(run), ("node", "n0", None))
+    first = EvalResult(node_id=0, stage="full", repeat=0, ok=True, score=1.0,
+                       metrics={"score": 1.0}, exit_code=0, duration=2.0)
+    again = EvalResult(node_id=0, stage="full", repeat=0, ok=False, score=None, duration=3.0,
+                       error="second", error_kind="crash")
+    assert store.record_evaluation(run, first, ("eval", "full 0", None)) is not None
+    events_before = seqs(store, run)
+    assert store.record_evaluation(run, again, ("eval", "full 0 again", None)) is None
+    assert seqs(store, run) == events_before
+    assert store.evaluation_counts(run) == {(0, "full", 0): 1}
+    assert store.evaluations(run) == [first]
+    store.record_evaluation(run, EvalResult(0, "full", 1, True, 3.0, duration=1.0))
+    assert store.evaluation_counts(run) == {(0, "full", 0): 1, (0, "full", 1): 1}
+    assert store.sandbox_seconds(run) == 3.0
+    assert [e.repeat for e in store.evaluations(run, node_id=0)] == [0, 1]
+
+
+def test_get_run_by_prefix_and_last(store):
+    for run_id in ("abc123", "abd456", "x_y1"):
+        new_run(store, run_id)
+        time.sleep(0.01)  # distinct created_at, so 'last' is well defined
+    assert store.get_run("abc").id == "abc123"
+    assert store.get_run("abd456").id == "abd456"
+    assert store.get_run("x_").id == "x_y1"
+    assert store.get_run("last").id == "x_y1"
+    with pytest.raises(RunNotFound, match="ambiguous"):
+        store.get_run("ab")
+    with pytest.raises(RunNotFound, match="no run"):
+        store.get_run("zzz")
+    with pytest.raises(RunNotFound, match="no run"):
+        store.get_run("a_")  # '_' is a literal here, not a LIKE wildcard
+    with pytest.raises(RunNotFound, match="no run"):
+        store.get_run("a%")
+
+
+def test_last_on_an_empty_store_is_not_found(store):
+    with pytest.raises(RunNotFound):
+        store.get_run("last")
+
+
+def test_second_store_on_the_same_file_sees_the_data(store, url):
+    run = new_run(store)
+    store.add_node(root(run), ("node", "n0", None))
+    other = Store(url)
+    try:
+        assert other.get_run(run).task_name == "demo"
+        assert [n.id for n in other.nodes(run)] == [0]
+        other.add_event(run, "note", "from the other store")
+        assert seqs(store, run) == [1, 2, 3]
+    finally:
+        other.close()
+
+
+def test_delete_run_removes_everything(store):
+    run = new_run(store)
+    store.add_node(root(run), ("node", "n0", None))
+    store.record_evaluation(run, EvalResult(0, "full", 0, True, 1.0))
+    keep = new_run(store, "run-keep")
+    store.delete_run(run)
+    with pytest.raises(RunNotFound):
+        store.get_run(run)
+    assert store.nodes(run) == [] and store.evaluations(run) == [] and seqs(store, run) == []
+    assert seqs(store, keep) == [1]
+
+
+def test_migration_matches_the_models(store):
+    with store.engine.connect() as conn:
+        context = MigrationContext.configure(conn, opts={"compare_type": True})
+        diff = compare_metadata(context, Base.metadata)
+    assert diff == []
+
+
+def test_head_constant_is_the_newest_migration():
+    scripts = ScriptDirectory(str(MIGRATIONS))
+    assert scripts.get_heads() == [HEAD]
+    assert scripts.get_current_head() == HEAD
+
+
+def test_store_stamps_the_head_revision(store):
+    with store.engine.connect() as conn:
+        assert MigrationContext.configure(conn).get_current_revision() == HEAD
+
+
+def test_wal_mode_is_on(store, tmp_path):
+    new_run(store)
+    with store.engine.connect() as conn:
+        assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+    raw = sqlite3.connect(tmp_path / "x.db")
+    try:
+        assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"  # persisted in the file
+    finally:
+        raw.close()
+
+
+@pytest.mark.parametrize("own_store", [False, True], ids=["shared-store", "store-per-thread"])
+def test_concurrent_thread_writers_get_gap_free_seqs(store, url, own_store):
+    run = new_run(store)
+    before = len(seqs(store, run))
+    errors: list[BaseException] = []
+    start = threading.Barrier(4)
+
+    def writer(w: int) -> None:
+        s = Store(url) if own_store else store
+        try:
+            start.wait(timeout=BOUND)
+            for i in range(50):
+                s.add_event(run, "note", f"w{w}-{i}", data={"w": w, "i": i})
+        except BaseException as e:  # surfaced below
+            errors.append(e)
+        finally:
+            if own_store:
+                s.close()
+
+    threads = [threading.Thread(target=writer, args=(w,)) for w in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=BOUND)
+    assert not any(t.is_alive() for t in threads)
+    assert errors == []
+    _assert_gap_free(store, run, before, writers=4, per_writer=50)
+
+
+WRITER = """
+import sys, time, pathlib
+from revtree.memory import Store
+url, run, w, n, folder = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+store = Store(url)
+pathlib.Path(folder, f"ready-{w}").touch()
+deadline = time.monotonic() + 30
+while not pathlib.Path(folder, "go").exists() and time.monotonic() < deadline:
+    time.sleep(0.005)
+for i in range(n):
+    store.add_event(run, "note", f"w{w}-{i}", data={"w": w, "i": i})
+store.close()
+"""
+
+
+def test_concurrent_process_writers_get_gap_free_seqs(store, url, tmp_path):
+    run = new_run(store)
+    before = len(seqs(store, run))
+    procs = [
+        subprocess.Popen([sys.executable, "-c", WRITER, url, run, str(w), "60", str(tmp_path)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for w in range(2)
+    ]
+    try:
+        deadline = time.monotonic() + BOUND
+        while time.monotonic() < deadline and not all(
+            (tmp_path / f"ready-{w}").exists() or procs[w].poll() is not None for w in range(2)
+        ):
+            time.sleep(0.01)
+        (tmp_path / "go").touch()
+        outputs = [p.communicate(timeout=BOUND) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    for p, (_out, err) in zip(procs, outputs, strict=True):
+        assert p.returncode == 0, err
+    _assert_gap_free(store, run, before, writers=2, per_writer=60)
+
+
+def _assert_gap_free(store: Store, run: str, before: int, writers: int, per_writer: int) -> None:
+    events = store.events_since(run, limit=100_000)
+    total = before + writers * per_writer
+    assert [e.seq for e in events] == list(range(1, total + 1))
+    assert store.get_run(run).id == run
+    written = [e for e in events if e.kind == "note"]
+    for w in range(writers):
+        mine = [e.data["i"] for e in written if e.data and e.data["w"] == w]
+        assert mine == list(range(per_writer))  # each writer's events in its own order
+
+
+def test_listeners_see_committed_events_in_order(store, url):
+    run = new_run(store)
+    other = Store(url)
+    seen: list[tuple[int, bool]] = []
+
+    def listener(event):  # runs after the commit: another connection can already read it
+        stored = [e.seq for e in other.events_since(run, after=event.seq - 1, limit=1)]
+        seen.append((event.seq, stored == [event.seq]))
+
+    store.listeners.append(listener)
+    try:
+        store.add_event(run, "note", "one")
+        store.add_node(root(run), ("node", "n0", None))
+        with pytest.raises(StoreError):
+            store.add_node(root(run), ("node", "duplicate", None))  # rolled back: not shown
+        store.record_evaluation(run, EvalResult(0, "full", 0, True, 1.0), ("eval", "e", None))
+        store.record_evaluation(run, EvalResult(0, "full", 0, True, 1.0), ("eval", "dup", None))
+        store.update_node(run, 0, None, score=1.0)  # no event, nothing to show
+    finally:
+        other.close()
+    assert seen == [(2, True), (3, True), (4, True)]
+
+
+def test_a_failing_listener_is_dropped_and_the_write_stands(store):
+    run = new_run(store)
+    calls: list[int] = []
+
+    def broken(event):
+        calls.append(event.seq)
+        raise RuntimeError("display crashed")
+
+    store.listeners.append(broken)
+    store.add_event(run, "note", "a")
+    store.add_event(run, "note", "b")
+    assert calls == [2] and store.listeners == []
+    assert seqs(store, run) == [1, 2, 3]

@@ -1,0 +1,177 @@
+"""The import direction of ARCHITECTURE.md, checked on the source of every module.
+
+Each module under ``revtree/`` is parsed with ``ast``; every import counts, including
+those inside functions and relative ones. ``from a.b import c`` is read as importing
+``a.b.c`` (a submodule or a name of ``a.b``), so ``from revtree.memory import Store``
+is an import of the Store while ``from revtree.memory.records import Node`` is not.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import revtree
+from revtree.sandboxes.env import is_secret, sandbox_env
+
+PACKAGE = Path(revtree.__file__).parent
+
+# layer -> the revtree modules it may import (besides itself); None: anything
+ALLOWED: dict[str, tuple[str, ...] | None] = {
+    "revtree.errors": (),
+    "revtree.tasks": ("revtree.errors",),
+    "revtree.sandboxes": ("revtree.tasks", "revtree.errors"),
+    "revtree.memory": ("revtree.tasks", "revtree.errors"),
+    "revtree.agents": ("revtree.tasks", "revtree.sandboxes", "revtree.errors",
+                       "revtree.memory.records"),
+    "revtree.orchestrator": None,
+    "revtree.cli": None,
+    "revtree.__main__": None,  # `python -m revtree`: the CLI
+    "revtree.web": None,
+}
+THIRD_PARTY_ALLOWED = {"revtree.errors": set(), "revtree.tasks": {"pydantic"}}
+MAY_IMPORT_CLI = ("revtree.cli", "revtree.__main__", "revtree.web")
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def imports(source: str, module: str, is_package: bool) -> Iterator[tuple[int, str]]:
+    """(line, imported dotted name) for every import in ``source``."""
+    package = module if is_package else module.rpartition(".")[0]
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")
+                anchor = anchor[: len(anchor) - (node.level - 1)]
+                base = ".".join([*anchor, base] if base else anchor)
+            for alias in node.names:
+                yield node.lineno, base if alias.name == "*" else f"{base}.{alias.name}"
+
+
+def _within(name: str, prefix: str) -> bool:
+    return name == prefix or name.startswith(prefix + ".")
+
+
+def layer_of(module: str) -> str | None:
+    return next((layer for layer in ALLOWED if _within(module, layer)), None)
+
+
+def violations(source: str, module: str, is_package: bool = False) -> list[str]:
+    layer = layer_of(module)
+    out = []
+    for line, name in imports(source, module, is_package):
+        where = f"{module}:{line} imports {name}"
+        if _within(name, "revtree.cli") and not any(_within(module, m) for m in MAY_IMPORT_CLI):
+            out.append(f"{where} (only the CLI and the web app may)")
+            continue
+        if layer is None or ALLOWED[layer] is None:
+            continue
+        allowed = (layer, *(ALLOWED[layer] or ()))
+        if _within(name, "revtree"):
+            if name != "revtree" and not any(_within(name, a) for a in allowed):
+                out.append(f"{where} (a {layer} module may import only {allowed})")
+        elif layer in THIRD_PARTY_ALLOWED:
+            root = name.split(".")[0]
+            if root not in sys.stdlib_module_names and root not in THIRD_PARTY_ALLOWED[layer]:
+                out.append(f"{where} (a {layer} module may import only the stdlib "
+                           f"and {sorted(THIRD_PARTY_ALLOWED[layer])})")
+    return out
+
+
+MODULES = sorted(PACKAGE.rglob("*.py"))
+
+
+def test_every_package_is_covered():
+    assert len(MODULES) > 15
+    for path in MODULES:
+        name = module_name(path)
+        if name not in ("revtree",):
+            assert layer_of(name) is not None, f"{name} belongs to no layer of ARCHITECTURE.md"
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: module_name(p))
+def test_import_direction(path):
+    found = violations(path.read_text(encoding="utf-8"), module_name(path),
+                       path.name == "__init__.py")
+    assert found == []
+
+
+@pytest.mark.parametrize(
+    ("module", "source"),
+    [
+        ("revtree.agents.x", "def f():\n    from revtree.memory.store import Store\n"),
+        ("revtree.agents.x", "from revtree.memory import Store\n"),
+        ("revtree.agents.x", "import revtree.memory.db\n"),
+        ("revtree.agents.x", "from ..memory import gitstore\n"),
+        ("revtree.agents.x", "from revtree.orchestrator import run\n"),
+        ("revtree.tasks.x", "import sqlalchemy\n"),
+        ("revtree.tasks.x", "class A:\n    def f(self):\n        import revtree.sandboxes\n"),
+        ("revtree.sandboxes.x", "from revtree.memory.records import Node\n"),
+        ("revtree.memory.x", "from revtree.agents.base import Proposal\n"),
+        ("revtree.memory.x", "from revtree import cli\n"),
+        ("revtree.orchestrator.x", "import revtree.cli\n"),
+        ("revtree.errors", "import pydantic\n"),
+    ],
+)
+def test_the_checker_catches_violations(module, source):
+    assert violations(source, module) != []
+
+
+@pytest.mark.parametrize(
+    ("module", "source"),
+    [
+        ("revtree.agents.x", "from revtree.memory.records import Node\n"),
+        ("revtree.agents.x", "from ..memory import records\nfrom . import base\n"),
+        ("revtree.agents.x", "import optuna\nfrom revtree.sandboxes.base import Limits\n"),
+        ("revtree.tasks.x", "import re, tomllib\nfrom pydantic import BaseModel\n"),
+        ("revtree.memory.x", "import git\nfrom revtree.tasks.spec import TaskSpec\n"),
+        ("revtree.orchestrator.x", "from revtree.memory.store import Store\n"),
+        ("revtree.web.app", "from revtree.cli import main\n"),
+    ],
+)
+def test_the_checker_allows_what_is_allowed(module, source):
+    assert violations(source, module) == []
+
+
+SECRET_NAMES = [
+    "OPENAI_API_KEY", "ANTHROPIC_API_KEY", "AZURE_OPENAI_API_KEY", "GEMINI_APIKEY",
+    "GITHUB_TOKEN", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "AWS_SECRET_ACCESS_KEY",
+    "AWS_ACCESS_KEY_ID", "AWS_SESSION_TOKEN", "DATABASE_URL", "REVTREE_DB", "PGPASSWORD",
+    "MYSQL_PASSWD", "SENTRY_DSN", "SSH_AUTH_SOCK", "GOOGLE_APPLICATION_CREDENTIALS",
+    "DEPLOY_PRIVATE_KEY", "CLIENT_SECRET", "openai_api_key", "NPM_AUTH", "DOCKER_CREDENTIALS",
+]
+HARMLESS_NAMES = ["PATH", "HOME", "LANG", "TZ", "OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES",
+                  "PYTHONHASHSEED", "REVTREE_METRICS", "REVTREE_SEED", "REVTREE_STAGE", "SEED",
+                  "BATCH_SIZE"]
+
+
+@pytest.mark.parametrize("name", SECRET_NAMES)
+def test_secret_names_are_flagged(name):
+    assert is_secret(name)
+
+
+@pytest.mark.parametrize("name", HARMLESS_NAMES)
+def test_harmless_names_pass(name):
+    assert not is_secret(name)
+
+
+def test_sandbox_env_drops_secrets_even_when_asked(tmp_path, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-host")
+    monkeypatch.setenv("LANG", "C.UTF-8")
+    env = sandbox_env({name: "x" for name in [*SECRET_NAMES, "EXTRA"]}, tmp_path, tmp_path)
+    assert not [name for name in env if is_secret(name)]
+    assert env["EXTRA"] == "x" and env["LANG"] == "C.UTF-8"
+    assert env["HOME"] == str(tmp_path)
