@@ -26,8 +26,12 @@ ALLOWED: dict[str, tuple[str, ...] | None] = {
     "revtree.tasks": ("revtree.errors",),
     "revtree.sandboxes": ("revtree.tasks", "revtree.errors"),
     "revtree.memory": ("revtree.tasks", "revtree.errors"),
-    "revtree.agents": ("revtree.tasks", "revtree.sandboxes", "revtree.errors",
-                       "revtree.memory.records"),
+    "revtree.agents": (
+        "revtree.tasks",
+        "revtree.sandboxes",
+        "revtree.errors",
+        "revtree.memory.records",
+    ),
     "revtree.orchestrator": None,
     "revtree.cli": None,
     "revtree.__main__": None,  # `python -m revtree`: the CLI
@@ -86,8 +90,10 @@ def violations(source: str, module: str, is_package: bool = False) -> list[str]:
         elif layer in THIRD_PARTY_ALLOWED:
             root = name.split(".")[0]
             if root not in sys.stdlib_module_names and root not in THIRD_PARTY_ALLOWED[layer]:
-                out.append(f"{where} (a {layer} module may import only the stdlib "
-                           f"and {sorted(THIRD_PARTY_ALLOWED[layer])})")
+                out.append(
+                    f"{where} (a {layer} module may import only the stdlib "
+                    f"and {sorted(THIRD_PARTY_ALLOWED[layer])})"
+                )
     return out
 
 
@@ -104,8 +110,9 @@ def test_every_package_is_covered():
 
 @pytest.mark.parametrize("path", MODULES, ids=lambda p: module_name(p))
 def test_import_direction(path):
-    found = violations(path.read_text(encoding="utf-8"), module_name(path),
-                       path.name == "__init__.py")
+    found = violations(
+        path.read_text(encoding="utf-8"), module_name(path), path.name == "__init__.py"
+    )
     assert found == []
 
 
@@ -147,15 +154,43 @@ def test_the_checker_allows_what_is_allowed(module, source):
 
 
 SECRET_NAMES = [
-    "OPENAI_API_KEY", "ANTHROPIC_API_KEY", "AZURE_OPENAI_API_KEY", "GEMINI_APIKEY",
-    "GITHUB_TOKEN", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "AWS_SECRET_ACCESS_KEY",
-    "AWS_ACCESS_KEY_ID", "AWS_SESSION_TOKEN", "DATABASE_URL", "REVTREE_DB", "PGPASSWORD",
-    "MYSQL_PASSWD", "SENTRY_DSN", "SSH_AUTH_SOCK", "GOOGLE_APPLICATION_CREDENTIALS",
-    "DEPLOY_PRIVATE_KEY", "CLIENT_SECRET", "openai_api_key", "NPM_AUTH", "DOCKER_CREDENTIALS",
+    "OPENAI_API_KEY",
+    "ANTHROPIC_API_KEY",
+    "AZURE_OPENAI_API_KEY",
+    "GEMINI_APIKEY",
+    "GITHUB_TOKEN",
+    "HF_TOKEN",
+    "HUGGING_FACE_HUB_TOKEN",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SESSION_TOKEN",
+    "DATABASE_URL",
+    "REVTREE_DB",
+    "PGPASSWORD",
+    "MYSQL_PASSWD",
+    "SENTRY_DSN",
+    "SSH_AUTH_SOCK",
+    "GOOGLE_APPLICATION_CREDENTIALS",
+    "DEPLOY_PRIVATE_KEY",
+    "CLIENT_SECRET",
+    "openai_api_key",
+    "NPM_AUTH",
+    "DOCKER_CREDENTIALS",
 ]
-HARMLESS_NAMES = ["PATH", "HOME", "LANG", "TZ", "OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES",
-                  "PYTHONHASHSEED", "REVTREE_METRICS", "REVTREE_SEED", "REVTREE_STAGE", "SEED",
-                  "BATCH_SIZE"]
+HARMLESS_NAMES = [
+    "PATH",
+    "HOME",
+    "LANG",
+    "TZ",
+    "OMP_NUM_THREADS",
+    "CUDA_VISIBLE_DEVICES",
+    "PYTHONHASHSEED",
+    "REVTREE_METRICS",
+    "REVTREE_SEED",
+    "REVTREE_STAGE",
+    "SEED",
+    "BATCH_SIZE",
+]
 
 
 @pytest.mark.parametrize("name", SECRET_NAMES)

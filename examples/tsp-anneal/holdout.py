@@ -57,8 +57,11 @@ def run(instances):
             sys.exit(1)
         lengths.append(length_of(points, tour))
     mean = sum(lengths) / len(lengths)
-    metrics = {"tour_length": round(mean, 6), "per_instance": [round(x, 6) for x in lengths],
-               "valid": True}
+    metrics = {
+        "tour_length": round(mean, 6),
+        "per_instance": [round(x, 6) for x in lengths],
+        "valid": True,
+    }
     line = dumps(metrics)
     if os.environ.get("REVTREE_METRICS"):
         with open(os.environ["REVTREE_METRICS"], "w", encoding="utf-8") as f:

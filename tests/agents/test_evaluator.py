@@ -19,8 +19,9 @@ from revtree.tasks.spec import TaskSpec
 
 
 def result(stdout: str = "", metrics_text: str | None = None, exit_code: int = 0) -> ExecResult:
-    return ExecResult(exit_code=exit_code, stdout=stdout, stderr="", duration=0.1,
-                      metrics_text=metrics_text)
+    return ExecResult(
+        exit_code=exit_code, stdout=stdout, stderr="", duration=0.1, metrics_text=metrics_text
+    )
 
 
 @pytest.mark.parametrize(
@@ -28,8 +29,9 @@ def result(stdout: str = "", metrics_text: str | None = None, exit_code: int = 0
     [
         pytest.param(result('{"score": 1}', '{"score": 2.5}'), 2.5, None, id="file-wins"),
         pytest.param(result('{"score": 1}', "  \n"), 1.0, None, id="empty-file-falls-back"),
-        pytest.param(result('log line\n{"score": 3, "x": [1]}\n\n'), 3.0, None,
-                     id="last-stdout-line"),
+        pytest.param(
+            result('log line\n{"score": 3, "x": [1]}\n\n'), 3.0, None, id="last-stdout-line"
+        ),
         pytest.param(result('{"score": 3}\ndone\n'), None, "not JSON", id="last-line-not-json"),
         pytest.param(result("score is 5\n"), None, "not JSON", id="not-json"),
         pytest.param(result(""), None, "not JSON", id="no-output"),
@@ -87,14 +89,20 @@ Path(os.environ["REVTREE_METRICS"]).write_text(json.dumps(out))
 """
 
 
-def make_task(root: Path, mode: str, evaluate_extra: str = "", rest: str = "",
-              direction: str = "maximize", counter: Path | None = None) -> TaskSpec:
+def make_task(
+    root: Path,
+    mode: str,
+    evaluate_extra: str = "",
+    rest: str = "",
+    direction: str = "maximize",
+    counter: Path | None = None,
+) -> TaskSpec:
     env = f'\n[sandbox]\nenv = {{ COUNTER = "{counter}" }}\n' if counter else ""
     toml = (
         'name = "evaltest"\neditable = ["mode.txt"]\nprotected = ["evaluate.py"]\n\n'
         f'[evaluate]\ncommand = "python evaluate.py"\nmetric = "score"\n'
         f'direction = "{direction}"\ntimeout = "20s"\n{evaluate_extra}\n'
-        f'{rest}{env}\n[search]\nseed = 100\n'
+        f"{rest}{env}\n[search]\nseed = 100\n"
     )
     root.mkdir(parents=True)
     (root / "task.toml").write_text(toml)
@@ -112,8 +120,12 @@ def archive_of(spec: TaskSpec) -> bytes:
     return buf.getvalue()
 
 
-def run_eval(spec: TaskSpec, done: dict[tuple[str, int], EvalResult] | None = None,
-             node_id: int = 5, log_dir: Path | None = None):
+def run_eval(
+    spec: TaskSpec,
+    done: dict[tuple[str, int], EvalResult] | None = None,
+    node_id: int = 5,
+    log_dir: Path | None = None,
+):
     recorded: list[EvalResult] = []
     evaluator = Evaluator(spec, LocalSandbox(), log_dir)
     outcome = evaluator.evaluate(node_id, archive_of(spec), done or {}, recorded.append)
@@ -168,13 +180,22 @@ SMOKE = '[[evaluate.stages]]\nname = "smoke"\ncommand = "python evaluate.py smok
 
 @pytest.mark.parametrize(
     ("direction", "threshold", "gated"),
-    [("maximize", 0.5, True), ("maximize", 0.05, False),
-     ("minimize", 0.05, True), ("minimize", 0.5, False)],
+    [
+        ("maximize", 0.5, True),
+        ("maximize", 0.05, False),
+        ("minimize", 0.05, True),
+        ("minimize", 0.5, False),
+    ],
 )
 def test_cascade_stage_gates_the_full_stage(tmp_path, direction, threshold, gated):
     counter = tmp_path / "count.txt"
-    spec = make_task(tmp_path / "t", "ok", SMOKE + f"threshold = {threshold}\n",
-                     direction=direction, counter=counter)
+    spec = make_task(
+        tmp_path / "t",
+        "ok",
+        SMOKE + f"threshold = {threshold}\n",
+        direction=direction,
+        counter=counter,
+    )
     outcome, recorded = run_eval(spec)
     runs = counter.read_text().splitlines()
     if gated:
@@ -204,7 +225,10 @@ def test_repeats_give_mean_and_std(tmp_path):
     assert outcome.score == pytest.approx(2.0)  # scores 1, 2, 3
     assert outcome.score_std == pytest.approx(1.0)
     assert [(r.stage, r.repeat, r.score) for r in recorded] == [
-        ("full", 0, 1.0), ("full", 1, 2.0), ("full", 2, 3.0)]
+        ("full", 0, 1.0),
+        ("full", 1, 2.0),
+        ("full", 2, 3.0),
+    ]
     assert [r.metrics["seed"] for r in recorded] == [100, 101, 102]
 
 
@@ -218,8 +242,7 @@ def test_done_results_are_reused_not_rerun(tmp_path):
     resumed, new = run_eval(spec, done)
     assert [(r.stage, r.repeat) for r in new] == [("full", 2)]
     assert counter.read_text().splitlines() == ["full 0", "full 1", "full 2", "full 2"]
-    assert (resumed.score, resumed.score_std, resumed.n_evals) == (
-        first.score, first.score_std, 3)
+    assert (resumed.score, resumed.score_std, resumed.n_evals) == (first.score, first.score_std, 3)
 
     everything = {(r.stage, r.repeat): r for r in recorded}
     again, none = run_eval(spec, everything)

@@ -30,12 +30,25 @@ def run():
 KNOBS = [
     Knob(name="lr", type="float", low=1e-4, high=1.0, log=True, file="solver.py", variable="LR"),
     Knob(name="batch", type="int", low=1, high=256, log=True, file="solver.py", variable="BATCH"),
-    Knob(name="mode", type="categorical", choices=("fast", "slow"), file="solver.py",
-         variable="MODE"),
-    Knob(name="width", type="int", low=8, high=512, step=8, file="solver.py",
-         pattern=r'"width":\s*(\d+)'),
-    Knob(name="act", type="categorical", choices=("relu", "gelu", "tanh"), file="solver.py",
-         pattern=r'^ACTIVATION = "(\w+)"'),
+    Knob(
+        name="mode", type="categorical", choices=("fast", "slow"), file="solver.py", variable="MODE"
+    ),
+    Knob(
+        name="width",
+        type="int",
+        low=8,
+        high=512,
+        step=8,
+        file="solver.py",
+        pattern=r'"width":\s*(\d+)',
+    ),
+    Knob(
+        name="act",
+        type="categorical",
+        choices=("relu", "gelu", "tanh"),
+        file="solver.py",
+        pattern=r'^ACTIVATION = "(\w+)"',
+    ),
 ]
 FILES = {"solver.py": SOLVER.encode(), "other.py": b"untouched = 1\n"}
 
@@ -44,30 +57,34 @@ def test_coder_rewrites_values_in_place_and_nothing_else():
     values = {"lr": 0.5, "batch": 64, "mode": "slow", "width": 256, "act": "gelu"}
     changes = KnobCoder(KNOBS).code(Proposal("try", knobs=values), FILES)
     assert list(changes) == ["solver.py"]
-    expected = (SOLVER.replace("LR = 0.01", "LR = 0.5")
-                .replace("BATCH: int = 32", "BATCH: int = 64")
-                .replace('MODE = "fast"', "MODE = 'slow'")
-                .replace('"width": 128', '"width": 256')
-                .replace('ACTIVATION = "relu"', 'ACTIVATION = "gelu"'))
+    expected = (
+        SOLVER.replace("LR = 0.01", "LR = 0.5")
+        .replace("BATCH: int = 32", "BATCH: int = 64")
+        .replace('MODE = "fast"', "MODE = 'slow'")
+        .replace('"width": 128', '"width": 256')
+        .replace('ACTIVATION = "relu"', 'ACTIVATION = "gelu"')
+    )
     assert changes["solver.py"] == expected.encode()
     assert read_knobs(KNOBS, changes) == values
 
 
 @pytest.mark.parametrize(
     ("name", "value", "old", "new"),
-    [("lr", 0.003, "LR = 0.01  #", "LR = 0.003  #"),
-     ("batch", 7, "BATCH: int = 32\n", "BATCH: int = 7\n"),
-     ("batch", 7.0, "BATCH: int = 32\n", "BATCH: int = 7\n"),
-     ("mode", "slow", 'MODE = "fast"', "MODE = 'slow'"),
-     ("width", 64, '{"width": 128,', '{"width": 64,'),
-     ("act", "tanh", 'ACTIVATION = "relu"', 'ACTIVATION = "tanh"')],
+    [
+        ("lr", 0.003, "LR = 0.01  #", "LR = 0.003  #"),
+        ("batch", 7, "BATCH: int = 32\n", "BATCH: int = 7\n"),
+        ("batch", 7.0, "BATCH: int = 32\n", "BATCH: int = 7\n"),
+        ("mode", "slow", 'MODE = "fast"', "MODE = 'slow'"),
+        ("width", 64, '{"width": 128,', '{"width": 64,'),
+        ("act", "tanh", 'ACTIVATION = "relu"', 'ACTIVATION = "tanh"'),
+    ],
     ids=["float", "int", "int-from-float", "categorical", "pattern-int", "pattern-categorical"],
 )
 def test_coder_changes_one_value_byte_for_byte(name, value, old, new):
     changes = KnobCoder(KNOBS).code(Proposal("one", knobs={name: value}), FILES)
     assert SOLVER.count(old) == 1
     assert changes == {"solver.py": SOLVER.replace(old, new).encode()}
-    assert "LR_SCHEDULE = \"cosine\"" in changes["solver.py"].decode()  # similar name untouched
+    assert 'LR_SCHEDULE = "cosine"' in changes["solver.py"].decode()  # similar name untouched
 
 
 def test_coder_returns_nothing_when_values_are_unchanged():
@@ -87,8 +104,13 @@ def test_coder_rejects_a_missing_file_or_location():
 
 
 def test_read_knobs_reads_the_original_values():
-    assert read_knobs(KNOBS, FILES) == {"lr": 0.01, "batch": 32, "mode": "fast", "width": 128,
-                                        "act": "relu"}
+    assert read_knobs(KNOBS, FILES) == {
+        "lr": 0.01,
+        "batch": 32,
+        "mode": "fast",
+        "width": 128,
+        "act": "relu",
+    }
     assert read_knobs(KNOBS, {"solver.py": b"LR = not_a_literal(\n"}) == {}
 
 
@@ -97,13 +119,19 @@ def test_read_knobs_reads_the_original_values():
 
 def objective(knobs: dict) -> float:
     penalty = {"fast": 0.0, "slow": 0.3}[knobs["mode"]] + {"relu": 0, "gelu": 0.1, "tanh": 0.2}[
-        knobs["act"]]
-    return -((math.log10(knobs["lr"]) + 2) ** 2) - abs(knobs["batch"] - 48) / 48 - \
-        abs(knobs["width"] - 200) / 200 - penalty
+        knobs["act"]
+    ]
+    return (
+        -((math.log10(knobs["lr"]) + 2) ** 2)
+        - abs(knobs["batch"] - 48) / 48
+        - abs(knobs["width"] - 200) / 200
+        - penalty
+    )
 
 
-ROOT = Node(run_id="r", id=0, parent_id=None, operator="root", status=NodeStatus.SUCCEEDED,
-            score=-5.0)
+ROOT = Node(
+    run_id="r", id=0, parent_id=None, operator="root", status=NodeStatus.SUCCEEDED, score=-5.0
+)
 
 
 def proposer(seed: int = 3, sampler: str = "tpe") -> KnobProposer:
@@ -113,9 +141,15 @@ def proposer(seed: int = 3, sampler: str = "tpe") -> KnobProposer:
 def finish(node_id: int, proposal: Proposal) -> Node:
     """The node as it ends; every fifth one fails, to put failures in the history."""
     failed = node_id % 5 == 0
-    return Node(run_id="r", id=node_id, parent_id=0, operator="improve",
-                status=NodeStatus.FAILED if failed else NodeStatus.SUCCEEDED,
-                score=None if failed else objective(proposal.knobs), proposal=proposal.to_json())
+    return Node(
+        run_id="r",
+        id=node_id,
+        parent_id=0,
+        operator="improve",
+        status=NodeStatus.FAILED if failed else NodeStatus.SUCCEEDED,
+        score=None if failed else objective(proposal.knobs),
+        proposal=proposal.to_json(),
+    )
 
 
 def drive(p: KnobProposer, ids: range) -> tuple[list[dict], list[Node]]:
@@ -154,8 +188,14 @@ def test_rebuild_keeps_in_flight_nodes_as_running_trials():
     straight = proposer()
     _, history = drive(straight, range(1, 6))
     in_flight = straight.propose(6, ROOT, "improve")  # asked, never told
-    pending = Node(run_id="r", id=6, parent_id=0, operator="improve",
-                   status=NodeStatus.EVALUATING, proposal=in_flight.to_json())
+    pending = Node(
+        run_id="r",
+        id=6,
+        parent_id=0,
+        operator="improve",
+        status=NodeStatus.EVALUATING,
+        proposal=in_flight.to_json(),
+    )
     resumed = proposer()
     resumed.rebuild([*history, pending])
     assert straight.propose(7, ROOT, "improve") == resumed.propose(7, ROOT, "improve")
@@ -179,8 +219,14 @@ def test_proposals_stay_within_the_ranges(sampler):
 
 
 def test_proposal_text_names_the_changes_and_codes_cleanly():
-    parent = Node(run_id="r", id=0, parent_id=None, operator="root", status=NodeStatus.SUCCEEDED,
-                  proposal={"knobs": read_knobs(KNOBS, FILES)})
+    parent = Node(
+        run_id="r",
+        id=0,
+        parent_id=None,
+        operator="root",
+        status=NodeStatus.SUCCEEDED,
+        proposal={"knobs": read_knobs(KNOBS, FILES)},
+    )
     prop = proposer().propose(1, parent, "improve")
     assert prop.hypothesis.startswith("improve from node 0:")
     changes = KnobCoder(KNOBS).code(prop, FILES)

@@ -21,8 +21,9 @@ direction = "minimize"
 
 @pytest.fixture
 def reviewer(write_task):
-    folder = write_task(TOML, files={"pkg/a.py": "A = 1\n", "data/train.csv": "x\n",
-                                     "README.md": "hi\n"})
+    folder = write_task(
+        TOML, files={"pkg/a.py": "A = 1\n", "data/train.csv": "x\n", "README.md": "hi\n"}
+    )
     return StaticReviewer(load_task(folder))
 
 

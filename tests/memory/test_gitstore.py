@@ -24,8 +24,9 @@ FILES = {
 
 
 def git(repo: Path, *args: str) -> str:
-    done = subprocess.run(["git", "--git-dir", str(repo), *args], capture_output=True, text=True,
-                          check=False)
+    done = subprocess.run(
+        ["git", "--git-dir", str(repo), *args], capture_output=True, text=True, check=False
+    )
     assert done.returncode == 0, f"git {' '.join(args)} failed: {done.stderr}"
     return done.stdout
 
@@ -65,7 +66,8 @@ def test_commit_on_parent_changes_only_the_named_file(store, repo_path, root):
     assert store.changed_paths(root, child) == ["solver.py"]
     before, after = store.list_files(root), store.list_files(child)
     assert {p: v for p, v in after.items() if p != "solver.py"} == {
-        p: v for p, v in before.items() if p != "solver.py"}
+        p: v for p, v in before.items() if p != "solver.py"
+    }
     assert store.read(child, "solver.py") == b"X = 2.0\n"
     assert store.read(root, "solver.py") == b"X = 1.0\n"
     assert after["run.sh"][1] == EXEC_MODE  # an untouched file keeps its mode
@@ -87,10 +89,12 @@ def test_node_refs_keep_commits_reachable(store, repo_path, root):
     store.set_node_ref(0, root)
     store.set_node_ref(1, child)
     store.set_node_ref(2, loser)
-    listed = git(repo_path, "for-each-ref", "--format=%(refname) %(objectname)",
-                 "refs/revtree/nodes/")
+    listed = git(
+        repo_path, "for-each-ref", "--format=%(refname) %(objectname)", "refs/revtree/nodes/"
+    )
     assert dict(line.split() for line in listed.splitlines()) == {
-        "refs/revtree/nodes/0": root, "refs/revtree/nodes/1": child,
+        "refs/revtree/nodes/0": root,
+        "refs/revtree/nodes/1": child,
         "refs/revtree/nodes/2": loser,
     }
     assert store.node_refs() == {0: root, 1: child, 2: loser}
@@ -100,19 +104,28 @@ def test_node_refs_keep_commits_reachable(store, repo_path, root):
 
 
 def test_fsck_is_clean(store, repo_path, root):
-    child = store.commit(root, {"pkg/sub/new.py": b"n = 1\n", "a.txt": b"a\n",
-                                "pkg/mod.py": None}, "mixed")
+    child = store.commit(
+        root, {"pkg/sub/new.py": b"n = 1\n", "a.txt": b"a\n", "pkg/mod.py": None}, "mixed"
+    )
     store.set_node_ref(0, root)
     store.set_node_ref(1, child)
-    done = subprocess.run(["git", "--git-dir", str(repo_path), "fsck", "--full", "--strict"],
-                          capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        ["git", "--git-dir", str(repo_path), "fsck", "--full", "--strict"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     assert "error" not in done.stderr.lower() and "warning" not in done.stderr.lower()
 
 
 def test_diff_applies_onto_a_checkout_of_the_parent(store, root, tmp_path):
-    changes = {"solver.py": b"X = 9.5\n", "pkg/new.py": b"NEW = True\n", "pkg/mod.py": None,
-               "data/blob.bin": bytes(reversed(range(256))) * 4}
+    changes = {
+        "solver.py": b"X = 9.5\n",
+        "pkg/new.py": b"NEW = True\n",
+        "pkg/mod.py": None,
+        "data/blob.bin": bytes(reversed(range(256))) * 4,
+    }
     child = store.commit(root, changes, "several changes")
     patch = tmp_path / "change.patch"
     patch.write_text(store.diff(root, child))
@@ -120,12 +133,19 @@ def test_diff_applies_onto_a_checkout_of_the_parent(store, root, tmp_path):
     checkout = tmp_path / "checkout"
     _extract(store.archive(root), checkout)
     subprocess.run(["git", "init", "-q", str(checkout)], check=True)
-    check = subprocess.run(["git", "-C", str(checkout), "apply", "--check", str(patch)],
-                           capture_output=True, text=True, check=False)
+    check = subprocess.run(
+        ["git", "-C", str(checkout), "apply", "--check", str(patch)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert check.returncode == 0, check.stderr
     subprocess.run(["git", "-C", str(checkout), "apply", str(patch)], check=True)
-    on_disk = {p.relative_to(checkout).as_posix(): p.read_bytes()
-               for p in checkout.rglob("*") if p.is_file() and ".git" not in p.parts}
+    on_disk = {
+        p.relative_to(checkout).as_posix(): p.read_bytes()
+        for p in checkout.rglob("*")
+        if p.is_file() and ".git" not in p.parts
+    }
     assert on_disk == store.read_files(child)
 
 
@@ -140,8 +160,9 @@ def test_none_deletes_a_path_and_empty_folders(store, repo_path, root):
 
 def test_archive_overlays_protected_files_and_extracts(store, root, tmp_path):
     tampered = store.commit(root, {"evaluate.py": b"print('I win')\n"}, "tamper")
-    archive = store.archive(tampered, overlay={"evaluate.py": FILES["evaluate.py"],
-                                               "data/extra.csv": b"a,b\n"})
+    archive = store.archive(
+        tampered, overlay={"evaluate.py": FILES["evaluate.py"], "data/extra.csv": b"a,b\n"}
+    )
     out = tmp_path / "ws"
     _extract(archive, out)
     assert (out / "evaluate.py").read_bytes() == FILES["evaluate.py"]
@@ -156,8 +177,7 @@ def test_archive_overlays_protected_files_and_extracts(store, root, tmp_path):
 
 
 def test_changed_paths_lists_adds_changes_and_deletions(store, root):
-    child = store.commit(root, {"new.txt": b"n\n", "solver.py": b"X = 0.5\n",
-                                "run.sh": None}, "c")
+    child = store.commit(root, {"new.txt": b"n\n", "solver.py": b"X = 0.5\n", "run.sh": None}, "c")
     assert store.changed_paths(root, child) == ["new.txt", "run.sh", "solver.py"]
     same = store.commit(root, {"solver.py": FILES["solver.py"]}, "no-op")
     assert store.changed_paths(root, same) == []

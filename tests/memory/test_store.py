@@ -41,8 +41,14 @@ def new_run(store: Store, run_id: str = "run-1") -> str:
 
 
 def root(run_id: str, node_id: int = 0, parent: int | None = None) -> Node:
-    return Node(run_id=run_id, id=node_id, parent_id=parent, operator="draft",
-                status=NodeStatus.PENDING, depth=0 if parent is None else 1)
+    return Node(
+        run_id=run_id,
+        id=node_id,
+        parent_id=parent,
+        operator="draft",
+        status=NodeStatus.PENDING,
+        depth=0 if parent is None else 1,
+    )
 
 
 def seqs(store: Store, run_id: str) -> list[int]:
@@ -57,27 +63,44 @@ def test_create_run_records_it_with_an_event(store):
     events = store.events_since("run-1")
     assert [(e.seq, e.kind) for e in events] == [(1, "run")]
     assert store.list_runs() == [info]
-    assert table_names(store.engine) == ["alembic_version", "evaluations", "events", "nodes",
-                                         "runs"]
+    assert table_names(store.engine) == [
+        "alembic_version",
+        "evaluations",
+        "events",
+        "nodes",
+        "runs",
+    ]
 
 
 def test_add_and_update_node(store):
     run = new_run(store)
-    ev = store.add_node(root(run), ("node", "node 0 selected", {"op": "draft"}),
-                        policy_state={"rng": [1, 2, 3]})
+    ev = store.add_node(
+        root(run), ("node", "node 0 selected", {"op": "draft"}), policy_state={"rng": [1, 2, 3]}
+    )
     assert (ev.seq, ev.node_id, ev.data) == (2, 0, {"op": "draft"})
     assert store.get_run(run).policy_state == {"rng": [1, 2, 3]}
     stored = store.node(run, 0)
     assert stored == dataclasses.replace(root(run), created_at=stored.created_at)
     assert stored.created_at > 0
 
-    ev2 = store.update_node(run, 0, ("node", "node 0 succeeded", None),
-                            status=NodeStatus.SUCCEEDED, score=1.5, commit="abc", n_evals=2,
-                            timings={"eval": 0.5})
+    ev2 = store.update_node(
+        run,
+        0,
+        ("node", "node 0 succeeded", None),
+        status=NodeStatus.SUCCEEDED,
+        score=1.5,
+        commit="abc",
+        n_evals=2,
+        timings={"eval": 0.5},
+    )
     assert ev2 is not None and ev2.seq == 3
     node = store.node(run, 0)
     assert (node.status, node.score, node.commit, node.n_evals) == (
-        NodeStatus.SUCCEEDED, 1.5, "abc", 2)
+        NodeStatus.SUCCEEDED,
+        1.5,
+        "abc",
+        2,
+    )
     assert node.status.is_finished()
     assert store.node_timings(run) == {0: {"eval": 0.5}}
     assert store.update_node(run, 0, None, error=None) is None
@@ -113,8 +136,9 @@ def test_event_seqs_increase_by_one_per_run_independently(store):
 
 def test_update_run_status_with_event(store):
     run = new_run(store)
-    ev = store.update_run(run, ("run", "stopped by user", None), status="stopped",
-                          reason="user", wall_used=12.5)
+    ev = store.update_run(
+        run, ("run", "stopped by user", None), status="stopped", reason="user", wall_used=12.5
+    )
     assert ev is not None and ev.seq == 2
     info = store.get_run(run)
     assert (info.status, info.reason, info.wall_used) == (RunStatus.STOPPED, "user", 12.5)
@@ -124,10 +148,26 @@ def test_update_run_status_with_event(store):
 def test_duplicate_evaluation_is_ignored(store):
     run = new_run(store)
     store.add_node(root(run), ("node", "n0", None))
-    first = EvalResult(node_id=0, stage="full", repeat=0, ok=True, score=1.0,
-                       metrics={"score": 1.0}, exit_code=0, duration=2.0)
-    again = EvalResult(node_id=0, stage="full", repeat=0, ok=False, score=None, duration=3.0,
-                       error="second", error_kind="crash")
+    first = EvalResult(
+        node_id=0,
+        stage="full",
+        repeat=0,
+        ok=True,
+        score=1.0,
+        metrics={"score": 1.0},
+        exit_code=0,
+        duration=2.0,
+    )
+    again = EvalResult(
+        node_id=0,
+        stage="full",
+        repeat=0,
+        ok=False,
+        score=None,
+        duration=3.0,
+        error="second",
+        error_kind="crash",
+    )
     assert store.record_evaluation(run, first, ("eval", "full 0", None)) is not None
     events_before = seqs(store, run)
     assert store.record_evaluation(run, again, ("eval", "full 0 again", None)) is None
@@ -265,8 +305,12 @@ def test_concurrent_process_writers_get_gap_free_seqs(store, url, tmp_path):
     run = new_run(store)
     before = len(seqs(store, run))
     procs = [
-        subprocess.Popen([sys.executable, "-c", WRITER, url, run, str(w), "60", str(tmp_path)],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [sys.executable, "-c", WRITER, url, run, str(w), "60", str(tmp_path)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for w in range(2)
     ]
     try:

@@ -36,13 +36,22 @@ print(json.dumps({"f": value, "leak": leak}))
 """
 
 
-def make_task(root: Path, *, budget: int = 8, parallel: int = 1, policy: str = "greedy",
-              sleep: float = 0.0, modes: tuple[str, ...] = (), timeout: float = 20,
-              extra: str = "") -> Path:
+def make_task(
+    root: Path,
+    *,
+    budget: int = 8,
+    parallel: int = 1,
+    policy: str = "greedy",
+    sleep: float = 0.0,
+    modes: tuple[str, ...] = (),
+    timeout: float = 20,
+    extra: str = "",
+) -> Path:
     """A tiny knob task: minimise (X - 1.2)^2 + (N - 7)^2, optionally with a MODE knob."""
     root.mkdir(parents=True, exist_ok=True)
-    (root / "sol.py").write_text(f"X = 3.0\nN = 2\nMODE = {modes[0]!r}\n" if modes
-                                 else "X = 3.0\nN = 2\n")
+    (root / "sol.py").write_text(
+        f"X = 3.0\nN = 2\nMODE = {modes[0]!r}\n" if modes else "X = 3.0\nN = 2\n"
+    )
     (root / "ev.py").write_text(EVALUATOR)
     mode_knob = ""
     if modes:
@@ -54,7 +63,8 @@ type = "categorical"
 choices = [{choices}]
 file = "sol.py"
 """
-    (root / "task.toml").write_text(textwrap.dedent(f"""\
+    (root / "task.toml").write_text(
+        textwrap.dedent(f"""\
         name = "quad"
         goal = "minimise f"
         editable = ["sol.py"]
@@ -90,7 +100,9 @@ file = "sol.py"
         low = 1
         high = 10
         file = "sol.py"
-        """) + mode_knob)
+        """)
+        + mode_knob
+    )
     return root
 
 
@@ -115,19 +127,31 @@ def cli_env(home: Path, **extra: str) -> dict[str, str]:
     return env
 
 
-def revtree(home: Path, *args: str, check: bool = True, timeout: float = 300,
-            **env: str) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run([sys.executable, "-m", "revtree", *args], capture_output=True,
-                          text=True, env=cli_env(home, **env), timeout=timeout)
+def revtree(
+    home: Path, *args: str, check: bool = True, timeout: float = 300, **env: str
+) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(
+        [sys.executable, "-m", "revtree", *args],
+        capture_output=True,
+        text=True,
+        env=cli_env(home, **env),
+        timeout=timeout,
+    )
     if check and proc.returncode != 0:
-        raise AssertionError(f"revtree {args} exited {proc.returncode}:\n{proc.stdout}\n"
-                             f"{proc.stderr}")
+        raise AssertionError(
+            f"revtree {args} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
+        )
     return proc
 
 
 def spawn(home: Path, *args: str, **env: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "revtree", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, env=cli_env(home, **env))
+    return subprocess.Popen(
+        [sys.executable, "-m", "revtree", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=cli_env(home, **env),
+    )
 
 
 def wait_for(cond: Callable[[], object], timeout: float = 60.0, what: str = "condition") -> object:

@@ -48,7 +48,8 @@ def test_run_show_export(tmp_path: Path, home: Path, store: Store) -> None:
     assert shown["status"] == "completed" and shown["n_nodes"] == 6
     assert shown["best_score"] < shown["baseline_score"]
     assert {"id", "parent", "status", "operator", "score", "commit", "n_evaluations"} <= set(
-        shown["nodes"][0])
+        shown["nodes"][0]
+    )
     patch = tmp_path / "best.patch"
     revtree(home, "export", shown["run_id"], "--patch", str(patch))
     work = tmp_path / "apply"
@@ -79,8 +80,10 @@ def test_interrupted_run_resumes_without_loss_or_duplicates(
     proc = spawn(home, "run", str(task))
     run_id = _only_run(store)
     wait_for(lambda: _finished(store, run_id) >= 4, what="4 finished nodes")
-    wait_for(lambda: any(n.status is NodeStatus.EVALUATING for n in store.nodes(run_id)),
-             what="an evaluation in flight")
+    wait_for(
+        lambda: any(n.status is NodeStatus.EVALUATING for n in store.nodes(run_id)),
+        what="an evaluation in flight",
+    )
     recorded = {(e.node_id, e.stage, e.repeat): e.score for e in store.evaluations(run_id)}
     proc.send_signal(signal.SIGINT if how == "sigint" else signal.SIGKILL)
     out, _ = proc.communicate(timeout=60)
@@ -119,15 +122,15 @@ def test_resume_refuses_a_run_driven_by_a_live_process(
             proc.wait()
 
 
-def test_watch_sees_events_while_they_are_written(
-    tmp_path: Path, home: Path, store: Store
-) -> None:
+def test_watch_sees_events_while_they_are_written(tmp_path: Path, home: Path, store: Store) -> None:
     task = make_task(tmp_path / "t", budget=60, sleep=0.3)
     runner = spawn(home, "run", str(task), "--quiet")
     run_id = _only_run(store)
     watcher = subprocess.Popen(
         [sys.executable, "-m", "revtree", "watch", run_id, "--timeout", "120"],
-        stdout=subprocess.PIPE, text=True, env={**os.environ, "REVTREE_HOME": str(home)},
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "REVTREE_HOME": str(home)},
     )
     assert watcher.stdout is not None
     first = watcher.stdout.readline()

@@ -26,8 +26,9 @@ def _run(store: Store, home: Path, task: Path, **kw: object) -> Orchestrator:
 
 
 def _git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True,
-                          check=True).stdout.strip()
+    return subprocess.run(
+        ["git", "-C", str(repo), *args], capture_output=True, text=True, check=True
+    ).stdout.strip()
 
 
 def test_run_completes_and_every_node_is_a_commit_on_its_parent(
@@ -74,8 +75,13 @@ def test_events_are_a_gapless_log_shown_only_after_commit(
 def test_failures_are_recorded_and_the_run_goes_on(
     tmp_path: Path, home: Path, store: Store
 ) -> None:
-    task = make_task(tmp_path / "t", budget=24, parallel=2, timeout=1.5,
-                     modes=("ok", "crash", "hang", "garbage", "nan", "children"))
+    task = make_task(
+        tmp_path / "t",
+        budget=24,
+        parallel=2,
+        timeout=1.5,
+        modes=("ok", "crash", "hang", "garbage", "nan", "children"),
+    )
     orch = _run(store, home, task)
     run = store.get_run(orch.run_id)
     assert run.status is RunStatus.COMPLETED
@@ -118,8 +124,7 @@ class TouchesEvaluator:
     """A hostile coder: besides the knob, it rewrites the protected evaluator."""
 
     def code(self, proposal: Proposal, files: Mapping[str, bytes]) -> dict[str, bytes | None]:
-        return {"sol.py": b"X = 1.2\nN = 7\n",
-                "ev.py": b"print('{\"f\": -1000}')\n"}
+        return {"sol.py": b"X = 1.2\nN = 7\n", "ev.py": b"print('{\"f\": -1000}')\n"}
 
 
 def test_a_diff_touching_the_evaluator_is_rejected_before_evaluation(
@@ -151,8 +156,10 @@ def test_secrets_in_the_parent_environment_do_not_reach_the_sandbox(
 def test_same_seed_same_tree(tmp_path: Path, home: Path, store: Store) -> None:
     def tree(task: Path) -> list[tuple]:
         orch = _run(store, home, task)
-        return [(n.id, n.parent_id, n.operator, (n.proposal or {}).get("knobs"), n.score)
-                for n in store.nodes(orch.run_id)]
+        return [
+            (n.id, n.parent_id, n.operator, (n.proposal or {}).get("knobs"), n.score)
+            for n in store.nodes(orch.run_id)
+        ]
 
     first = tree(make_task(tmp_path / "a", budget=8))
     assert first == tree(make_task(tmp_path / "b", budget=8))
@@ -162,8 +169,10 @@ def test_resume_after_a_stop_chooses_as_the_uninterrupted_run(
     tmp_path: Path, home: Path, store: Store
 ) -> None:
     straight = _run(store, home, make_task(tmp_path / "a", budget=9))
-    expected = [(n.id, n.parent_id, n.operator, (n.proposal or {}).get("knobs"))
-                for n in store.nodes(straight.run_id)]
+    expected = [
+        (n.id, n.parent_id, n.operator, (n.proposal or {}).get("knobs"))
+        for n in store.nodes(straight.run_id)
+    ]
 
     run = create_run(store, load_task(make_task(tmp_path / "b", budget=9)), home)
     orch = Orchestrator(store, run.id, home=home)
@@ -171,8 +180,10 @@ def test_resume_after_a_stop_chooses_as_the_uninterrupted_run(
     orch.drive()  # a first session that ends early, as a stop would
     store.update_run(run.id, status=RunStatus.STOPPED)
     Orchestrator(store, run.id, home=home).drive()
-    got = [(n.id, n.parent_id, n.operator, (n.proposal or {}).get("knobs"))
-           for n in store.nodes(run.id)]
+    got = [
+        (n.id, n.parent_id, n.operator, (n.proposal or {}).get("knobs"))
+        for n in store.nodes(run.id)
+    ]
     assert got == expected
 
 
@@ -186,8 +197,7 @@ def test_policies_optuna_and_random_run(tmp_path: Path, home: Path, store: Store
 
 
 def test_wall_and_sandbox_budgets_stop_the_run(tmp_path: Path, home: Path, store: Store) -> None:
-    task = make_task(tmp_path / "t", budget=1000, sleep=0.2,
-                     extra="")
+    task = make_task(tmp_path / "t", budget=1000, sleep=0.2, extra="")
     spec = load_task(task).with_overrides(budget={"max_sandbox_seconds": 1.0})
     run = create_run(store, spec, home)
     Orchestrator(store, run.id, home=home).drive()

@@ -35,13 +35,21 @@ def sandbox(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Sandbox]
 
 @pytest.fixture
 def workspace(tar_of: Callable[..., bytes]) -> bytes:
-    return tar_of({"hello.txt": "hello from the archive\n", "bin/run.sh": "#!/bin/sh\necho ran\n"},
-                  {"bin/run.sh": 0o755})
+    return tar_of(
+        {"hello.txt": "hello from the archive\n", "bin/run.sh": "#!/bin/sh\necho ran\n"},
+        {"bin/run.sh": 0o755},
+    )
 
 
-def execute(sandbox: Sandbox, archive: bytes, command: str, timeout: float = 10.0,
-            env: Mapping[str, str] | None = None, cancel: threading.Event | None = None,
-            **limits: object) -> ExecResult:
+def execute(
+    sandbox: Sandbox,
+    archive: bytes,
+    command: str,
+    timeout: float = 10.0,
+    env: Mapping[str, str] | None = None,
+    cancel: threading.Event | None = None,
+    **limits: object,
+) -> ExecResult:
     """Run one request, waiting at most BOUND seconds for it to come back."""
     request = ExecRequest(archive, command, Limits(timeout=timeout, **limits), dict(env or {}))
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
@@ -110,8 +118,8 @@ def test_background_child_dies_when_the_command_exits(sandbox, workspace):
 
 def test_child_ignoring_sigterm_is_killed_on_timeout(sandbox, workspace):
     stubborn = (
-        "python -c \"import os, signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
-        "print(os.getpid(), flush=True); time.sleep(60)\" & wait"
+        'python -c "import os, signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); '
+        'print(os.getpid(), flush=True); time.sleep(60)" & wait'
     )
     result = execute(sandbox, workspace, stubborn, timeout=1.0)
     assert result.timed_out
@@ -151,7 +159,8 @@ def test_secrets_never_enter_the_environment(sandbox, workspace, monkeypatch):
         monkeypatch.setenv(name, value)
     monkeypatch.setenv("HOST_ONLY_HARMLESS", "not-passed")
     requested_secrets = {
-        "OPENAI_API_KEY": "sk-requested-1", "GITHUB_TOKEN": "ghp-requested-2",
+        "OPENAI_API_KEY": "sk-requested-1",
+        "GITHUB_TOKEN": "ghp-requested-2",
         "DATABASE_URL": "sqlite:///requested.db",
     }
     result = execute(sandbox, workspace, "env", env={**requested_secrets, "HARMLESS_FLAG": "on"})
@@ -202,8 +211,14 @@ def test_cancel_raises_and_kills_the_process(sandbox, workspace, tmp_path):
     timer.start()
     try:
         with pytest.raises(Cancelled):
-            execute(sandbox, workspace, 'sleep 30 & echo $! > "$PID_FILE"; wait', timeout=30,
-                    env={"PID_FILE": str(pid_file)}, cancel=cancel)
+            execute(
+                sandbox,
+                workspace,
+                'sleep 30 & echo $! > "$PID_FILE"; wait',
+                timeout=30,
+                env={"PID_FILE": str(pid_file)},
+                cancel=cancel,
+            )
     finally:
         timer.cancel()
     pid = int(pid_file.read_text())

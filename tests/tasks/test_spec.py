@@ -49,8 +49,13 @@ def task_toml(
 
 
 def knob(**fields: object) -> str:
-    base: dict[str, object] = {"name": "X", "type": "float", "low": 0.1, "high": 10.0,
-                               "file": "solver.py"}
+    base: dict[str, object] = {
+        "name": "X",
+        "type": "float",
+        "low": 0.1,
+        "high": 10.0,
+        "file": "solver.py",
+    }
     base.update(fields)
     lines = [f"{k} = {_toml_value(v)}" for k, v in base.items() if v is not None]
     return "[[knobs]]\n" + "\n".join(lines) + "\n"
@@ -89,63 +94,149 @@ def test_missing_task_file_names_the_path(tmp_path):
 
 MALFORMED = [
     pytest.param(
-        'name = "demo"\neditable = solver.py\n', {}, ["not valid TOML", "line 2"],
+        'name = "demo"\neditable = solver.py\n',
+        {},
+        ["not valid TOML", "line 2"],
         id="invalid-toml",
     ),
-    pytest.param(task_toml(top='colour = "red"'), {}, ["key 'colour'", "unknown key"],
-                 id="unknown-top-level-key"),
-    pytest.param(task_toml(command='comand = "python evaluate.py"'), {},
-                 ["key 'evaluate.comand'", "unknown key", "key 'evaluate.command'", "missing"],
-                 id="typo-in-evaluate"),
-    pytest.param(task_toml(evaluate='direction = "maximize"'), {},
-                 ["key 'evaluate.metric'", "required key is missing"], id="missing-metric"),
-    pytest.param(task_toml(evaluate='metric = "score"\ndirection = "up"'), {},
-                 ["key 'evaluate.direction'", "'maximize'", "'minimize'", "'up'"],
-                 id="bad-direction"),
-    pytest.param(task_toml(evaluate='metric = "s"\ndirection = "minimize"\ntimeout = -5'), {},
-                 ["key 'evaluate.timeout'", "positive duration"], id="negative-timeout"),
-    pytest.param(task_toml(evaluate='metric = "s"\ndirection = "minimize"\ntimeout = 0'), {},
-                 ["key 'evaluate.timeout'", "positive duration"], id="zero-timeout"),
-    pytest.param(task_toml(evaluate='metric = "s"\ndirection = "minimize"\ntimeout = "5 min"'),
-                 {}, ["key 'evaluate.timeout'", "'90s'", "'5 min'"], id="bad-duration-string"),
-    pytest.param(task_toml(evaluate='metric = "s"\ndirection = "minimize"\nrepeats = 0'), {},
-                 ["key 'evaluate.repeats'", "greater than or equal to 1"], id="zero-repeats"),
-    pytest.param(task_toml(rest=knob(low=5, high=1)), {},
-                 ["key 'knobs[0]'", "'low' (5.0) must be below 'high' (1.0)"],
-                 id="knob-low-above-high"),
-    pytest.param(task_toml(rest=knob(low=2, high=2)), {},
-                 ["key 'knobs[0]'", "must be below 'high'"], id="knob-low-equals-high"),
-    pytest.param(task_toml(rest=knob(low=0, high=1, log=True)), {},
-                 ["key 'knobs[0]'", "log-scale", "'low' > 0"], id="log-knob-low-zero"),
-    pytest.param(task_toml(rest=knob(type="categorical", low=None, high=None, variable="MODE")),
-                 {}, ["key 'knobs[0]'", "categorical", "'choices'"],
-                 id="categorical-without-choices"),
-    pytest.param(task_toml(rest=knob(pattern=r"^X = .*$")), {},
-                 ["key 'knobs[0]'", "'pattern'", "exactly one group"], id="pattern-without-group"),
-    pytest.param(task_toml(rest=knob(name="Y")), {},
-                 ["key 'knobs[0]'", "'Y = ...'", "not found in solver.py"],
-                 id="knob-variable-not-in-file"),
-    pytest.param(task_toml(rest=knob(file="evaluate.py")), {},
-                 ["key 'knobs[0].file'", "'evaluate.py'", "not an editable file"],
-                 id="knob-file-not-editable"),
-    pytest.param(task_toml(editable='["*.rs"]'), {},
-                 ["key 'editable'", "'*.rs'", "matches no file"],
-                 id="editable-glob-matches-nothing"),
-    pytest.param(task_toml(protected='["evaluate.py", "solver.py"]'), {},
-                 ["key 'protected'", "'solver.py'", "editable"], id="editable-and-protected"),
-    pytest.param(task_toml(rest='[search]\npolicy = "annealing"\n'), {},
-                 ["key 'search'", "'annealing'", "'greedy'", "'random'", "'optuna'"],
-                 id="unknown-policy"),
-    pytest.param(task_toml(rest='[search]\npolicy = "greedy"\ntemperature = 0.7\n'), {},
-                 ["key 'search.temperature'", "unknown key"], id="unknown-greedy-key"),
-    pytest.param(task_toml(rest='[sandbox]\nenv = { OPENAI_API_KEY = "sk-x", OK = "1" }\n'), {},
-                 ["key 'sandbox.env'", "OPENAI_API_KEY", "secrets"], id="secret-in-env"),
-    pytest.param(task_toml(rest='[sandbox]\npass_env = ["GITHUB_TOKEN"]\n'), {},
-                 ["key 'sandbox.pass_env'", "GITHUB_TOKEN"], id="secret-in-pass-env"),
-    pytest.param(task_toml(rest=knob() + knob()), {},
-                 ["key 'knobs'", "unique", "'X'"], id="duplicate-knob-names"),
-    pytest.param(task_toml(top='source = "src"'), {},
-                 ["key 'source'", "does not exist"], id="source-folder-missing"),
+    pytest.param(
+        task_toml(top='colour = "red"'),
+        {},
+        ["key 'colour'", "unknown key"],
+        id="unknown-top-level-key",
+    ),
+    pytest.param(
+        task_toml(command='comand = "python evaluate.py"'),
+        {},
+        ["key 'evaluate.comand'", "unknown key", "key 'evaluate.command'", "missing"],
+        id="typo-in-evaluate",
+    ),
+    pytest.param(
+        task_toml(evaluate='direction = "maximize"'),
+        {},
+        ["key 'evaluate.metric'", "required key is missing"],
+        id="missing-metric",
+    ),
+    pytest.param(
+        task_toml(evaluate='metric = "score"\ndirection = "up"'),
+        {},
+        ["key 'evaluate.direction'", "'maximize'", "'minimize'", "'up'"],
+        id="bad-direction",
+    ),
+    pytest.param(
+        task_toml(evaluate='metric = "s"\ndirection = "minimize"\ntimeout = -5'),
+        {},
+        ["key 'evaluate.timeout'", "positive duration"],
+        id="negative-timeout",
+    ),
+    pytest.param(
+        task_toml(evaluate='metric = "s"\ndirection = "minimize"\ntimeout = 0'),
+        {},
+        ["key 'evaluate.timeout'", "positive duration"],
+        id="zero-timeout",
+    ),
+    pytest.param(
+        task_toml(evaluate='metric = "s"\ndirection = "minimize"\ntimeout = "5 min"'),
+        {},
+        ["key 'evaluate.timeout'", "'90s'", "'5 min'"],
+        id="bad-duration-string",
+    ),
+    pytest.param(
+        task_toml(evaluate='metric = "s"\ndirection = "minimize"\nrepeats = 0'),
+        {},
+        ["key 'evaluate.repeats'", "greater than or equal to 1"],
+        id="zero-repeats",
+    ),
+    pytest.param(
+        task_toml(rest=knob(low=5, high=1)),
+        {},
+        ["key 'knobs[0]'", "'low' (5.0) must be below 'high' (1.0)"],
+        id="knob-low-above-high",
+    ),
+    pytest.param(
+        task_toml(rest=knob(low=2, high=2)),
+        {},
+        ["key 'knobs[0]'", "must be below 'high'"],
+        id="knob-low-equals-high",
+    ),
+    pytest.param(
+        task_toml(rest=knob(low=0, high=1, log=True)),
+        {},
+        ["key 'knobs[0]'", "log-scale", "'low' > 0"],
+        id="log-knob-low-zero",
+    ),
+    pytest.param(
+        task_toml(rest=knob(type="categorical", low=None, high=None, variable="MODE")),
+        {},
+        ["key 'knobs[0]'", "categorical", "'choices'"],
+        id="categorical-without-choices",
+    ),
+    pytest.param(
+        task_toml(rest=knob(pattern=r"^X = .*$")),
+        {},
+        ["key 'knobs[0]'", "'pattern'", "exactly one group"],
+        id="pattern-without-group",
+    ),
+    pytest.param(
+        task_toml(rest=knob(name="Y")),
+        {},
+        ["key 'knobs[0]'", "'Y = ...'", "not found in solver.py"],
+        id="knob-variable-not-in-file",
+    ),
+    pytest.param(
+        task_toml(rest=knob(file="evaluate.py")),
+        {},
+        ["key 'knobs[0].file'", "'evaluate.py'", "not an editable file"],
+        id="knob-file-not-editable",
+    ),
+    pytest.param(
+        task_toml(editable='["*.rs"]'),
+        {},
+        ["key 'editable'", "'*.rs'", "matches no file"],
+        id="editable-glob-matches-nothing",
+    ),
+    pytest.param(
+        task_toml(protected='["evaluate.py", "solver.py"]'),
+        {},
+        ["key 'protected'", "'solver.py'", "editable"],
+        id="editable-and-protected",
+    ),
+    pytest.param(
+        task_toml(rest='[search]\npolicy = "annealing"\n'),
+        {},
+        ["key 'search'", "'annealing'", "'greedy'", "'random'", "'optuna'"],
+        id="unknown-policy",
+    ),
+    pytest.param(
+        task_toml(rest='[search]\npolicy = "greedy"\ntemperature = 0.7\n'),
+        {},
+        ["key 'search.temperature'", "unknown key"],
+        id="unknown-greedy-key",
+    ),
+    pytest.param(
+        task_toml(rest='[sandbox]\nenv = { OPENAI_API_KEY = "sk-x", OK = "1" }\n'),
+        {},
+        ["key 'sandbox.env'", "OPENAI_API_KEY", "secrets"],
+        id="secret-in-env",
+    ),
+    pytest.param(
+        task_toml(rest='[sandbox]\npass_env = ["GITHUB_TOKEN"]\n'),
+        {},
+        ["key 'sandbox.pass_env'", "GITHUB_TOKEN"],
+        id="secret-in-pass-env",
+    ),
+    pytest.param(
+        task_toml(rest=knob() + knob()),
+        {},
+        ["key 'knobs'", "unique", "'X'"],
+        id="duplicate-knob-names",
+    ),
+    pytest.param(
+        task_toml(top='source = "src"'),
+        {},
+        ["key 'source'", "does not exist"],
+        id="source-folder-missing",
+    ),
 ]
 
 
@@ -161,8 +252,8 @@ def test_malformed_spec_names_file_and_key(write_task, toml, files, expected):
 
 
 @pytest.mark.parametrize(
-    ("value", "seconds"), [("90s", 90.0), ("10m", 600.0), ("2h", 7200.0), (2, 2.0), (1.5, 1.5),
-                           ("45", 45.0)]
+    ("value", "seconds"),
+    [("90s", 90.0), ("10m", 600.0), ("2h", 7200.0), (2, 2.0), (1.5, 1.5), ("45", 45.0)],
 )
 def test_parse_duration(value, seconds):
     assert parse_duration(value) == seconds
@@ -175,8 +266,8 @@ def test_parse_duration_rejects(value):
 
 
 @pytest.mark.parametrize(
-    ("value", "size"), [("512m", 512 * 2**20), ("2g", 2 * 2**30), ("2G", 2 * 2**30),
-                        ("64k", 65536), (1024, 1024)]
+    ("value", "size"),
+    [("512m", 512 * 2**20), ("2g", 2 * 2**30), ("2G", 2 * 2**30), ("64k", 65536), (1024, 1024)],
 )
 def test_parse_size(value, size):
     assert parse_size(value) == size
@@ -190,7 +281,7 @@ def test_parse_size_rejects(value):
 
 def test_with_overrides_switches_policy_and_keeps_seed_and_parallel(write_task):
     search = '[search]\npolicy = "greedy"\nseed = 7\nparallel = 3\nnum_drafts = 5\n'
-    spec = load_task(write_task(task_toml(rest=search + '[budget]\nmax_nodes = 20\n')))
+    spec = load_task(write_task(task_toml(rest=search + "[budget]\nmax_nodes = 20\n")))
     assert isinstance(spec.search, GreedySearch) and spec.search.num_drafts == 5
 
     forked = spec.with_overrides(search={"policy": "random"}, budget={"max_wall": "1h"})
