@@ -250,6 +250,10 @@ def _split(changes: Mapping[str, Change]) -> dict:
         node = root
         for part in parts[:-1]:
             node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise StoreError(f"path {path!r} runs through a file changed in the same commit")
+        if isinstance(node.get(parts[-1]), dict):
+            raise StoreError(f"path {path!r} is also a folder in the same commit")
         node[parts[-1]] = data
     return root
 

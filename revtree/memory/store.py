@@ -46,7 +46,7 @@ class Store:
     def __init__(self, url: str | None = None, engine: Engine | None = None) -> None:
         self.url = url or default_url()
         self.engine = engine or make_engine(self.url)
-        self._write_lock = threading.Lock()
+        self._write_lock = threading.RLock()  # a listener may write again
         self.listeners: list[Callable[[Event], None]] = []
         self._pending: list[Event] = []
         migrate(self.engine)

@@ -8,21 +8,14 @@ URLs) is dropped even if a caller asks for it: secrets never enter a sandbox.
 from __future__ import annotations
 
 import os
-import re
 import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from revtree.tasks.spec import is_secret
+
 PASSED_FROM_HOST = ("LANG", "LC_ALL", "LC_CTYPE", "TZ", "TERM")
-SECRET_NAME = re.compile(
-    r"(API_?KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH|DATABASE_URL|_DSN$|REVTREE_DB|"
-    r"^AWS_|^GOOGLE_APPLICATION|^AZURE_|PRIVATE_KEY|SSH_AUTH_SOCK)",
-    re.I,
-)
-
-
-def is_secret(name: str) -> bool:
-    return SECRET_NAME.search(name) is not None
+__all__ = ["PASSED_FROM_HOST", "is_secret", "sandbox_env"]
 
 
 def sandbox_env(extra: Mapping[str, str], home: Path | str, tmp: Path | str) -> dict[str, str]:

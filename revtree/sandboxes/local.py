@@ -156,7 +156,7 @@ def _run(
             start_new_session=True,
             preexec_fn=lambda: _limit_child(limits),
         )
-    except OSError as e:
+    except (OSError, subprocess.SubprocessError) as e:
         raise SandboxError(f"cannot start {command!r}: {e}") from e
     assert proc.stdout is not None and proc.stderr is not None
     pgid_file.write_text(str(proc.pid))

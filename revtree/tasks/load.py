@@ -7,7 +7,7 @@ glob matches a file, and each knob's file and location exist.
 
 from __future__ import annotations
 
-import fnmatch
+import functools
 import re
 import tomllib
 from collections.abc import Iterable
@@ -88,11 +88,42 @@ def source_dir(spec: TaskSpec) -> Path:
 
 
 def matches(path: str, globs: Iterable[str]) -> bool:
-    """Whether a relative posix path matches any glob (``**`` spans folders)."""
-    return any(
-        fnmatch.fnmatchcase(path, g) or fnmatch.fnmatchcase(path, g.removeprefix("**/"))
-        for g in globs
-    )
+    """Whether a relative posix path matches any glob.
+
+    Globs follow git and pathlib: ``*`` and ``?`` stay within one folder, ``**`` spans
+    folders (``**/x`` also matches ``x`` at the top), ``[...]`` is a character class.
+    """
+    return any(_glob_regex(g).fullmatch(path) is not None for g in globs)
+
+
+@functools.lru_cache(maxsize=1024)
+def _glob_regex(glob: str) -> re.Pattern[str]:
+    out, i = [], 0
+    while i < len(glob):
+        c = glob[i]
+        if glob.startswith("**/", i):
+            out.append("(?:.*/)?")
+            i += 3
+            continue
+        if glob.startswith("**", i):
+            out.append(".*")
+            i += 2
+            continue
+        if c == "*":
+            out.append("[^/]*")
+        elif c == "?":
+            out.append("[^/]")
+        elif c == "[" and (end := glob.find("]", i + 2)) != -1:
+            body = glob[i + 1 : end]
+            out.append(
+                "[" + ("^" + body[1:] if body[0] in "!^" else body).replace("\\", "\\\\") + "]"
+            )
+            i = end + 1
+            continue
+        else:
+            out.append(re.escape(c))
+        i += 1
+    return re.compile("".join(out))
 
 
 def code_files(spec: TaskSpec) -> list[str]:

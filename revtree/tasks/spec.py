@@ -13,13 +13,30 @@ import math
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from revtree.errors import TaskSpecError
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _SIZES = {"k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
-_SECRET = re.compile(
-    r"(API_?KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|DATABASE_URL|REVTREE_DB)", re.I
+SECRET_NAME = re.compile(
+    r"(API_?KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH|DATABASE_URL|_DSN$|REVTREE_DB|"
+    r"^AWS_|^GOOGLE_APPLICATION|^AZURE_|PRIVATE_KEY|SSH_AUTH_SOCK)",
+    re.I,
 )
+
+
+def is_secret(name: str) -> bool:
+    """Whether an environment variable name looks like it holds a secret."""
+    return SECRET_NAME.search(name) is not None
 
 
 def parse_duration(value: Any) -> float:
@@ -118,7 +135,7 @@ class SandboxConfig(_Section):
     @classmethod
     def _no_secrets(cls, value: Any) -> Any:
         names = value.keys() if isinstance(value, dict) else value
-        bad = [n for n in names if _SECRET.search(n)]
+        bad = [n for n in names if is_secret(n)]
         if bad:
             raise ValueError(f"secrets never enter a sandbox; remove {bad}")
         return value
@@ -290,4 +307,11 @@ class TaskSpec(_Section):
         if "search" in sections and "policy" in (sections["search"] or {}):
             base = {k: data["search"][k] for k in ("seed", "parallel", "lookahead")}
             data["search"] = {**base, **sections["search"]}
-        return TaskSpec.model_validate(data)
+        try:
+            return TaskSpec.model_validate(data)
+        except ValidationError as e:
+            from revtree.tasks.load import format_validation_error
+
+            raise TaskSpecError(
+                format_validation_error(e, f"{self.root}/task.toml (overridden)")
+            ) from e
