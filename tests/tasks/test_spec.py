@@ -295,7 +295,7 @@ def test_with_overrides_switches_policy_and_keeps_seed_and_parallel(write_task):
     assert isinstance(same_policy.search, GreedySearch)
     assert (same_policy.search.seed, same_policy.search.num_drafts) == (11, 5)
 
-    with pytest.raises(TaskSpecError, match="search.num_drafts"):
+    with pytest.raises(TaskSpecError, match=r"search\.num_drafts"):
         spec.with_overrides(search={"policy": "random", "num_drafts": 2})
 
 
