@@ -33,7 +33,7 @@ from rich.console import Console
 from rich.table import Table
 
 from revtree.agents.base import Proposal
-from revtree.agents.knobs import KnobCoder, distribution
+from revtree.agents.knobs import KnobCoder, derive_seed, distribution, read_knobs
 from revtree.memory import Store
 from revtree.orchestrator import Orchestrator, create_run
 from revtree.sandboxes.base import ExecRequest, ExecResult
@@ -127,18 +127,34 @@ def revtree_tsp(tmp: Path, seed: int, budget: int) -> tuple[float, float]:
     return best, wall
 
 
-def optuna_tsp(tmp: Path, seed: int, budget: int) -> tuple[float, float]:
-    """A plain ask/tell loop: write the knobs, run the evaluator in a fresh folder."""
+def optuna_tsp(tmp: Path, seed: int, budget: int, mirror: bool) -> tuple[float, float]:
+    """A plain ask/tell loop: write the knobs, run the evaluator in a fresh folder.
+
+    ``mirror`` samples exactly as revtree's knob proposer does (the baseline told first,
+    then one seeded TPE sampler per trial), so both evaluate the same configurations
+    and the wall-time ratio measures orchestration alone. Otherwise it is the textbook
+    loop with one seeded TPE sampler, for comparing the quality of the best score.
+    """
     spec = load_task(ROOT / "examples" / "tsp-anneal")
     src = ROOT / "examples" / "tsp-anneal"
     coder = KnobCoder(spec.knobs)
     dists = {k.name: distribution(k) for k in spec.knobs}
-    sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=8, multivariate=True)
-    study = optuna.create_study(direction="minimize", sampler=sampler)
+    study = optuna.create_study(direction="minimize")
+    study.sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=8, multivariate=True)
     files = {p: (src / p).read_bytes() for p in ("solver.py", "evaluate.py")}
     t0 = time.monotonic()
     baseline = _evaluate(tmp, files)
-    for _ in range(budget - 1):  # revtree's budget counts the baseline too
+    if mirror:
+        base = read_knobs(spec.knobs, files)
+        study.add_trial(optuna.trial.create_trial(params=base, distributions=dists, value=baseline))
+    for node_id in range(1, budget):  # revtree's budget counts the baseline too
+        if mirror:
+            study.sampler = optuna.samplers.TPESampler(
+                seed=derive_seed(seed, "knobs", node_id),
+                n_startup_trials=8,
+                multivariate=True,
+                constant_liar=True,
+            )
         trial = study.ask(dists)
         changed = coder.code(Proposal("", dict(trial.params)), files)
         value = _evaluate(tmp, {**files, **{p: d for p, d in changed.items() if d is not None}})
@@ -201,34 +217,31 @@ def main() -> None:
         cmp = Table(
             "seed",
             "revtree best",
-            "optuna best",
+            "same-sampling loop best",
+            "plain TPE loop best",
             "revtree wall (s)",
-            "optuna wall (s)",
+            "same-sampling loop wall (s)",
             "wall ratio",
-            title=f"tsp-anneal, {budget} evaluations, parallel 1",
+            title=f"tsp-anneal, {budget} evaluations, parallel 1, policy optuna",
         )
-        ratios, rb, ob = [], [], []
+        rows = []
         for seed in seeds:
             r_best, r_wall = revtree_tsp(tmp, seed, budget)
-            o_best, o_wall = optuna_tsp(tmp, seed, budget)
-            ratios.append(r_wall / o_wall)
-            rb.append(r_best)
-            ob.append(o_best)
+            m_best, m_wall = optuna_tsp(tmp, seed, budget, mirror=True)
+            p_best, _ = optuna_tsp(tmp, seed, budget, mirror=False)
+            rows.append((r_best, m_best, p_best, r_wall, m_wall, r_wall / m_wall))
             cmp.add_row(
                 str(seed),
-                f"{r_best:.4f}",
-                f"{o_best:.4f}",
-                f"{r_wall:.2f}",
-                f"{o_wall:.2f}",
-                f"{r_wall / o_wall:.3f}",
+                *(f"{v:.4f}" for v in rows[-1][:3]),
+                *(f"{v:.2f}" for v in rows[-1][3:5]),
+                f"{rows[-1][5]:.3f}",
             )
+        means = [statistics.fmean(col) for col in zip(*rows, strict=True)]
         cmp.add_row(
             "mean",
-            f"{statistics.fmean(rb):.4f}",
-            f"{statistics.fmean(ob):.4f}",
-            "",
-            "",
-            f"{statistics.fmean(ratios):.3f}",
+            *(f"{v:.4f}" for v in means[:3]),
+            *(f"{v:.2f}" for v in means[3:5]),
+            f"{means[5]:.3f}",
         )
         console.print(cmp)
 

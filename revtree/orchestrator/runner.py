@@ -232,10 +232,14 @@ class Orchestrator:
         self.proposer.observe(node)
         with self.lock:
             self.policy.update(node)
-            best = self._best_id()
-            new_best = best is not None and best != self.best_id
-            self.best_id = best
-        if new_best and best == node_id:
+            current = self.nodes.get(self.best_id) if self.best_id is not None else None
+            new_best = node.status is NodeStatus.SUCCEEDED and (
+                current is None
+                or node.score_of(self.spec.maximize) > current.score_of(self.spec.maximize)
+            )
+            if new_best:
+                self.best_id = node_id
+        if new_best:
             self.store.add_event(
                 self.run_id,
                 "best",
@@ -385,9 +389,8 @@ class Orchestrator:
                 error_kind="rejected",
             )
             return
-        self._set(
-            node.id, ("review", f"node {node.id}: review passed", None), status=NodeStatus.REVIEWED
-        )
+        # Accepted: nothing to store. The evaluate step records it with its own status
+        # change, and a replay after a crash reviews again (the check is pure).
 
     def _step_evaluate(self, state: CandidateState) -> dict[str, Any]:
         node = self.nodes[state["node_id"] or 0]
@@ -403,7 +406,9 @@ class Orchestrator:
         self._acquire_slot()
         try:
             if node.status is not NodeStatus.EVALUATING:
-                node = self._set(node.id, None, status=NodeStatus.EVALUATING)
+                what = "baseline" if node.id == 0 else "review passed"
+                msg = f"node {node.id}: {what}, evaluating"
+                node = self._set(node.id, ("evaluate", msg, None), status=NodeStatus.EVALUATING)
             outcome = self.evaluator.evaluate(
                 node.id,
                 archive,

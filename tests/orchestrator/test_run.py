@@ -69,7 +69,7 @@ def test_events_are_a_gapless_log_shown_only_after_commit(
     assert [e.seq for e in events] == list(range(1, len(events) + 1))
     assert seen == [e.seq for e in events if e.seq >= seen[0]]
     kinds = {e.kind for e in events}
-    assert {"run", "select", "propose", "commit", "review", "eval", "node", "best"} <= kinds
+    assert {"run", "select", "propose", "commit", "evaluate", "eval", "node", "best"} <= kinds
 
 
 def test_failures_are_recorded_and_the_run_goes_on(
