@@ -20,7 +20,7 @@ from sqlalchemy.exc import OperationalError, SQLAlchemyError
 from revtree.errors import StoreError
 
 MIGRATIONS = Path(__file__).parent / "migrations"
-HEAD = "0001"
+HEAD = "0002"
 
 
 def revtree_home() -> Path:

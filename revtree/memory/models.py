@@ -64,6 +64,8 @@ class NodeRow(Base):
     timings: Mapped[dict[str, float] | None] = mapped_column(JSON)
     created_at: Mapped[float] = mapped_column(Float)
     finished_at: Mapped[float | None] = mapped_column(Float)
+    review: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    lesson: Mapped[str | None] = mapped_column(Text)
 
 
 class EvaluationRow(Base):
@@ -104,3 +106,26 @@ class EventRow(Base):
     node_id: Mapped[int | None] = mapped_column(Integer)
     message: Mapped[str] = mapped_column(Text)
     data: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+
+
+class LLMCallRow(Base):
+    __tablename__ = "llm_calls"
+    __table_args__ = (
+        ForeignKeyConstraint(["run_id"], ["runs.id"], ondelete="CASCADE"),
+        Index("ix_llm_calls_run_node", "run_id", "node_id"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    run_id: Mapped[str] = mapped_column(String(64))
+    node_id: Mapped[int | None] = mapped_column(Integer)
+    role: Mapped[str] = mapped_column(String(32))
+    model: Mapped[str] = mapped_column(String(200))
+    input_tokens: Mapped[int] = mapped_column(Integer)
+    output_tokens: Mapped[int] = mapped_column(Integer)
+    cached_tokens: Mapped[int] = mapped_column(Integer)
+    cache_write_tokens: Mapped[int] = mapped_column(Integer)
+    cost_usd: Mapped[float] = mapped_column(Float)
+    latency: Mapped[float] = mapped_column(Float)
+    ok: Mapped[bool] = mapped_column(Boolean)
+    error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[float] = mapped_column(Float)

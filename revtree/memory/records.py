@@ -105,6 +105,8 @@ class Node:
     created_at: float = 0.0
     finished_at: float | None = None
     extra_parents: tuple[int, ...] = ()
+    review: dict[str, Any] | None = None
+    lesson: str | None = None
 
     @property
     def is_root(self) -> bool:
@@ -172,3 +174,20 @@ class RunInfo:
     @property
     def maximize(self) -> bool:
         return self.direction == "maximize"
+
+
+@dataclass(frozen=True)
+class LLMCall:
+    """One model call, with what it cost."""
+
+    role: str
+    model: str
+    input_tokens: int
+    output_tokens: int
+    cached_tokens: int
+    cache_write_tokens: int
+    cost_usd: float
+    latency: float
+    ok: bool
+    node_id: int | None = None
+    error: str | None = None

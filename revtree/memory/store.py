@@ -23,10 +23,11 @@ from sqlalchemy.exc import IntegrityError
 
 from revtree.errors import RunNotFound, StoreError
 from revtree.memory.db import default_url, make_engine, migrate, transaction
-from revtree.memory.models import EvaluationRow, EventRow, NodeRow, RunRow
+from revtree.memory.models import EvaluationRow, EventRow, LLMCallRow, NodeRow, RunRow
 from revtree.memory.records import (
     EvalResult,
     Event,
+    LLMCall,
     Node,
     NodeStatus,
     RunInfo,
@@ -37,6 +38,7 @@ RUNS = cast(Table, RunRow.__table__)
 NODES = cast(Table, NodeRow.__table__)
 EVALS = cast(Table, EvaluationRow.__table__)
 EVENTS = cast(Table, EventRow.__table__)
+CALLS = cast(Table, LLMCallRow.__table__)
 EventSpec = tuple[str, str, dict[str, Any] | None]  # (kind, message, data)
 
 
@@ -238,7 +240,7 @@ class Store:
 
     def delete_run(self, run_id: str) -> None:
         with self._write() as conn:
-            for table in (EVENTS, EVALS, NODES):
+            for table in (EVENTS, EVALS, CALLS, NODES):
                 conn.execute(delete(table).where(table.c.run_id == run_id))
             conn.execute(delete(RUNS).where(RUNS.c.id == run_id))
 
@@ -333,6 +335,46 @@ class Store:
             ).scalar()
         return float(total or 0.0)
 
+    # -- LLM calls ----------------------------------------------------------------
+    def record_llm_call(self, run_id: str, call: LLMCall) -> None:
+        with self._write() as conn:
+            conn.execute(
+                insert(CALLS).values(run_id=run_id, created_at=time.time(), **call.__dict__)
+            )
+
+    def llm_calls(self, run_id: str) -> list[LLMCall]:
+        with transaction(self.engine) as conn:
+            rows = conn.execute(
+                select(CALLS).where(CALLS.c.run_id == run_id).order_by(CALLS.c.id)
+            ).all()
+        return [
+            LLMCall(
+                r.role,
+                r.model,
+                r.input_tokens,
+                r.output_tokens,
+                r.cached_tokens,
+                r.cache_write_tokens,
+                r.cost_usd,
+                r.latency,
+                r.ok,
+                r.node_id,
+                r.error,
+            )
+            for r in rows
+        ]
+
+    def llm_totals(self, run_id: str) -> tuple[float, int]:
+        """(dollars, tokens) spent by a run's model calls."""
+        with transaction(self.engine) as conn:
+            row = conn.execute(
+                select(
+                    func.sum(CALLS.c.cost_usd),
+                    func.sum(CALLS.c.input_tokens + CALLS.c.output_tokens),
+                ).where(CALLS.c.run_id == run_id)
+            ).one()
+        return float(row[0] or 0.0), int(row[1] or 0)
+
 
 def _node_values(node: Node) -> dict[str, Any]:
     return {
@@ -353,6 +395,8 @@ def _node_values(node: Node) -> dict[str, Any]:
         "thread_id": node.thread_id,
         "created_at": node.created_at or time.time(),
         "finished_at": node.finished_at,
+        "review": node.review,
+        "lesson": node.lesson,
     }
 
 
@@ -375,6 +419,8 @@ def _node(r: Any) -> Node:
         created_at=r.created_at,
         finished_at=r.finished_at,
         extra_parents=tuple(r.extra_parents or ()),
+        review=r.review,
+        lesson=r.lesson,
     )
 
 

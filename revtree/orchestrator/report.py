@@ -6,6 +6,7 @@ from typing import Any
 
 from revtree.agents.evaluator import HOLDOUT
 from revtree.memory import Node, NodeStatus, RunInfo, Store
+from revtree.memory.records import LLMCall
 from revtree.orchestrator.tree import Tree
 
 
@@ -44,9 +45,36 @@ def summarize(store: Store, run: RunInfo, with_nodes: bool = False) -> dict[str,
         "parent_run": run.parent_run,
         "parent_node": run.parent_node,
     }
+    calls = store.llm_calls(run.id)
+    out["llm"] = llm_spend(calls)
     if with_nodes:
-        out["nodes"] = [node_json(n) for n in nodes]
+        per_node: dict[int | None, dict[str, Any]] = {}
+        for c in calls:
+            spent = per_node.setdefault(c.node_id, {"usd": 0.0, "tokens": 0})
+            spent["usd"] += c.cost_usd
+            spent["tokens"] += c.input_tokens + c.output_tokens
+        out["nodes"] = [
+            {**node_json(n), **per_node.get(n.id, {"usd": 0.0, "tokens": 0})} for n in nodes
+        ]
     return out
+
+
+def llm_spend(calls: list[LLMCall]) -> dict[str, Any]:
+    """Dollars and tokens, in total and per role, and the share of cached prompt tokens."""
+
+    def total(cs: list[LLMCall]) -> dict[str, Any]:
+        prompt = sum(c.input_tokens for c in cs)
+        return {
+            "calls": len(cs),
+            "failed_calls": sum(not c.ok for c in cs),
+            "usd": round(sum(c.cost_usd for c in cs), 6),
+            "input_tokens": prompt,
+            "output_tokens": sum(c.output_tokens for c in cs),
+            "cached_share": round(sum(c.cached_tokens for c in cs) / prompt, 4) if prompt else None,
+        }
+
+    roles = sorted({c.role for c in calls})
+    return {**total(calls), "by_role": {r: total([c for c in calls if c.role == r]) for r in roles}}
 
 
 def node_json(n: Node) -> dict[str, Any]:

@@ -27,12 +27,15 @@ from sqlalchemy.engine import make_url
 
 from revtree.agents import Evaluator, KnobCoder, KnobProposer, Proposal, StaticReviewer, read_knobs
 from revtree.agents.evaluator import HOLDOUT, Outcome
+from revtree.agents.lessons import lesson_for
+from revtree.agents.llm import BudgetExhausted
 from revtree.errors import Cancelled, EditError, RevtreeError
 from revtree.memory import EvalResult, Event, GitStore, Node, NodeStatus, RunInfo, RunStatus, Store
 from revtree.memory.db import revtree_home
 from revtree.memory.gitstore import HOLDOUT_REF, file_mode
 from revtree.orchestrator.pipeline import CandidateState, build_pipeline
 from revtree.orchestrator.policies import make_policy
+from revtree.orchestrator.team import Team, uses_llm
 from revtree.orchestrator.tree import Tree
 from revtree.sandboxes import Sandbox, make_sandbox
 from revtree.tasks import TaskSpec, code_files, holdout_files, matches
@@ -202,6 +205,7 @@ class Orchestrator:
             for p, d in self.git.read_files(root.commit).items()
             if matches(p, self.spec.protected)
         }
+        self.team = Team(self) if uses_llm(self.spec) else None
         self.checkpointer = make_checkpointer(store.url)
         self.durability = os.environ.get("REVTREE_DURABILITY", "async")
         self.graph = build_pipeline(self, self.checkpointer)
@@ -221,9 +225,20 @@ class Orchestrator:
 
     def _finish(self, node_id: int, status: NodeStatus, message: str, **values: Any) -> Node:
         timings = {k: round(v, 4) for k, v in self.timings.pop(node_id, {}).items()}
+        done = dataclasses.replace(self.nodes[node_id], status=status, **values)
+        parent = self.nodes.get(done.parent_id) if done.parent_id is not None else None
+        values["lesson"] = lesson_for(done, parent, self.spec.maximize)
         node = self._set(
             node_id,
-            ("node", message, {"status": status.value, **values}),
+            (
+                "node",
+                message,
+                {
+                    "status": status.value,
+                    "score": values.get("score"),
+                    "error_kind": values.get("error_kind"),
+                },
+            ),
             status=status,
             finished_at=time.time(),
             timings=timings,
@@ -267,7 +282,7 @@ class Orchestrator:
         node_id = state.get("node_id")
         try:
             return dict(getattr(self, f"_step_{step}")(state) or {})
-        except Cancelled:
+        except (Cancelled, BudgetExhausted):
             raise
         except Exception as e:  # the candidate boundary: record, and the run goes on
             node_id = state.get("node_id", node_id)
@@ -338,10 +353,13 @@ class Orchestrator:
         if node.proposal is not None:
             return
         assert node.parent_id is not None
-        proposal = self.proposer.propose(node.id, self.nodes[node.parent_id], node.operator)
+        if self.team is not None:
+            proposal = self.team.propose(node)
+        else:
+            proposal = self.proposer.propose(node.id, self.nodes[node.parent_id], node.operator)
         self._set(
             node.id,
-            ("propose", f"node {node.id}: {proposal.hypothesis}", {"knobs": proposal.knobs}),
+            ("propose", f"node {node.id}: {proposal.hypothesis}", proposal.to_json()),
             proposal=proposal.to_json(),
             status=NodeStatus.PROPOSED,
         )
@@ -354,7 +372,10 @@ class Orchestrator:
         parent = self.nodes[node.parent_id]
         assert parent.commit is not None
         proposal = Proposal(**node.proposal)
-        changes = self.coder.code(proposal, self.git.read_files(parent.commit))
+        if self.team is not None:
+            changes = self.team.code(node, proposal)
+        else:
+            changes = self.coder.code(proposal, self.git.read_files(parent.commit))
         message = (
             f"node {node.id}: {node.operator} from node {parent.id}\n\n{proposal.hypothesis}\n"
         )
@@ -379,6 +400,15 @@ class Orchestrator:
         parent_commit = self.nodes[node.parent_id].commit
         assert parent_commit is not None
         verdict = self.reviewer.review(self.git.changed_paths(parent_commit, node.commit))
+        if verdict.accepted and self.team is not None and node.proposal is not None:
+            diff = self.git.diff(parent_commit, node.commit)
+            llm_verdict = self.team.review(node, Proposal(**node.proposal), diff)
+            if llm_verdict is not None:
+                verdict = llm_verdict
+                if verdict.accepted:
+                    self._set(
+                        node.id, None, review={"accepted": True, "reasons": list(verdict.reasons)}
+                    )
         if not verdict.accepted:
             reason = "; ".join(verdict.reasons)
             self._finish(
@@ -387,6 +417,7 @@ class Orchestrator:
                 f"node {node.id} rejected: {reason}",
                 error=f"review: {reason}",
                 error_kind="rejected",
+                review={"accepted": False, "reasons": list(verdict.reasons)},
             )
             return
         # Accepted: nothing to store. The evaluate step records it with its own status
@@ -493,6 +524,8 @@ class Orchestrator:
         return self.run.wall_used + time.monotonic() - self.started
 
     def budget_reason(self) -> str | None:
+        if self.team is not None and (spent := self.team.meter.exhausted()) is not None:
+            return spent
         b = self.spec.budget
         if b.max_nodes is not None and len(self.nodes) + len(self.unselected) >= b.max_nodes:
             return f"budget: max_nodes={b.max_nodes} reached"
@@ -523,6 +556,8 @@ class Orchestrator:
             return "done"
         except Cancelled:
             return "cancelled"
+        except BudgetExhausted:
+            return "budget"  # the node stays unfinished: a resume with more budget goes on
         except Exception as e:
             node_id = self.by_ticket.get(ticket)
             detail = "".join(traceback.format_exception_only(e)).strip()

@@ -130,6 +130,48 @@ class SandboxConfig(_Section):
     output_cap: Size = Field(2**20, description="Bytes of stdout and of stderr kept per run.")
     env: dict[str, str] = Field(default_factory=dict, description="Extra environment variables.")
     pass_env: tuple[str, ...] = Field((), description="Host variables passed through by name.")
+    image: str | None = Field(
+        None,
+        description="Docker image of the evaluations. Default: the locally bootstrapped "
+        "revtree-base image if the engine has it, else python:3.11-slim.",
+    )
+    cpus: float | None = Field(None, gt=0, description="Docker: CPUs per evaluation (nano_cpus).")
+    gpus: int = Field(
+        0, ge=0, description="Docker: GPUs per evaluation, distinct among concurrent ones."
+    )
+    network: Literal["none", "bridge", "host"] = Field(
+        "none", description="Docker: network of the container; 'none' unless you opt in."
+    )
+    mounts: dict[str, str] = Field(
+        default_factory=dict,
+        description="Docker: read-only bind mounts, container path -> host path (relative "
+        "host paths are relative to task.toml), e.g. datasets.",
+    )
+    warm_pool: int = Field(
+        0, ge=0, le=64, description="Docker: containers created ahead, ready to start."
+    )
+    outputs: tuple[str, ...] = Field(
+        (), description="Docker: workspace files copied out after each evaluation (size-capped)."
+    )
+    disk: Size = Field(
+        512 * 2**20, description="Docker: size cap of the writable workspace (and of /tmp)."
+    )
+
+    @field_validator("mounts")
+    @classmethod
+    def _absolute_targets(cls, value: dict[str, str]) -> dict[str, str]:
+        bad = [t for t in value if not t.startswith("/") or t.rstrip("/") in ("", "/sandbox")]
+        if bad:
+            raise ValueError(f"mount targets must be absolute container paths: {bad}")
+        return value
+
+    @field_validator("outputs")
+    @classmethod
+    def _relative_outputs(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        bad = [o for o in value if o.startswith("/") or ".." in o.split("/") or not o.strip()]
+        if bad:
+            raise ValueError(f"outputs must be paths inside the workspace: {bad}")
+        return value
 
     @field_validator("env", "pass_env")
     @classmethod
@@ -175,6 +217,108 @@ class OptunaSearch(_Search):
     policy: Literal["optuna"] = "optuna"
 
 
+class _Verified(_Search):
+    """Noise handling shared by the tree policies (needs the orchestrator's "verify")."""
+
+    verify_top_k: int = Field(
+        0,
+        ge=0,
+        description="Re-evaluate the k best nodes before exploiting them (0: off; needs the "
+        "orchestrator's 'verify' operator).",
+    )
+    verify_repeats: int = Field(
+        3, ge=1, description="Evaluations a top-k node must have before it is exploited."
+    )
+    noise_z: float = Field(
+        1.0,
+        ge=0,
+        description="Rank nodes by mean - noise_z * standard error (0: by the mean).",
+    )
+
+
+class MctsSearch(_Verified):
+    """UCT over the candidate tree (AIRA-dojo), Q min-max normalised in the better direction."""
+
+    policy: Literal["mcts"] = "mcts"
+    uct_c: float = Field(1.0, ge=0, description="Exploration constant of UCT.")
+    num_children: int = Field(5, ge=1, description="Children a node holds before UCT descends.")
+    progressive_widening: bool = Field(
+        False, description="Allow ceil(pw_k * visits^pw_alpha) children instead."
+    )
+    pw_k: float = Field(1.0, gt=0, description="Progressive widening: scale.")
+    pw_alpha: float = Field(0.5, gt=0, le=1, description="Progressive widening: exponent.")
+    max_debug_depth: int = Field(3, ge=0, description="Longest chain of debug fixes.")
+
+
+class EvolutionSearch(_Verified):
+    """MAP-Elites with islands (OpenEvolve, FunSearch)."""
+
+    policy: Literal["evolution"] = "evolution"
+    num_islands: int = Field(4, ge=1, description="Islands; the ring migrates elites.")
+    migration_interval: int = Field(
+        5, ge=1, description="Generations (programs per island) between migrations."
+    )
+    migration_rate: float = Field(
+        0.1, ge=0, le=1, description="Fraction of an island's programs sent to the next."
+    )
+    archive_size: int = Field(20, ge=1, description="Elites kept in the global archive.")
+    exploration_ratio: float = Field(
+        0.2, ge=0, le=1, description="Chance the parent is a random cell elite of the island."
+    )
+    exploitation_ratio: float = Field(
+        0.7, ge=0, le=1, description="Chance the parent comes from the elite archive."
+    )
+    crossover_rate: float = Field(
+        0.1, ge=0, le=1, description="Chance of a 'crossover' with a second elite parent."
+    )
+    num_inspirations: int = Field(2, ge=0, description="Other elites shown to the proposer.")
+    features: tuple[str, ...] = Field(
+        ("depth", "operator"),
+        description="MAP-Elites dimensions: 'depth', 'operator', 'lineage', "
+        "'knob:NAME:LOW:HIGH', or a dotted path to a function node -> tuple of floats in [0, 1].",
+    )
+    feature_bins: int = Field(6, ge=1, description="Bins per feature dimension.")
+
+    @model_validator(mode="after")
+    def _ratios(self) -> EvolutionSearch:
+        if self.exploration_ratio + self.exploitation_ratio > 1:
+            raise ValueError("exploration_ratio + exploitation_ratio must be at most 1")
+        return self
+
+
+class BgmctsSearch(_Verified):
+    """Budget-guided MCTS (Miyamoto et al., 2026): explore early, go deep late."""
+
+    policy: Literal["bgmcts"] = "bgmcts"
+    uct_c: float = Field(1.0, ge=0, description="Exploration constant, scaled by 1 - rho.")
+    kappa: float = Field(0.5, ge=0, description="Depth bonus kappa * rho * depth / d_ans.")
+    lam: float = Field(
+        2.0, ge=0, description="Virtual child: mean + lam * (1 - rho) * var of the children."
+    )
+    d_ans: float | None = Field(
+        None, gt=0, description="Depth scale of an answer; default: the deepest node so far."
+    )
+    max_debug_depth: int = Field(3, ge=0, description="Longest chain of debug fixes.")
+
+
+class ExtsSearch(_Verified):
+    """Tree search that expands a node when its value of information pays for the cost."""
+
+    policy: Literal["exts"] = "exts"
+    prior_strength: float = Field(
+        1.0, gt=0, description="Pseudo-children behind the prior mean of a node's children."
+    )
+    prior_alpha: float = Field(2.0, gt=1, description="Normal-Inverse-Gamma shape prior.")
+    prior_var: float = Field(0.05, gt=0, description="Prior variance of a child's reward.")
+    threshold: float = Field(
+        0.2, ge=0, description="Expected improvement per cost needed to expand, at rho = 1."
+    )
+    base_children: int = Field(2, ge=1, description="Children any node may hold.")
+    widen: float = Field(2.0, ge=0, description="Extra children for a node at percentile 1.")
+    debug_prob: float = Field(0.5, ge=0, le=1, description="Chance to debug a failed leaf.")
+    max_debug_depth: int = Field(3, ge=0, description="Longest chain of debug fixes.")
+
+
 def _default_policy(value: Any) -> Any:
     """A ``[search]`` table without ``policy`` means the default policy, greedy."""
     if isinstance(value, dict) and "policy" not in value:
@@ -183,11 +327,17 @@ def _default_policy(value: Any) -> Any:
 
 
 SearchConfig = Annotated[
-    GreedySearch | RandomSearch | OptunaSearch,
+    GreedySearch
+    | RandomSearch
+    | OptunaSearch
+    | MctsSearch
+    | EvolutionSearch
+    | BgmctsSearch
+    | ExtsSearch,
     Field(discriminator="policy"),
     BeforeValidator(_default_policy),
 ]
-POLICIES = ("greedy", "random", "optuna")
+POLICIES = ("greedy", "random", "optuna", "mcts", "evolution", "bgmcts", "exts")
 
 
 class Budget(_Section):
@@ -196,6 +346,8 @@ class Budget(_Section):
     max_nodes: int | None = Field(50, ge=1, description="Nodes in the tree, root included.")
     max_wall: Duration | None = Field(None, description="Wall time the run may be active.")
     max_sandbox_seconds: Duration | None = Field(None, description="Summed evaluation time.")
+    max_usd: float | None = Field(None, gt=0, description="LLM spend in dollars (never exceeded).")
+    max_tokens: int | None = Field(None, gt=0, description="LLM tokens, input plus output.")
 
 
 class Knob(_Section):
@@ -261,10 +413,67 @@ class KnobAgent(_Section):
     n_startup_trials: int = Field(8, ge=0, description="Random trials before TPE models.")
 
 
-class Agents(_Section):
-    """Agent settings. Offline, only the knob proposer exists."""
+class EnsembleMember(_Section):
+    """One model of a role's weighted ensemble."""
 
+    model: str = Field(min_length=1, description="Model, e.g. 'openai:gpt-4o-mini'.")
+    weight: float = Field(1.0, gt=0, description="Relative chance of being picked for a call.")
+
+
+class Role(_Section):
+    """Settings of one LLM role. Unset values fall back to the [agents] defaults."""
+
+    model: str | None = Field(None, description="Model for this role, e.g. 'anthropic:NAME'.")
+    temperature: float | None = Field(None, ge=0, le=2, description="Sampling temperature.")
+    max_tokens: int | None = Field(None, ge=16, description="Longest answer, in tokens.")
+    ensemble: tuple[EnsembleMember, ...] = Field(
+        (), description="Weighted models (instead of model)."
+    )
+    prompt: str | None = Field(None, description="Template file overriding the built-in prompt.")
+    enabled: bool = Field(True, description="Off: the role is skipped (reviewer, analyst).")
+
+
+class Price(_Section):
+    """Dollars per million tokens."""
+
+    input: float = Field(ge=0)
+    output: float = Field(ge=0)
+    cached_input: float | None = Field(None, ge=0, description="Defaults to input.")
+
+
+class Agents(_Section):
+    """Who proposes and codes. ``mode = "auto"`` uses LLM agents when a model is set or an
+    OPENAI_API_KEY / ANTHROPIC_API_KEY is present, else the offline knob proposer."""
+
+    mode: Literal["auto", "llm", "knobs"] = Field("auto", description="auto, llm or knobs.")
+    model: str | None = Field(
+        None,
+        description="Default model: 'openai:NAME', 'anthropic:NAME', "
+        "'openai-compatible:NAME' (with base_url) or 'scripted:...' (tests).",
+    )
+    base_url: str | None = Field(None, description="OpenAI-compatible server, e.g. vLLM.")
+    api_key_env: str | None = Field(None, description="Variable holding the key (by provider).")
+    timeout: Duration = Field(120.0, description="Per-call timeout.")
+    max_retries: int = Field(4, ge=0, le=20, description="Retries on 429, 5xx and timeouts.")
+    temperature: float = Field(0.7, ge=0, le=2, description="Default temperature.")
+    max_tokens: int = Field(4096, ge=16, description="Default longest answer, in tokens.")
+    edit_format: Literal["search_replace", "whole_file", "auto"] = Field(
+        "auto", description="How the coder edits: SEARCH/REPLACE blocks, whole files, or either."
+    )
+    memory_tokens: int = Field(1500, ge=0, description="Token budget of memory in a prompt.")
+    context_tokens: int = Field(24000, ge=1000, description="Token budget of code in a prompt.")
+    prices: dict[str, Price] = Field(default_factory=dict, description="Per-model price overrides.")
+    proposer: Role = Role()
+    coder: Role = Role()
+    reviewer: Role = Role(enabled=False)
+    analyst: Role = Role(enabled=False)
     knobs: KnobAgent = KnobAgent()
+
+
+def _is_workspace_path(path: str) -> bool:
+    """A relative posix path inside the workspace: no '..', '.', empty parts or backslashes."""
+    parts = path.split("/")
+    return bool(path) and "\\" not in path and all(p not in ("", ".", "..") for p in parts)
 
 
 class TaskSpec(_Section):
@@ -283,7 +492,20 @@ class TaskSpec(_Section):
     budget: Budget = Budget()
     knobs: tuple[Knob, ...] = ()
     agents: Agents = Agents()
+    support_files: dict[str, str] = Field(
+        default_factory=dict,
+        description="Generated files copied into every evaluation workspace as protected "
+        "files, workspace path -> content (e.g. compatibility shims); never in the repository.",
+    )
     root: str = Field("", description="Absolute folder of the task; set by the loader.")
+
+    @field_validator("support_files")
+    @classmethod
+    def _relative_support_files(cls, files: dict[str, str]) -> dict[str, str]:
+        bad = [p for p in files if not _is_workspace_path(p)]
+        if bad:
+            raise ValueError(f"support files need relative paths without '..': {bad}")
+        return files
 
     @field_validator("knobs")
     @classmethod

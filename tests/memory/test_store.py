@@ -67,6 +67,7 @@ def test_create_run_records_it_with_an_event(store):
         "alembic_version",
         "evaluations",
         "events",
+        "llm_calls",
         "nodes",
         "runs",
     ]

@@ -1,0 +1,91 @@
+"""Memory for prompts: a lesson per finished node, and the selection a proposer sees.
+
+A lesson is one line: what was tried, from where, and what came of it (score delta
+or failure reason). The proposer gets, within a token budget and in this order: the
+best nodes, the ancestry of the parent, recent failures near the parent, and the
+lessons most related to the parent's line of work (lexical overlap; no embeddings).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from revtree.agents.llm.base import estimate_tokens
+from revtree.memory.records import Node, NodeStatus
+
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]{2,}")
+_STOP = frozenset(
+    ["the", "and", "for", "with", "from", "that", "this", "into", "than", "then", "when", "node"]
+)
+
+
+def lesson_for(node: Node, parent: Node | None, maximize: bool) -> str:
+    """One line of memory for a finished node."""
+    idea = ((node.proposal or {}).get("hypothesis") or node.operator).strip().splitlines()
+    what = idea[0][:200] if idea else node.operator
+    where = f"node {node.id} ({node.operator} of node {node.parent_id})"
+    if node.status is NodeStatus.SUCCEEDED and node.score is not None:
+        outcome = f"scored {node.score:.6g}"
+        if (
+            parent is not None
+            and parent.status is NodeStatus.SUCCEEDED
+            and parent.score is not None
+        ):
+            delta = node.score - parent.score
+            better = delta > 0 if maximize else delta < 0
+            verdict = "better" if better else "worse" if delta else "no change"
+            outcome += f" ({delta:+.4g} vs parent: {verdict})"
+    else:
+        outcome = f"{node.status.value}: {(node.error or 'no reason recorded')[:200]}"
+    return f"{where}: {what} -> {outcome}"
+
+
+def _words(text: str) -> set[str]:
+    return {w.lower() for w in _WORD.findall(text)} - _STOP
+
+
+def render_memory(
+    nodes: Mapping[int, Node], parent_id: int, maximize: bool, budget_tokens: int, query: str = ""
+) -> str:
+    """The memory section of a proposer prompt, at most ``budget_tokens`` long."""
+    if budget_tokens <= 0:
+        return "(memory disabled)"
+    done = [n for n in nodes.values() if n.status.is_finished()]
+    lesson = {n.id: lesson_for(n, nodes.get(n.parent_id or -1), maximize) for n in done}
+    sections: list[tuple[str, list[int]]] = []
+    good = [n for n in done if n.status is NodeStatus.SUCCEEDED and n.score is not None]
+    good.sort(key=lambda n: n.score_of(maximize), reverse=True)
+    sections.append(("Best so far", [n.id for n in good[:3]]))
+    chain, cur = [], nodes.get(parent_id)
+    while cur is not None and cur.parent_id is not None:
+        chain.append(cur.id)
+        cur = nodes.get(cur.parent_id)
+    sections.append(("Ancestry of the parent (nearest first)", [i for i in chain if i in lesson]))
+    near = {parent_id, nodes[parent_id].parent_id if parent_id in nodes else None}
+    fails = [n.id for n in done if n.status is not NodeStatus.SUCCEEDED and n.parent_id in near]
+    sections.append(("Recent failures near the parent", fails[-3:][::-1]))
+    q = _words(
+        query + " " + ((nodes[parent_id].proposal or {}).get("hypothesis") or "")
+        if parent_id in nodes
+        else query
+    )
+    shown = {i for _, ids in sections for i in ids}
+    related = sorted(
+        (i for i in lesson if i not in shown), key=lambda i: (-len(q & _words(lesson[i])), -i)
+    )
+    sections.append(("Related lessons", [i for i in related if q & _words(lesson[i])][:5]))
+    out, left = [], budget_tokens
+    for title, ids in sections:
+        lines = [f"- {lesson[i]}" for i in ids if i in lesson]
+        if not lines:
+            continue
+        block = "\n".join([f"{title}:", *lines])
+        if estimate_tokens(block) > left:
+            keep = max(0, left * 4 - len(title) - 2)
+            block = block[:keep]
+            if not block:
+                break
+        out.append(block)
+        left -= estimate_tokens(block)
+    return "\n\n".join(out) or "(nothing yet: this is one of the first rounds)"

@@ -1,0 +1,70 @@
+"""Anthropic via its SDK, with ``cache_control`` on the stable prefix."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import anthropic
+
+from revtree.agents.llm.base import Completion, LLMError, Prompt, Usage
+
+
+class AnthropicChat:
+    def __init__(
+        self,
+        model: str,
+        api_key: str | None,
+        base_url: str | None = None,
+        timeout: float = 120.0,
+        max_retries: int = 4,
+    ) -> None:
+        self.model = model
+        self.client = anthropic.Anthropic(
+            api_key=api_key or "not-needed",
+            base_url=base_url,
+            timeout=timeout,
+            max_retries=max_retries,
+        )
+
+    def complete(self, prompt: Prompt, *, max_tokens: int, temperature: float) -> Completion:
+        t0 = time.monotonic()
+        content: list[Any] = [
+            {"type": "text", "text": prompt.prefix, "cache_control": {"type": "ephemeral"}},
+            {"type": "text", "text": prompt.user},
+        ]
+        try:
+            reply = self.client.messages.create(
+                model=self.model,
+                max_tokens=max_tokens,
+                system=prompt.system,
+                messages=[{"role": "user", "content": content}],
+                extra_body={"temperature": temperature},  # not a typed argument in every SDK
+            )
+        except anthropic.APIError as e:
+            raise LLMError(f"{self.model}: {type(e).__name__}: {e}") from e
+        except (ValueError, TypeError, KeyError, AttributeError) as e:
+            raise LLMError(
+                f"{self.model}: the server's answer is not valid JSON of the "
+                f"expected shape ({type(e).__name__}: {e})"
+            ) from e
+        blocks = getattr(reply, "content", None)
+        if not isinstance(blocks, list):
+            raise LLMError(f"{self.model}: the answer has no content list")
+        text = "".join(getattr(b, "text", "") or "" for b in blocks)
+        u = reply.usage
+        usage = Usage(
+            input_tokens=(u.input_tokens or 0)
+            + (u.cache_read_input_tokens or 0)
+            + (u.cache_creation_input_tokens or 0),
+            output_tokens=u.output_tokens or 0,
+            cached_tokens=u.cache_read_input_tokens or 0,
+            cache_write_tokens=u.cache_creation_input_tokens or 0,
+        )
+        return Completion(
+            text,
+            reply.model or self.model,
+            usage,
+            time.monotonic() - t0,
+            reply.stop_reason or "stop",
+        )

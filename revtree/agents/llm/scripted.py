@@ -1,0 +1,32 @@
+"""A scripted LLM for tests and demos: answers from a list or a function, no network."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+
+from revtree.agents.llm.base import Completion, LLMError, Prompt, Usage, estimate_tokens
+
+Responder = Callable[[Prompt], str]
+
+
+class ScriptedLLM:
+    """Returns ``outputs`` in order (then repeats the last), or ``responder(prompt)``."""
+
+    def __init__(self, outputs: Sequence[str] | Responder, model: str = "scripted") -> None:
+        self.model = model
+        self.outputs, self.calls, self._lock = outputs, 0, threading.Lock()
+        self.prompts: list[Prompt] = []
+
+    def complete(self, prompt: Prompt, *, max_tokens: int, temperature: float) -> Completion:
+        with self._lock:
+            self.prompts.append(prompt)
+            i, self.calls = self.calls, self.calls + 1
+        if callable(self.outputs):
+            text = self.outputs(prompt)
+        elif not self.outputs:
+            raise LLMError("scripted LLM has no outputs")
+        else:
+            text = self.outputs[min(i, len(self.outputs) - 1)]
+        usage = Usage(estimate_tokens(prompt.chars()), estimate_tokens(text))
+        return Completion(text, self.model, usage, 0.0)

@@ -1,0 +1,167 @@
+"""Wiring of the LLM agents: models per role, metered, and the context each call sees.
+
+The context of a candidate: the stable prefix (task, goal, baseline code: the same for
+every call of the run, so providers cache it), the parent's files that differ from
+the baseline, the parent's last evaluation, and memory (lessons of finished nodes).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from revtree.agents.base import Proposal, Verdict
+from revtree.agents.evaluator import HOLDOUT
+from revtree.agents.knobs import derive_seed
+from revtree.agents.lessons import render_memory
+from revtree.agents.llm import LLM, Ensemble, LLMError, detect_model, make_llm
+from revtree.agents.llm_agents import (
+    Context,
+    LLMCoder,
+    LLMProposer,
+    LLMReviewer,
+    render_files,
+    task_prefix,
+)
+from revtree.memory.records import Node
+from revtree.orchestrator.meter import Meter
+from revtree.tasks.spec import Role, TaskSpec
+
+if TYPE_CHECKING:
+    from revtree.orchestrator.runner import Orchestrator
+
+TAIL = 1500
+
+
+def uses_llm(spec: TaskSpec) -> bool:
+    """Whether LLM agents drive this task (see ``[agents] mode``)."""
+    a = spec.agents
+    if a.mode != "auto":
+        return a.mode == "llm"
+    roles = (a.proposer, a.coder)
+    return bool(a.model or any(r.model or r.ensemble for r in roles) or detect_model())
+
+
+class Team:
+    """Proposer, coder and reviewer on metered models, for one run."""
+
+    def __init__(self, orch: Orchestrator) -> None:
+        self.orch, self.spec = orch, orch.spec
+        self.meter = Meter(orch.store, orch.run_id, orch.spec)
+        self.models = {
+            name: self._model(name, getattr(self.spec.agents, name))
+            for name in ("proposer", "coder", "reviewer")
+            if getattr(self.spec.agents, name).enabled
+        }
+        root = orch.nodes[0]
+        assert root.commit is not None
+        self.baseline = orch.git.read_files(root.commit)
+        self.prefix = task_prefix(self.spec, self.baseline, self.spec.agents.context_tokens)
+
+    def _model(self, name: str, role: Role) -> LLM:
+        a = self.spec.agents
+        kw: dict[str, Any] = {
+            "base_url": a.base_url,
+            "api_key_env": a.api_key_env,
+            "timeout": a.timeout,
+            "max_retries": a.max_retries,
+        }
+        if role.ensemble:
+            members = [make_llm(m.model, **kw) for m in role.ensemble]
+            seed = derive_seed(self.spec.search.seed, "ensemble", name)
+            return Ensemble(members, [m.weight for m in role.ensemble], seed)
+        model = role.model or a.model or detect_model()
+        if model is None:
+            raise LLMError(
+                f"no model for the {name}: set agents.model, agents.{name}.model, "
+                "--model, or OPENAI_API_KEY / ANTHROPIC_API_KEY"
+            )
+        return make_llm(model, **kw)
+
+    def _role(self, cls: type[Any], name: str, node_id: int, **kw: Any) -> Any:
+        a, role = self.spec.agents, getattr(self.spec.agents, name)
+        llm = self.meter.bind(name, node_id, self.models[name])
+        return cls(
+            name,
+            llm,
+            self.spec,
+            role.max_tokens or a.max_tokens,
+            a.temperature if role.temperature is None else role.temperature,
+            role.prompt,
+            **kw,
+        )
+
+    # -- the context ----------------------------------------------------------------
+    def context(self, node: Node) -> Context:
+        orch = self.orch
+        assert node.parent_id is not None
+        parent = orch.nodes[node.parent_id]
+        assert parent.commit is not None
+        files = orch.git.read_files(parent.commit)
+        changed = {p: d for p, d in files.items() if self.baseline.get(p) != d}
+        others = ""
+        for other_id in node.extra_parents:
+            other = orch.nodes[other_id]
+            hyp = (other.proposal or {}).get("hypothesis", "")
+            others += f"Other parent: node {other_id}, score {other.score}: {hyp}\n"
+            if other.commit:
+                diff = orch.git.diff(parent.commit, other.commit)
+                others += f"Its diff against the parent:\n{diff[-4000:]}\n"
+        with orch.lock:
+            snapshot = dict(orch.nodes)
+        memory = render_memory(
+            snapshot, parent.id, self.spec.maximize, self.spec.agents.memory_tokens, node.operator
+        )
+        return Context(
+            node_id=node.id,
+            operator=node.operator,
+            parent_id=parent.id,
+            parent_score=str(parent.score_of(self.spec.maximize)),
+            prefix=self.prefix,
+            parent_files=render_files(changed, self.spec.agents.context_tokens // 2)
+            if changed
+            else "(none: the parent is the baseline)",
+            parent_eval=self._evaluation(parent),
+            memory=memory,
+            others=others,
+            files=files,
+        )
+
+    def _evaluation(self, node: Node) -> str:
+        evals = [
+            e for e in self.orch.store.evaluations(self.orch.run_id, node.id) if e.stage != HOLDOUT
+        ]
+        if not evals:
+            return "(not evaluated yet)" if not node.error else f"failed: {node.error}"
+        last = evals[-1]
+        out = [
+            f"stage {last.stage}, repeat {last.repeat}: "
+            + ("ok" if last.ok else f"FAILED ({last.error_kind}): {last.error}")
+        ]
+        if last.metrics:
+            out.append("metrics: " + json.dumps(last.metrics)[:TAIL])
+        if last.stdout_tail.strip():
+            out.append("stdout (tail):\n" + last.stdout_tail[-TAIL:])
+        if last.stderr_tail.strip():
+            out.append("stderr (tail):\n" + last.stderr_tail[-TAIL:])
+        return "\n".join(out)
+
+    # -- the roles --------------------------------------------------------------------
+    def propose(self, node: Node) -> Proposal:
+        proposal: Proposal = self._role(LLMProposer, "proposer", node.id).propose(
+            self.context(node)
+        )
+        return proposal
+
+    def code(self, node: Node, proposal: Proposal) -> dict[str, bytes | None]:
+        coder = self._role(LLMCoder, "coder", node.id, edit_format=self.spec.agents.edit_format)
+        changes: dict[str, bytes | None] = coder.code(self.context(node), proposal)
+        return changes
+
+    def review(self, node: Node, proposal: Proposal, diff: str) -> Verdict | None:
+        if "reviewer" not in self.models:
+            return None
+        verdict: Verdict = self._role(LLMReviewer, "reviewer", node.id).review(
+            self.context(node), proposal, diff
+        )
+        return verdict

@@ -1,0 +1,260 @@
+"""LLM-driven runs: the real openai/anthropic SDKs against a fake server on 127.0.0.1,
+with real git, SQL and sandboxes behind them."""
+
+from __future__ import annotations
+
+import re
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from revtree.agents.llm.fake_server import FakeLLMServer, FakeReply, FakeRequest
+from revtree.memory import NodeStatus, RunStatus, Store
+from revtree.orchestrator import Orchestrator, create_run
+from revtree.orchestrator.report import summarize
+from revtree.tasks import load_task
+
+EVALUATOR = """\
+import json, model
+err = sum((model.predict(x) - (3 * x + 2)) ** 2 for x in range(10))
+print(json.dumps({"err": err}))
+"""
+
+
+def make_task(root: Path, *, budget: int = 6, extra: str = "", reviewer: bool = False) -> Path:
+    root.mkdir(parents=True)
+    (root / "helpers.py").write_text("def transform(x):\n    return x + 1\n")
+    (root / "model.py").write_text(
+        "from helpers import transform\n\nSCALE = 1.0\n\n\ndef predict(x):\n"
+        "    return transform(x) * SCALE\n"
+    )
+    (root / "ev.py").write_text(EVALUATOR)
+    review = "\n[agents.reviewer]\nenabled = true\n" if reviewer else ""
+    (root / "task.toml").write_text(
+        textwrap.dedent(f"""\
+        name = "fit"
+        goal = "Make predict(x) match the hidden target."
+        editable = ["model.py", "helpers.py"]
+        protected = ["ev.py"]
+        [evaluate]
+        command = "python ev.py"
+        metric = "err"
+        direction = "minimize"
+        timeout = 20
+        [search]
+        policy = "greedy"
+        num_drafts = 1
+        [budget]
+        max_nodes = {budget}
+        {extra}
+        [agents]
+        mode = "llm"
+        model = "openai-compatible:fake-model"
+        max_retries = 0
+        timeout = 5
+        [agents.prices]
+        fake-model = {{ input = 1000.0, output = 1000.0, cached_input = 100.0 }}
+        """)
+        + review
+    )
+    return root
+
+
+def role(req: FakeRequest) -> str:
+    if "research lead" in req.system:
+        return "proposer"
+    if "review a change" in req.system:
+        return "reviewer"
+    return "repair" if "could not be applied" in req.user else "coder"
+
+
+class Scientist:
+    """A scripted model that really improves the task, across both files."""
+
+    def __init__(self, tamper_at: int | None = None) -> None:
+        self.coder_calls, self.tamper_at = 0, tamper_at
+
+    def __call__(self, req: FakeRequest) -> FakeReply | str:
+        r = role(req)
+        if r == "proposer":
+            return "HYPOTHESIS: fit the slope in helpers and the offset in model\nPLAN:\n1. edit"
+        if r == "reviewer":
+            bad = "import ev" in req.user
+            verdict = "reject" if bad else "accept"
+            return f"VERDICT: {verdict}\nREASONS: {'patches the evaluator' if bad else 'fine'}"
+        self.coder_calls += 1
+        if self.coder_calls == self.tamper_at:
+            return (
+                "=== FILE: model.py ===\n```python\nimport ev\nfrom helpers import transform\n"
+                "def predict(x):\n    return 3 * x + 2\n```\n"
+            )
+        slope = 3 - 1 / (self.coder_calls + 1)
+        return (
+            f"=== FILE: helpers.py ===\n```python\ndef transform(x):\n    return x * {slope}\n```\n"
+            f"=== FILE: model.py ===\n```python\nfrom helpers import transform\n\nSCALE = 1.0\n\n\n"
+            f"def predict(x):\n    return transform(x) * SCALE + 2\n```\n"
+        )
+
+
+def drive(store: Store, home: Path, task: Path, url: str) -> str:
+    spec = load_task(task).with_overrides(agents={"base_url": url})
+    run = create_run(store, spec, home)
+    Orchestrator(store, run.id, home=home).drive()
+    return run.id
+
+
+def test_llm_run_improves_across_two_files_rejects_tampering_and_stops_at_the_dollar_cap(
+    tmp_path: Path, home: Path, store: Store
+) -> None:
+    task = make_task(tmp_path / "t", budget=100, reviewer=True, extra="max_usd = 60.0")
+    with FakeLLMServer(Scientist(tamper_at=2), cache_min_tokens=64) as srv:
+        run_id = drive(store, home, task, srv.openai_url)
+    run = store.get_run(run_id)
+    s = summarize(store, run, with_nodes=True)
+    assert run.status is RunStatus.COMPLETED and "max_usd=60" in (run.reason or "")
+    assert s["llm"]["usd"] <= 60.0
+    assert s["best_score"] < s["baseline_score"]
+    from revtree.memory import GitStore
+    from revtree.orchestrator import RunPaths
+
+    git = GitStore(RunPaths(home, run_id).repo)
+    best = store.node(run_id, s["best_node"])
+    root = store.node(run_id, 0)
+    assert git.changed_paths(root.commit or "", best.commit or "") == ["helpers.py", "model.py"]
+    rejected = [n for n in store.nodes(run_id) if n.status is NodeStatus.REJECTED]
+    assert len(rejected) == 1 and "patches the evaluator" in (rejected[0].error or "")
+    assert rejected[0].review == {
+        "accepted": False,
+        "reasons": ["llm review: patches the evaluator"],
+    }
+    assert not store.evaluations(run_id, rejected[0].id)
+    calls = store.llm_calls(run_id)
+    assert {c.role for c in calls} == {"proposer", "coder", "reviewer"}
+    assert all(c.node_id is not None and c.cost_usd > 0 for c in calls)
+    # the stable prefix is cached by the provider after the first call
+    assert sum(c.cached_tokens for c in calls) > 0
+    lessons = [n.lesson for n in store.nodes(run_id) if n.status.is_finished()]
+    assert all(lessons) and any("vs parent" in (x or "") for x in lessons)
+
+
+def test_memory_reaches_the_proposer(tmp_path: Path, home: Path, store: Store) -> None:
+    seen: list[str] = []
+
+    def answer(req: FakeRequest) -> FakeReply | str:
+        if role(req) == "proposer":
+            seen.append(req.user)
+        return Scientist()(req)
+
+    with FakeLLMServer(answer) as srv:
+        drive(store, home, make_task(tmp_path / "t", budget=4), srv.openai_url)
+    assert len(seen) == 3
+    assert "Best so far" in seen[-1] and "scored" in seen[-1]
+
+
+BAD = {
+    "empty text": (FakeReply(""), "empty answer"),
+    "no code block": ("Sure, I would change the slope.", "no edits found"),
+    "malformed blocks": (
+        "model.py\n<<<<<<< SEARCH\nSCALE = 1.0\n>>>>>>> REPLACE\n",
+        "malformed edit blocks",
+    ),
+    "edit to a protected file": (
+        "ev.py\n<<<<<<< SEARCH\nimport json, model\n=======\nimport json\n>>>>>>> REPLACE\n",
+        "'ev.py' is not editable",
+    ),
+    "cut off at max tokens": (
+        FakeReply("model.py\n<<<<<<< SEARCH\nSC", finish_reason="length"),
+        "cut off at max_tokens",
+    ),
+    "http 500": (FakeReply(status=500), "InternalServerError"),
+    "hung connection": (FakeReply("late", delay=3.0), "APITimeoutError"),
+    "invalid json": (FakeReply(raw=b"{not json"), "not valid JSON"),
+    "wrong shape": (
+        FakeReply(raw=b'{"id": "x", "object": "chat.completion", "choices": []}'),
+        "has no choices",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_bad_model_output_is_a_recorded_specific_failure(
+    tmp_path: Path, home: Path, store: Store, case: str
+) -> None:
+    bad, expected = BAD[case]
+
+    def answer(req: FakeRequest) -> FakeReply | str:
+        return Scientist()(req) if role(req) == "proposer" else bad
+
+    extra = "[agents.coder]\nmax_tokens = 64\n" if "cut off" in case else ""
+    task = make_task(tmp_path / "t", budget=2)
+    if case == "hung connection":
+        (task / "task.toml").write_text(
+            (task / "task.toml").read_text().replace("timeout = 5", "timeout = 0.5")
+        )
+    with (task / "task.toml").open("a") as f:
+        f.write(extra)
+    with FakeLLMServer(answer) as srv:
+        run_id = drive(store, home, task, srv.openai_url)
+    node = store.node(run_id, 1)
+    assert store.get_run(run_id).status is RunStatus.COMPLETED  # the run went on
+    assert node.status is NodeStatus.FAILED
+    assert expected in (node.error or ""), node.error
+    assert node.error_kind == "code"  # the step that failed is named
+
+
+def test_rate_limit_is_retried_honouring_retry_after(
+    tmp_path: Path, home: Path, store: Store
+) -> None:
+    state = {"n": 0}
+
+    def answer(req: FakeRequest) -> FakeReply | str:
+        state["n"] += 1
+        if state["n"] == 1:
+            return FakeReply(status=429, headers={"retry-after": "0.3"})
+        return Scientist()(req)
+
+    task = make_task(tmp_path / "t", budget=2)
+    (task / "task.toml").write_text(
+        (task / "task.toml").read_text().replace("max_retries = 0", "max_retries = 2")
+    )
+    with FakeLLMServer(answer) as srv:
+        run_id = drive(store, home, task, srv.openai_url)
+        gap = None
+        if len(srv.requests) >= 2:
+            gap = True
+    assert store.node(run_id, 1).status is NodeStatus.SUCCEEDED
+    assert state["n"] >= 3 and gap  # 429, then the proposer again, then the coder
+
+
+def test_anthropic_sdk_with_cache_control(tmp_path: Path, home: Path, store: Store) -> None:
+    task = make_task(tmp_path / "t", budget=3)
+    text = (
+        (task / "task.toml")
+        .read_text()
+        .replace("openai-compatible:fake-model", "anthropic:claude-fake")
+        .replace("fake-model = {", "claude-fake = {")
+    )
+    (task / "task.toml").write_text(text)
+    with FakeLLMServer(Scientist(), cache_min_tokens=64) as srv:
+        run_id = drive(store, home, task, srv.anthropic_url)
+        bodies = [r.body for r in srv.requests]
+    assert all(r.api == "anthropic" for r in srv.requests)
+    marked = [
+        b for b in bodies if any("cache_control" in c for m in b["messages"] for c in m["content"])
+    ]
+    assert marked and len(marked) == len(bodies)
+    assert store.node(run_id, 1).status is NodeStatus.SUCCEEDED
+    calls = store.llm_calls(run_id)
+    assert any(c.cached_tokens > 0 for c in calls) and all(c.model == "claude-fake" for c in calls)
+
+
+def test_budget_max_tokens_stops_before_exceeding(tmp_path: Path, home: Path, store: Store) -> None:
+    task = make_task(tmp_path / "t", budget=100, extra="max_tokens = 30000")
+    with FakeLLMServer(Scientist()) as srv:
+        run_id = drive(store, home, task, srv.openai_url)
+    run = store.get_run(run_id)
+    assert "max_tokens=30000" in (run.reason or "")
+    used = sum(c.input_tokens + c.output_tokens for c in store.llm_calls(run_id))
+    assert 0 < used <= 30000
+    assert re.search(r"\d+ used", run.reason or "")
