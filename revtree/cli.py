@@ -152,6 +152,17 @@ def _print_summary(store: Store, run: RunInfo) -> None:
     for h in s["holdout"]:
         table.add_row("holdout", f"node {h['node']}: {_fmt(h['score']) if h['ok'] else h['error']}")
     table.add_row("time", f"{s['wall_seconds']:.1f}s wall, {s['sandbox_seconds']:.1f} sandbox-s")
+    llm = s["llm"]
+    if llm["calls"]:
+        roles = ", ".join(f"{r} ${v['usd']:.4f}" for r, v in llm["by_role"].items())
+        cached = (
+            f", {llm['cached_share']:.0%} of prompt tokens cached" if llm["cached_share"] else ""
+        )
+        table.add_row(
+            "LLM",
+            f"${llm['usd']:.4f} in {llm['calls']} calls ({roles}), "
+            f"{llm['input_tokens'] + llm['output_tokens']} tokens{cached}",
+        )
     console.print(table)
     if s["best_node"] is not None:
         console.print(
@@ -200,6 +211,16 @@ def run(
     budget_sandbox: Annotated[str | None, typer.Option(help="Sandbox-seconds, e.g. '1h'.")] = None,
     sandbox: Annotated[str | None, typer.Option(help="local, docker or auto.")] = None,
     seed: Annotated[int | None, typer.Option(help="Seed of the policy and proposer.")] = None,
+    model: Annotated[
+        str | None,
+        typer.Option(
+            help="LLM for all roles: openai:NAME, anthropic:NAME, openai-compatible:NAME."
+        ),
+    ] = None,
+    base_url: Annotated[
+        str | None, typer.Option(help="OpenAI-compatible server, e.g. http://host:8000/v1.")
+    ] = None,
+    budget_usd: Annotated[float | None, typer.Option(help="LLM spend cap in dollars.")] = None,
     db: DbOpt = None,
     detach: Annotated[bool, typer.Option(help="Keep running in the background.")] = False,
     quiet: Annotated[bool, typer.Option(help="No live log lines, only the summary.")] = False,
@@ -219,12 +240,21 @@ def run(
             "max_nodes": budget_nodes,
             "max_wall": budget_time,
             "max_sandbox_seconds": budget_sandbox,
+            "max_usd": budget_usd,
         }.items()
         if v is not None
     }
     try:
+        agents: dict[str, Any] = {
+            k: v for k, v in {"model": model, "base_url": base_url}.items() if v
+        }
+        if agents:
+            agents["mode"] = "llm"
         spec = spec.with_overrides(
-            search=search, budget=budget, sandbox={"backend": sandbox} if sandbox else {}
+            search=search,
+            budget=budget,
+            sandbox={"backend": sandbox} if sandbox else {},
+            agents=agents,
         )
     except ValueError as e:
         raise typer.BadParameter(str(e)) from e

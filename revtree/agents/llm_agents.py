@@ -235,3 +235,9 @@ class LLMReviewer(_Role):
         if verdict is None:
             raise AnswerError(f"reviewer: no 'VERDICT: accept|reject' line in {text[:120]!r}")
         return Verdict(verdict.group(1).lower() == "accept", (f"llm review: {why}",))
+
+
+class LLMAnalyst(_Role):
+    def analyse(self, ctx: Context, hypothesis: str, evaluation: str) -> str:
+        text = self.ask(ctx, hypothesis=hypothesis, evaluation=evaluation)
+        return " ".join(text.split())[:600]

@@ -28,7 +28,7 @@ from sqlalchemy.engine import make_url
 from revtree.agents import Evaluator, KnobCoder, KnobProposer, Proposal, StaticReviewer, read_knobs
 from revtree.agents.evaluator import HOLDOUT, Outcome
 from revtree.agents.lessons import lesson_for
-from revtree.agents.llm import BudgetExhausted
+from revtree.agents.llm import BudgetExhausted, LLMError
 from revtree.errors import Cancelled, EditError, RevtreeError
 from revtree.memory import EvalResult, Event, GitStore, Node, NodeStatus, RunInfo, RunStatus, Store
 from revtree.memory.db import revtree_home
@@ -223,11 +223,20 @@ class Orchestrator:
             self.nodes[node_id] = node
         return node
 
-    def _finish(self, node_id: int, status: NodeStatus, message: str, **values: Any) -> Node:
+    def _finish(
+        self,
+        node_id: int,
+        status: NodeStatus,
+        message: str,
+        analysis: str | None = None,
+        **values: Any,
+    ) -> Node:
         timings = {k: round(v, 4) for k, v in self.timings.pop(node_id, {}).items()}
         done = dataclasses.replace(self.nodes[node_id], status=status, **values)
         parent = self.nodes.get(done.parent_id) if done.parent_id is not None else None
         values["lesson"] = lesson_for(done, parent, self.spec.maximize)
+        if analysis:
+            values["lesson"] += f" | analysis: {analysis}"
         node = self._set(
             node_id,
             (
@@ -506,10 +515,23 @@ class Orchestrator:
                 node.id,
                 NodeStatus.FAILED,
                 f"node {node.id} failed: {o.error}",
+                analysis=self._analyse(node) if o.error_kind != "gated" else None,
                 error=o.error,
                 error_kind=o.error_kind,
                 n_evals=o.n_evals,
             )
+
+    def _analyse(self, node: Node) -> str | None:
+        """The analyst's reading of a failed evaluation; its own failure is only logged."""
+        if self.team is None:
+            return None
+        try:
+            return self.team.analyse(node)
+        except (LLMError, BudgetExhausted) as e:
+            self.store.add_event(
+                self.run_id, "error", f"node {node.id}: analysis failed: {e}", node.id
+            )
+            return None
 
     def _gain(self, node: Node, score: float) -> str:
         root = self.nodes[0]

@@ -17,6 +17,7 @@ from revtree.agents.lessons import render_memory
 from revtree.agents.llm import LLM, Ensemble, LLMError, detect_model, make_llm
 from revtree.agents.llm_agents import (
     Context,
+    LLMAnalyst,
     LLMCoder,
     LLMProposer,
     LLMReviewer,
@@ -50,7 +51,7 @@ class Team:
         self.meter = Meter(orch.store, orch.run_id, orch.spec)
         self.models = {
             name: self._model(name, getattr(self.spec.agents, name))
-            for name in ("proposer", "coder", "reviewer")
+            for name in ("proposer", "coder", "reviewer", "analyst")
             if getattr(self.spec.agents, name).enabled
         }
         root = orch.nodes[0]
@@ -165,3 +166,15 @@ class Team:
             self.context(node), proposal, diff
         )
         return verdict
+
+    def analyse(self, node: Node) -> str | None:
+        """A short analysis of the node's evaluation, for later proposals (analyst role)."""
+        if "analyst" not in self.models:
+            return None
+        hypothesis = (node.proposal or {}).get("hypothesis", "")
+        analyst = self._role(LLMAnalyst, "analyst", node.id)
+        ctx = self.context(node) if node.parent_id is not None else None
+        if ctx is None:
+            return None
+        text: str = analyst.analyse(ctx, hypothesis, self._evaluation(node))
+        return text

@@ -220,11 +220,10 @@ def test_rate_limit_is_retried_honouring_retry_after(
     )
     with FakeLLMServer(answer) as srv:
         run_id = drive(store, home, task, srv.openai_url)
-        gap = None
-        if len(srv.requests) >= 2:
-            gap = True
     assert store.node(run_id, 1).status is NodeStatus.SUCCEEDED
-    assert state["n"] >= 3 and gap  # 429, then the proposer again, then the coder
+    assert state["n"] >= 3  # 429, then the proposer again, then the coder
+    calls = store.llm_calls(run_id)
+    assert calls[0].role == "proposer" and calls[0].ok and calls[0].latency >= 0.3
 
 
 def test_anthropic_sdk_with_cache_control(tmp_path: Path, home: Path, store: Store) -> None:
@@ -258,3 +257,71 @@ def test_budget_max_tokens_stops_before_exceeding(tmp_path: Path, home: Path, st
     used = sum(c.input_tokens + c.output_tokens for c in store.llm_calls(run_id))
     assert 0 < used <= 30000
     assert re.search(r"\d+ used", run.reason or "")
+
+
+def test_analyst_reads_failures_and_a_task_can_override_a_prompt(
+    tmp_path: Path, home: Path, store: Store
+) -> None:
+    task = make_task(tmp_path / "t", budget=2)
+    (task / "my_proposer.md").write_text("CUSTOM RULES $metric\n=== USER ===\nparent $parent_id")
+    with (task / "task.toml").open("a") as f:
+        f.write('[agents.analyst]\nenabled = true\n[agents.proposer]\nprompt = "my_proposer.md"\n')
+
+    def answer(req: FakeRequest) -> FakeReply | str:
+        if "analyse one evaluation" in req.system:
+            return "It crashed because predict divides by zero; guard the division."
+        if "CUSTOM RULES err" in req.system:
+            assert req.user.endswith("parent 0")
+            return "HYPOTHESIS: divide\nPLAN: go"
+        return "=== FILE: model.py ===\n```python\ndef predict(x):\n    return 1 / 0\n```\n"
+
+    with FakeLLMServer(answer) as srv:
+        run_id = drive(store, home, task, srv.openai_url)
+    node = store.node(run_id, 1)
+    assert node.status is NodeStatus.FAILED and node.error_kind == "crash"
+    assert "analysis: It crashed because predict divides by zero" in (node.lesson or "")
+    assert {c.role for c in store.llm_calls(run_id)} == {"proposer", "coder", "analyst"}
+
+
+def test_weighted_ensemble_picks_members_by_weight() -> None:
+    from revtree.agents.llm import Ensemble, Prompt, ScriptedLLM
+
+    cheap, strong = ScriptedLLM(["a"], model="cheap"), ScriptedLLM(["b"], model="strong")
+    ens = Ensemble([cheap, strong], [3.0, 1.0], seed=1)
+    picks = [
+        ens.complete(Prompt("s", "p", "u"), max_tokens=10, temperature=0).text for _ in range(400)
+    ]
+    assert 0.65 < picks.count("a") / 400 < 0.85
+    first = [Ensemble([cheap, strong], [3.0, 1.0], seed=1).pick().model for _ in range(1)]
+    assert first == [Ensemble([cheap, strong], [3.0, 1.0], seed=1).pick().model]
+
+
+@pytest.mark.slow
+def test_cli_run_with_model_and_base_url(tmp_path: Path, home: Path) -> None:
+    from .conftest import revtree
+
+    task = make_task(tmp_path / "t", budget=3)
+    text = (task / "task.toml").read_text()
+    (task / "task.toml").write_text(
+        text.split("[agents]")[0] + "[agents.prices]\n"
+        "fake-model = { input = 1000.0, output = 1000.0 }\n"
+    )
+    with FakeLLMServer(Scientist()) as srv:
+        out = revtree(
+            home,
+            "run",
+            str(task),
+            "--model",
+            "openai-compatible:fake-model",
+            "--base-url",
+            srv.openai_url,
+            "--budget-usd",
+            "100",
+        ).stdout
+    assert "LLM" in out and "calls" in out and "$" in out
+    shown = revtree(home, "show", "last", "--json", "--nodes").stdout
+    import json
+
+    data = json.loads(shown)
+    assert data["llm"]["calls"] >= 4 and data["llm"]["by_role"]["coder"]["usd"] > 0
+    assert data["nodes"][1]["usd"] > 0 and data["best_score"] < data["baseline_score"]
