@@ -69,3 +69,11 @@ def make_tar(files: Mapping[str, bytes | str], modes: Mapping[str, int] | None =
 @pytest.fixture
 def tar_of() -> Callable[..., bytes]:
     return make_tar
+
+
+@pytest.fixture(autouse=True)
+def _local_sandbox_for_auto(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``backend = "auto"`` picks Docker where an engine and the base image exist; the
+    orchestrator tests are about the orchestrator, so they run on the local backend.
+    Docker-marked tests ask for Docker explicitly."""
+    monkeypatch.setenv("REVTREE_SANDBOX", "local")

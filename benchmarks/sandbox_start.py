@@ -1,0 +1,108 @@
+"""Sandbox start latency (cold container, warm pool, local process) and the overhead of a
+whole run with --sandbox docker against --sandbox local.
+
+    python benchmarks/sandbox_start.py [--n 50] [--nodes 12]
+
+Start latency is the wall time of ``execute`` for the command ``true`` (workspace in,
+process run, result and metrics out, cleanup), p50 and p95 over ``--n`` runs. The run
+overhead drives the same trivial task (an evaluator sleeping 0.5 s) in-process with each
+sandbox object, and reports wall time per candidate. Ratios are against the local
+backend measured in the same process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import statistics
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from benchmarks.overhead import sleep_task
+from revtree.memory import Store
+from revtree.orchestrator import Orchestrator, create_run
+from revtree.sandboxes import ExecRequest, Limits, Sandbox
+from revtree.sandboxes.docker import DockerSandbox
+from revtree.sandboxes.local import LocalSandbox
+from revtree.tasks import load_task
+from revtree.tasks.spec import SandboxConfig
+
+console = Console()
+
+
+def starts(box: Sandbox, n: int, warm: bool = False) -> list[float]:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        info = tarfile.TarInfo("evaluate.py")
+        info.size = 1
+        tar.addfile(info, io.BytesIO(b"\n"))
+    limits = Limits(timeout=30, memory_bytes=SandboxConfig().memory)
+    out = []
+    for _ in range(n):
+        if warm:
+            assert isinstance(box, DockerSandbox) and box.warm_ready(60)
+        t0 = time.monotonic()
+        box.execute(ExecRequest(buf.getvalue(), "true", limits))
+        out.append((time.monotonic() - t0) * 1000)
+    return out
+
+
+def pct(xs: list[float], q: float) -> float:
+    return statistics.quantiles(xs, n=100)[int(q) - 1] if len(xs) > 1 else xs[0]
+
+
+def run_wall(tmp: Path, box: Sandbox, name: str, nodes: int) -> float:
+    home = tmp / f"home-{name}"
+    store = Store(f"sqlite:///{home / 'revtree.db'}")
+    spec = load_task(sleep_task(tmp / f"task-{name}", 0.5, nodes, 1))
+    run = create_run(store, spec, home)
+    t0 = time.monotonic()
+    Orchestrator(store, run.id, home=home, sandbox=box).drive()
+    wall = time.monotonic() - t0
+    n = len(store.nodes(run.id))
+    store.close()
+    return wall / n * 1000
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--n", type=int, default=50)
+    ap.add_argument("--nodes", type=int, default=12)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        local = LocalSandbox(Path(tmp) / "local")
+        cold = DockerSandbox()
+        warm = DockerSandbox(SandboxConfig(warm_pool=2))
+        rows = {
+            "local": starts(local, args.n),
+            "docker cold": starts(cold, args.n),
+            "docker warm pool": starts(warm, args.n, warm=True),
+        }
+        table = Table(title=f"sandbox start latency, {args.n} runs of `true`")
+        for col in ("backend", "p50 ms", "p95 ms", "p50 / local"):
+            table.add_column(col)
+        base = pct(rows["local"], 50)
+        for name, xs in rows.items():
+            p50 = pct(xs, 50)
+            table.add_row(name, f"{p50:.1f}", f"{pct(xs, 95):.1f}", f"{p50 / base:.2f}x")
+        console.print(table)
+        per_local = run_wall(Path(tmp), local, "local", args.nodes)
+        per_docker = run_wall(Path(tmp), cold, "docker", args.nodes)
+        per_warm = run_wall(Path(tmp), warm, "warm", args.nodes)
+        t2 = Table(title=f"whole run, evaluator sleeps 0.5 s, {args.nodes} nodes, parallel 1")
+        for col in ("sandbox", "ms / candidate", "ratio to local"):
+            t2.add_column(col)
+        for name, v in (("local", per_local), ("docker", per_docker), ("docker warm", per_warm)):
+            t2.add_row(name, f"{v:.0f}", f"{v / per_local:.2f}x")
+        console.print(t2)
+        for box in (local, cold, warm):
+            box.close()
+
+
+if __name__ == "__main__":
+    main()

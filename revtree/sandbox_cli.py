@@ -1,0 +1,98 @@
+"""``revtree sandbox ...``: make evaluation images and clean up containers.
+
+Wired into the main command with ``app.add_typer(sandbox_app, name="sandbox")``; also
+runnable alone as ``python -m revtree.sandbox_cli``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from revtree.errors import RevtreeError
+
+sandbox_app = typer.Typer(
+    name="sandbox", help="Docker sandbox images and cleanup.", no_args_is_help=True
+)
+
+
+def _fail(e: RevtreeError) -> None:
+    typer.secho(f"error: {e}", fg=typer.colors.RED, err=True)
+    raise typer.Exit(1) from e
+
+
+@sandbox_app.command("bootstrap-base")
+def bootstrap_base(
+    suite: Annotated[str | None, typer.Option(help="Debian suite; default: the host's.")] = None,
+    mirror: Annotated[str | None, typer.Option(help="Debian mirror; default: apt's.")] = None,
+    tag: Annotated[
+        str | None, typer.Option(help="Image tag; default revtree-base:<suite>-vN.")
+    ] = None,
+    force: Annotated[bool, typer.Option(help="Rebuild even if the tag exists.")] = False,
+) -> None:
+    """Build the base image from Debian packages (debootstrap + docker import), no registry."""
+    from revtree.sandboxes import docker as sd
+    from revtree.sandboxes import images
+
+    try:
+        client = sd.connect()
+        typer.echo(images.bootstrap_base(client, tag=tag, suite=suite, mirror=mirror, force=force))
+    except RevtreeError as e:
+        _fail(e)
+
+
+@sandbox_app.command("build-image")
+def build_image(
+    task: Annotated[
+        Path | None, typer.Argument(help="Task folder (its name tags the image).")
+    ] = None,
+    dockerfile: Annotated[Path | None, typer.Option(help="Dockerfile (ARG BASE is set).")] = None,
+    requirement: Annotated[
+        list[str] | None, typer.Option("--requirement", "-r", help="pip requirement; repeat.")
+    ] = None,
+    requirements_file: Annotated[
+        Path | None, typer.Option(help="requirements.txt to install.")
+    ] = None,
+    base: Annotated[
+        str | None, typer.Option(help="Base image; default: bootstrapped or python:3.11-slim.")
+    ] = None,
+    tag: Annotated[str | None, typer.Option(help="Image tag to build.")] = None,
+) -> None:
+    """Build a task's evaluation image from a Dockerfile or a requirements list."""
+    from revtree.sandboxes import docker as sd
+    from revtree.sandboxes import images
+
+    reqs = list(requirement or [])
+    if requirements_file is not None:
+        reqs += [ln.strip() for ln in requirements_file.read_text().splitlines() if ln.strip()]
+    if tag is None and task is not None:
+        tag = f"revtree-task-{task.resolve().name.lower()}:latest"
+    try:
+        client = sd.connect()
+        built = images.build_image(client, tag, base, dockerfile, reqs)
+    except RevtreeError as e:
+        _fail(e)
+    typer.echo(built)
+    typer.echo(f'set it in task.toml:  [sandbox] image = "{built}"')
+
+
+@sandbox_app.command("gc")
+def gc(
+    everything: Annotated[
+        bool, typer.Option("--all", help="Also containers of live runs.")
+    ] = False,
+) -> None:
+    """Remove revtree containers and volumes left by dead (killed) orchestrators."""
+    from revtree.sandboxes import docker as sd
+
+    try:
+        n = sd.reap(sd.connect(), everything=everything)
+    except RevtreeError as e:
+        _fail(e)
+    typer.echo(f"removed {n} container(s)")
+
+
+if __name__ == "__main__":
+    sandbox_app()

@@ -1,0 +1,674 @@
+"""The Docker sandbox: every execution in a fresh, hardened container.
+
+What is covered:
+- a new container per execution, never reused (a warm pool only holds containers that
+  have not run yet); it sees only the request's archive (the candidate's ``git
+  archive`` plus fresh protected files), copied in with ``put_archive`` into a fresh
+  volume (capped: ``RLIMIT_FSIZE`` per file, and a host-side watch of the volume's total
+  size that kills the container past ``disk`` when the engine is on this host). The
+  run's repository, its database, the host's home and other candidates' workspaces are
+  not mounted; task ``mounts`` are read-only;
+- no network unless the task opts in; a read-only root file system with a size-capped
+  tmpfs ``/tmp``; all capabilities dropped, ``no-new-privileges``, a non-root user;
+  limits on processes, memory (swap included), CPUs, CPU time and address space;
+- the timeout and the cancel event enforced from the host (``kill``), with a backstop
+  inside the container (``timeout -s KILL``) should the orchestrator die;
+- the container and its volume removed after every execution, whatever happened; they
+  carry the label ``revtree.sandbox`` and their owner (host, pid, process start time),
+  so ``reap()`` (and ``revtree sandbox gc``) remove those of dead orchestrators;
+- declared outputs copied out with ``get_archive``: regular files only (no links,
+  devices or paths out of the workspace), each under a size cap;
+- engine and image failures raised as :class:`~revtree.errors.SandboxError` naming
+  the engine, the image or the step.
+
+What is not covered: the container shares the host's kernel (a kernel exploit escapes
+it); GPUs handed to an evaluation are visible in full to it; with ``network`` set to
+``bridge`` or ``host`` the code can reach whatever that network reaches.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import io
+import json
+import os
+import queue
+import shlex
+import socket
+import tarfile
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from revtree.errors import Cancelled, SandboxError
+from revtree.sandboxes.base import ExecRequest, ExecResult, Limits
+from revtree.sandboxes.env import sandbox_env
+from revtree.tasks.spec import SandboxConfig
+
+UID = 10001  # the sandbox user; has no entry in the image and owns only the workspace
+ROOT, WORK, OUT = "/sandbox", "/sandbox/work", "/sandbox/out"
+RUNNER = f"{ROOT}/.run"
+PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+LABEL, OWNER, RUN, NODE, WARM = (
+    "revtree.sandbox",
+    "revtree.owner",
+    "revtree.run",
+    "revtree.node",
+    "revtree.warm",
+)
+METRICS_CAP = 1 << 20
+OUTPUT_CAP = 16 << 20
+GRACE = 5.0  # seconds the in-container backstop waits past the host's timeout
+_TYPE_BITS = (1 << 31) | (1 << 27) | (1 << 26) | (1 << 25) | (1 << 24) | (1 << 21) | (1 << 19)
+
+
+class GpuLease(Protocol):
+    """Hands out distinct GPU ids (the scheduler's pool, see ``orchestrator.gpus``)."""
+
+    def acquire(self, n: int, cancel: threading.Event | None = None) -> list[str]:
+        """Block until ``n`` ids are free, then return them."""
+        ...
+
+    def release(self, ids: Sequence[str]) -> None: ...
+
+
+@dataclass(frozen=True)
+class DockerResult(ExecResult):
+    """An :class:`ExecResult` plus the declared output files that were copied out."""
+
+    files: Mapping[str, bytes] = field(default_factory=dict)
+    container: str = ""
+
+
+def owner_id() -> str:
+    """``host:pid:start`` of this process (start time guards against pid reuse)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{_start_time(os.getpid())}"
+
+
+def _start_time(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return "?"
+
+
+def owner_alive(owner: str) -> bool:
+    """Whether the process named by an owner label still runs (other hosts: assumed)."""
+    host, _, rest = owner.partition(":")
+    pid, _, start = rest.partition(":")
+    if host != socket.gethostname():
+        return True
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, ValueError):
+        return True
+    return _start_time(int(pid)) == start
+
+
+def _engine_error(what: str, e: BaseException) -> SandboxError:
+    return SandboxError(f"the Docker engine failed or stopped answering while {what}: {e}")
+
+
+def connect(base_url: str | None = None, timeout: float = 30.0) -> Any:
+    """A low-level docker API client that answered a ping, or a clear SandboxError."""
+    try:
+        import docker
+    except ImportError as e:  # pragma: no cover - docker is a dependency
+        raise SandboxError("the docker backend needs the 'docker' package") from e
+    url = base_url or os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+    try:
+        client = docker.DockerClient(base_url=url, timeout=int(timeout), max_pool_size=64)
+        client.ping()
+    except Exception as e:
+        raise SandboxError(f"no Docker engine answers at {url}: {e}") from e
+    return client
+
+
+def engine_answers(base_url: str | None = None, timeout: float = 2.0) -> Any | None:
+    """The client if an engine answers quickly, else None (for ``backend = "auto"``)."""
+    try:
+        return connect(base_url, timeout)
+    except SandboxError:
+        return None
+
+
+@dataclass
+class _Box:
+    """A created, never-started container and its workspace volume."""
+
+    cid: str
+    volume: str
+    key: tuple[Any, ...]
+    mountpoint: str = ""  # where the engine keeps the volume, if on this host
+
+
+class DockerSandbox:
+    """Runs each request in a new container of ``config.image`` (see the module doc)."""
+
+    name = "docker"
+
+    def __init__(
+        self,
+        config: SandboxConfig | None = None,
+        base_dir: str | Path | None = None,
+        *,
+        base_url: str | None = None,
+        client: Any = None,
+        gpu_pool: GpuLease | None = None,
+        task_root: str | Path | None = None,
+        labels: Mapping[str, str] | None = None,
+        pids_limit: int = 256,
+        output_cap: int = OUTPUT_CAP,
+    ) -> None:
+        from revtree.sandboxes.images import default_image, image_exists
+
+        self.config = config or SandboxConfig()
+        self.client = client or connect(base_url)
+        self.api = self.client.api
+        self.image = self.config.image or default_image(self.client)
+        if not image_exists(self.client, self.image):
+            raise SandboxError(
+                f"image {self.image!r} is not on this Docker engine; build it with "
+                "`revtree sandbox build-image`, or make the base image with "
+                "`revtree sandbox bootstrap-base` (no registry needed)"
+            )
+        if self.config.gpus and gpu_pool is None:
+            raise SandboxError(f"gpus = {self.config.gpus} needs a GPU pool from the scheduler")
+        self.gpu_pool, self.pids_limit, self.output_cap = gpu_pool, pids_limit, output_cap
+        self.labels = {**(labels or {}), LABEL: "1", OWNER: owner_id()}
+        self.mounts = _bind_mounts(self.config.mounts, task_root)
+        self._lock = threading.Lock()
+        self._closed = threading.Event()
+        self._warm: queue.Queue[_Box] = queue.Queue()
+        self._filler: threading.Thread | None = None
+        self._want_warm = threading.Event()
+        if self.config.warm_pool and not self.config.gpus:
+            self._filler = threading.Thread(target=self._fill, daemon=True, name="warm-pool")
+            self._filler.start()
+            self._want_warm.set()
+
+    # -- the protocol -------------------------------------------------------------
+
+    def execute(self, request: ExecRequest, cancel: threading.Event | None = None) -> ExecResult:
+        if cancel is not None and cancel.is_set():
+            raise Cancelled("the evaluation was cancelled before it started")
+        t0 = time.monotonic()
+        payload = _workspace_tar(request.archive, _runner_script(request, self.config.disk))
+        gpus: list[str] = []
+        if self.config.gpus:
+            assert self.gpu_pool is not None
+            gpus = self.gpu_pool.acquire(self.config.gpus, cancel)
+        box: _Box | None = None
+        try:
+            box = self._take_warm(request.limits) if not gpus else None
+            if box is not None:
+                self._rename(box, request.labels)
+            else:
+                box = self._create(request.limits, request.labels, gpus)
+            try:
+                self.api.put_archive(box.cid, ROOT, payload)
+            except Exception as e:
+                raise _engine_error(f"copying the workspace into {box.cid[:12]}", e) from e
+            setup = time.monotonic() - t0
+            return self._run(box, request, cancel, setup)
+        finally:
+            if box is not None:
+                self._remove(box)
+            if gpus:
+                assert self.gpu_pool is not None
+                self.gpu_pool.release(gpus)
+
+    def reap(self) -> int:
+        """Remove containers and volumes whose owning process is dead; returns how many
+        containers were found."""
+        return reap(self.client)
+
+    def close(self) -> None:
+        """Stop filling the warm pool and remove its containers."""
+        self._closed.set()
+        self._want_warm.set()
+        if self._filler is not None:
+            self._filler.join(timeout=30)
+        while True:
+            try:
+                self._remove(self._warm.get_nowait())
+            except queue.Empty:
+                break
+        with contextlib.suppress(Exception):
+            self.client.close()
+
+    # -- containers ---------------------------------------------------------------
+
+    def _key(self, limits: Limits) -> tuple[Any, ...]:
+        return (limits.memory_bytes, limits.cpu_seconds)
+
+    def _create(self, limits: Limits, labels: Mapping[str, str], gpus: Sequence[str]) -> _Box:
+        import docker.types
+
+        c = self.config
+        all_labels = {**self.labels, **{k: str(v) for k, v in labels.items()}}
+        name = _container_name(labels)
+        try:
+            info = self.api.create_volume(name=name, driver="local", labels=all_labels)
+            volume = info["Name"]
+        except Exception as e:
+            raise _engine_error("creating a workspace volume", e) from e
+        ulimits = [docker.types.Ulimit(name="core", soft=0, hard=0)]
+        if limits.cpu_seconds:
+            cpu = max(1, int(limits.cpu_seconds))
+            ulimits.append(docker.types.Ulimit(name="cpu", soft=cpu, hard=cpu + 1))
+        host_config = self.api.create_host_config(
+            mounts=[docker.types.Mount(ROOT, volume, type="volume"), *self.mounts],
+            network_mode=c.network,
+            read_only=True,
+            tmpfs={"/tmp": f"rw,nosuid,nodev,size={c.disk},mode=1777"},
+            cap_drop=["ALL"],
+            security_opt=["no-new-privileges"],
+            pids_limit=self.pids_limit,
+            mem_limit=limits.memory_bytes or None,
+            memswap_limit=limits.memory_bytes or None,
+            nano_cpus=int(c.cpus * 1e9) if c.cpus else None,
+            ulimits=ulimits,
+            log_config=docker.types.LogConfig(type="none"),
+            device_requests=(
+                [docker.types.DeviceRequest(device_ids=list(gpus), capabilities=[["gpu"]])]
+                if gpus
+                else None
+            ),
+        )
+        try:
+            cid = self.api.create_container(
+                self.image,
+                command=["/bin/sh", RUNNER],
+                user=f"{UID}:{UID}",
+                working_dir=ROOT,
+                environment={"PATH": PATH},
+                labels={**all_labels, "revtree.volume": volume},
+                host_config=host_config,
+                network_disabled=c.network == "none",
+                name=name,
+            )["Id"]
+        except Exception as e:
+            with contextlib.suppress(Exception):
+                self.api.remove_volume(volume, force=True)
+            if "No such image" in str(e) or "not found" in str(e).lower():
+                raise SandboxError(f"image {self.image!r} is missing on the engine: {e}") from e
+            raise _engine_error(f"creating a container of {self.image!r}", e) from e
+        return _Box(cid, volume, self._key(limits), info.get("Mountpoint") or "")
+
+    def _rename(self, box: _Box, labels: Mapping[str, str]) -> None:
+        """A warm container takes the node in its name (labels are fixed at creation)."""
+        with contextlib.suppress(Exception):
+            self.api.rename(box.cid, _container_name(labels))
+
+    def _remove(self, box: _Box) -> None:
+        """Remove the container, then its volume (retried: the engine may still hold it).
+        Whatever fails here is left to ``reap``."""
+        import docker.errors
+
+        with contextlib.suppress(Exception):
+            self.api.remove_container(box.cid, force=True, v=True)
+        for attempt in range(20):
+            try:
+                self.api.remove_volume(box.volume, force=True)
+                return
+            except docker.errors.NotFound:
+                return
+            except Exception:
+                time.sleep(0.05 * (attempt + 1))
+
+    def _run(
+        self, box: _Box, request: ExecRequest, cancel: threading.Event | None, setup: float
+    ) -> ExecResult:
+        cap = request.limits.output_cap
+        try:
+            stream = self.api.attach(
+                box.cid, stdout=True, stderr=True, stream=True, logs=False, demux=True
+            )
+            tails = _Tails(stream, cap)
+            start = time.monotonic()
+            self.api.start(box.cid)
+        except Exception as e:
+            raise _engine_error(f"starting container {box.cid[:12]} of {self.image!r}", e) from e
+        tails.start()
+        done, why = threading.Event(), list[str]()
+        deadline = start + request.limits.timeout
+        watchdog = threading.Thread(
+            target=self._watch, args=(box, deadline, done, cancel, why), daemon=True
+        )
+        watchdog.start()
+        try:
+            status = self.api.wait(box.cid, timeout=request.limits.timeout + 2 * GRACE + 30)
+        except Exception as e:
+            with contextlib.suppress(Exception):
+                self.api.kill(box.cid)
+            raise _engine_error(f"waiting for container {box.cid[:12]}", e) from e
+        finally:
+            done.set()
+        duration = time.monotonic() - start
+        watchdog.join()
+        tails.join(timeout=5)
+        if why == ["cancel"]:
+            raise Cancelled("the evaluation was cancelled")
+        code = int(status.get("StatusCode", -1))
+        stderr = tails.text(1)
+        if why == ["disk"]:
+            mb = self.config.disk // 2**20
+            stderr += (
+                f"\nrevtree: the evaluation was killed: workspace over its {mb} MiB disk cap\n"
+            )
+        if code == 137 and not why and self._oom_killed(box.cid):
+            mb = (request.limits.memory_bytes or 0) // 2**20
+            stderr += f"\nrevtree: the evaluation was killed: out of memory (limit {mb} MiB)\n"
+        metrics = self._read_file(box.cid, f"{OUT}/metrics.json", METRICS_CAP, "the metrics file")
+        files = {
+            name: data
+            for name in self.config.outputs
+            if (data := self._read_file(box.cid, f"{WORK}/{name}", self.output_cap, name))
+            is not None
+        }
+        return DockerResult(
+            exit_code=code,
+            stdout=tails.text(0),
+            stderr=stderr,
+            duration=duration,
+            timed_out=why == ["timeout"],
+            metrics_text=metrics.decode("utf-8", errors="replace") if metrics is not None else None,
+            truncated=tails.truncated,
+            setup_seconds=setup,
+            files=files,
+            container=box.cid,
+        )
+
+    def _watch(
+        self,
+        box: _Box,
+        deadline: float,
+        done: threading.Event,
+        cancel: threading.Event | None,
+        why: list[str],
+    ) -> None:
+        disk = Path(box.mountpoint) if box.mountpoint else None
+        if disk is not None and not os.access(disk, os.R_OK | os.X_OK):
+            disk = None  # a remote engine: only the per-file limit holds
+        next_disk = time.monotonic() + 0.2
+        while not done.is_set():
+            now = time.monotonic()
+            if cancel is not None and cancel.is_set():
+                why.append("cancel")
+            elif now >= deadline:
+                why.append("timeout")
+            elif disk is not None and now >= next_disk and _usage(disk) > self.config.disk:
+                why.append("disk")
+            else:
+                if now >= next_disk:
+                    next_disk = now + 0.2
+                done.wait(min(0.05, deadline - now))
+                continue
+            with contextlib.suppress(Exception):
+                self.api.kill(box.cid)
+            return
+
+    def _oom_killed(self, cid: str) -> bool:
+        try:
+            return bool(self.api.inspect_container(cid)["State"].get("OOMKilled"))
+        except Exception:
+            return False
+
+    def _read_file(self, cid: str, path: str, cap: int, what: str) -> bytes | None:
+        """One regular file out of the stopped container, or None if it is absent.
+
+        Links, devices, folders and files over ``cap`` are refused with a SandboxError.
+        """
+        import docker.errors
+
+        try:  # stat first (HEAD): a refused file is never streamed
+            head = self.api.head(
+                self.api._url("/containers/{0}/archive", cid), params={"path": path}
+            )
+            if head.status_code == 404:
+                return None
+            self.api._raise_for_status(head)
+            stat = json.loads(base64.b64decode(head.headers["X-Docker-Container-Path-Stat"]))
+        except Exception as e:
+            raise _engine_error(f"copying {what} out of {cid[:12]}", e) from e
+        if stat.get("linkTarget") or int(stat.get("mode", 0)) & _TYPE_BITS:
+            raise SandboxError(f"output {what!r} refused: not a regular file ({stat})")
+        if int(stat.get("size", 0)) > cap:
+            raise SandboxError(f"output {what!r} refused: {stat.get('size')} bytes > cap {cap}")
+        try:
+            stream, _ = self.api.get_archive(cid, path, chunk_size=1 << 16)
+        except docker.errors.NotFound:
+            return None
+        except Exception as e:
+            raise _engine_error(f"copying {what} out of {cid[:12]}", e) from e
+        raw = bytearray()
+        for chunk in stream:
+            raw += chunk
+            if len(raw) > cap + (1 << 16):
+                raise SandboxError(f"output {what!r} refused: larger than the cap {cap}")
+        return _single_file(bytes(raw), what, cap)
+
+    # -- warm pool ----------------------------------------------------------------
+
+    def _default_limits(self) -> Limits:
+        return Limits(
+            timeout=1.0, memory_bytes=self.config.memory, cpu_seconds=self.config.cpu_seconds
+        )
+
+    def _take_warm(self, limits: Limits) -> _Box | None:
+        if self._filler is None:
+            return None
+        try:
+            box = self._warm.get_nowait()
+        except queue.Empty:
+            return None
+        finally:
+            self._want_warm.set()
+        if box.key != self._key(limits):
+            self._remove(box)
+            return None
+        return box
+
+    def _fill(self) -> None:
+        limits = self._default_limits()
+        while not self._closed.is_set():
+            self._want_warm.wait()
+            self._want_warm.clear()
+            while not self._closed.is_set() and self._warm.qsize() < self.config.warm_pool:
+                try:
+                    box = self._create(limits, {WARM: "1"}, ())
+                except SandboxError:
+                    time.sleep(1.0)
+                    break
+                if self._closed.is_set():
+                    self._remove(box)
+                    return
+                self._warm.put(box)
+
+    def warm_ready(self, timeout: float = 30.0) -> bool:
+        """Wait until the warm pool is full (for benchmarks and tests)."""
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if self._warm.qsize() >= self.config.warm_pool:
+                return True
+            time.sleep(0.02)
+        return False
+
+    def create_for_inspection(self, labels: Mapping[str, str], gpus: Sequence[str]) -> str:
+        """Create (never start) a container as ``execute`` would; returns its id.
+        The caller removes it with :meth:`discard`. For tests of the request."""
+        return self._create(self._default_limits(), labels, gpus).cid
+
+    def discard(self, cid: str) -> None:
+        info = self.api.inspect_container(cid)
+        self._remove(_Box(cid, info["Config"]["Labels"].get("revtree.volume", ""), ()))
+
+
+def reap(client: Any, everything: bool = False) -> int:
+    """Remove revtree containers (and volumes) of dead owners, or all with
+    ``everything``. Returns how many containers were removed."""
+    api = client.api
+    try:
+        found = api.containers(all=True, filters={"label": LABEL})
+        volumes = api.volumes(filters={"label": LABEL}).get("Volumes") or []
+    except Exception as e:
+        raise _engine_error("listing revtree containers", e) from e
+    n = 0
+    for c in found:
+        if everything or not owner_alive(c.get("Labels", {}).get(OWNER, "")):
+            with contextlib.suppress(Exception):
+                api.remove_container(c["Id"], force=True, v=True)
+                n += 1
+    for v in volumes:
+        if everything or not owner_alive((v.get("Labels") or {}).get(OWNER, "")):
+            with contextlib.suppress(Exception):
+                api.remove_volume(v["Name"], force=True)
+    return n
+
+
+def _usage(root: Path, max_entries: int = 200_000) -> int:
+    """Bytes allocated under ``root`` (more than any cap if it holds too many entries)."""
+    total, seen, stack = 0, 0, [str(root)]
+    while stack:
+        with contextlib.suppress(OSError), os.scandir(stack.pop()) as it:
+            for entry in it:
+                seen += 1
+                if seen > max_entries:
+                    return 1 << 62
+                with contextlib.suppress(OSError):
+                    st = entry.stat(follow_symlinks=False)
+                    total += st.st_blocks * 512
+                    if entry.is_dir(follow_symlinks=False):
+                        stack.append(entry.path)
+    return total
+
+
+def _container_name(labels: Mapping[str, str]) -> str:
+    parts = ["revtree", labels.get(RUN, ""), f"n{labels[NODE]}" if NODE in labels else ""]
+    stem = "-".join(p for p in parts if p)
+    safe = "".join(ch if ch.isalnum() or ch in "_.-" else "-" for ch in stem)[:80]
+    return f"{safe}-{uuid.uuid4().hex[:10]}"
+
+
+def _bind_mounts(mounts: Mapping[str, str], task_root: str | Path | None) -> list[Any]:
+    import docker.types
+
+    out = []
+    for target, source in mounts.items():
+        host = Path(source).expanduser()
+        if not host.is_absolute():
+            host = Path(task_root or ".") / host
+        if not host.exists():
+            raise SandboxError(f"mount {target!r}: host path {str(host)!r} does not exist")
+        out.append(docker.types.Mount(target, str(host.resolve()), type="bind", read_only=True))
+    return out
+
+
+def _runner_script(request: ExecRequest, disk: int) -> bytes:
+    """The container's entry: a clean environment, the workspace, the backstop timeout."""
+    env = sandbox_env(request.env, home=WORK, tmp="/tmp")
+    env.update(PATH=PATH, REVTREE_METRICS=f"{OUT}/metrics.json")
+    assigns = " ".join(shlex.quote(f"{k}={v}") for k, v in env.items())
+    backstop = int(request.limits.timeout + GRACE) + 1
+    mem = request.limits.memory_bytes
+    # RLIMIT_AS is set here, not by the engine: runc itself would not start under it
+    limit_as = f"ulimit -v {mem // 1024} || exit 125\n" if mem else ""
+    return (
+        f"cd {WORK} || exit 125\nulimit -f {disk // 512} || exit 125\n{limit_as}"
+        f"if command -v timeout >/dev/null; then T='timeout -s KILL {backstop}'; else T=; fi\n"
+        f"exec env -i {assigns} $T /bin/sh -c {shlex.quote(request.command)}\n"
+    ).encode()
+
+
+def _workspace_tar(archive: bytes, runner: bytes) -> bytes:
+    """The request's archive under ``work/``, owned by the sandbox user, plus ``out/`` and
+    the runner. Members escaping the workspace are refused (tarfile's data filter)."""
+    buf = io.BytesIO()
+    try:
+        src = tarfile.open(fileobj=io.BytesIO(archive), mode="r:*")  # noqa: SIM115
+    except (tarfile.TarError, OSError) as e:
+        raise SandboxError(f"cannot unpack the workspace: {e}") from e
+    with src, tarfile.open(fileobj=buf, mode="w") as out:
+        for name, mode in (("work", 0o755), ("out", 0o700)):
+            out.addfile(_owned(tarfile.TarInfo(name), tarfile.DIRTYPE, mode))
+        run = _owned(tarfile.TarInfo(".run"), tarfile.REGTYPE, 0o500)
+        run.size = len(runner)
+        out.addfile(run, io.BytesIO(runner))
+        for member in _safe_members(src):
+            data = src.extractfile(member) if member.isreg() else None
+            member.name = f"work/{member.name}"
+            if member.islnk():
+                member.linkname = f"work/{member.linkname}"
+            out.addfile(_owned(member, member.type, member.mode), data)
+    return buf.getvalue()
+
+
+def _safe_members(src: tarfile.TarFile) -> Iterator[tarfile.TarInfo]:
+    dest = "/nonexistent-revtree-workspace"
+    try:
+        for member in src:
+            filtered = tarfile.data_filter(member, dest)
+            if filtered is not None:
+                yield filtered
+    except (tarfile.TarError, OSError) as e:
+        raise SandboxError(f"cannot unpack the workspace: {e}") from e
+
+
+def _owned(info: tarfile.TarInfo, kind: bytes, mode: int) -> tarfile.TarInfo:
+    info.type, info.mode = kind, mode
+    info.uid = info.gid = UID
+    info.uname = info.gname = ""
+    return info
+
+
+def _single_file(raw: bytes, what: str, cap: int) -> bytes:
+    try:
+        with tarfile.open(fileobj=io.BytesIO(raw), mode="r:") as tar:
+            members = tar.getmembers()
+            if len(members) != 1 or not members[0].isreg():
+                raise SandboxError(f"output {what!r} refused: not a single regular file")
+            member = members[0]
+            if member.size > cap or "/" in member.name.strip("/") or member.name in ("..", "."):
+                raise SandboxError(f"output {what!r} refused: bad name or size")
+            f = tar.extractfile(member)
+            assert f is not None
+            return f.read(cap + 1)[:cap]
+    except tarfile.TarError as e:
+        raise SandboxError(f"output {what!r} refused: unreadable archive: {e}") from e
+
+
+class _Tails(threading.Thread):
+    """Drains the attach stream, keeping the last ``cap`` bytes of stdout and stderr."""
+
+    def __init__(self, stream: Any, cap: int) -> None:
+        super().__init__(daemon=True)
+        self.stream, self.cap = stream, cap
+        self.bufs = [bytearray(), bytearray()]
+        self.totals = [0, 0]
+
+    def run(self) -> None:
+        with contextlib.suppress(Exception):
+            for pair in self.stream:
+                for i, chunk in enumerate(pair):
+                    if not chunk:
+                        continue
+                    self.totals[i] += len(chunk)
+                    buf = self.bufs[i]
+                    buf += chunk
+                    if len(buf) > 2 * self.cap:
+                        del buf[: len(buf) - self.cap]
+
+    @property
+    def truncated(self) -> bool:
+        return any(t > self.cap for t in self.totals)
+
+    def text(self, i: int) -> str:
+        return bytes(self.bufs[i][-self.cap :]).decode("utf-8", errors="replace")

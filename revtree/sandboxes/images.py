@@ -1,0 +1,223 @@
+"""Evaluation images: the registry-free base image and per-task images built on it.
+
+``bootstrap_base`` makes ``revtree-base:<suite>-v<N>`` from Debian packages alone:
+``debootstrap --variant=minbase --include=python3`` into a folder, a ``python`` link to
+``python3``, then ``tar | docker import``. It needs root, ``debootstrap`` and a Debian
+mirror (the one apt uses is found in ``/etc/apt/sources.list*``); no container
+registry. ``build_image`` builds a task image from a Dockerfile or a requirements list
+on top of a base image.
+
+``default_image`` is the image a task gets when it names none: the bootstrapped base if
+this engine has it, else ``python:3.11-slim`` (pulled as usual where a registry is
+reachable).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import os
+import re
+import shutil
+import subprocess
+import tarfile
+import tempfile
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from revtree.errors import SandboxError
+
+BASE_REPO = "revtree-base"
+RECIPE_VERSION = 1  # bump when the bootstrap recipe changes: the tag caches the image
+FALLBACK_IMAGE = "python:3.11-slim"
+DEFAULT_MIRROR = "http://deb.debian.org/debian"
+
+
+def host_suite(os_release: Path = Path("/etc/os-release")) -> str:
+    """The Debian suite of this host (``bookworm``), or ``bookworm`` if unknown."""
+    with contextlib.suppress(OSError):
+        for line in os_release.read_text().splitlines():
+            if line.startswith("VERSION_CODENAME=") and line.split("=", 1)[1].strip('"'):
+                return line.split("=", 1)[1].strip('"')
+    return "bookworm"
+
+
+def base_tag(suite: str | None = None) -> str:
+    """The tag of the bootstrapped base image for ``suite`` (default: the host's)."""
+    return f"{BASE_REPO}:{suite or host_suite()}-v{RECIPE_VERSION}"
+
+
+def apt_mirror(sources: Iterable[Path] | None = None) -> str:
+    """The main Debian mirror apt is configured with (deb822 or one-line format)."""
+    paths = sources or [
+        Path("/etc/apt/sources.list"),
+        *sorted(Path("/etc/apt/sources.list.d").glob("*")),
+    ]
+    for path in paths:
+        with contextlib.suppress(OSError):
+            text = path.read_text()
+            for url in re.findall(r"^\s*(?:URIs:|deb(?:\s+\[[^]]*\])?)\s+(\S+)", text, re.M):
+                if "/debian" in url and "security" not in url:
+                    return str(url.rstrip("/"))
+    return DEFAULT_MIRROR
+
+
+def image_exists(client: Any, image: str) -> bool:
+    import docker.errors
+
+    try:
+        client.images.get(image)
+    except docker.errors.ImageNotFound:
+        return False
+    except docker.errors.DockerException as e:
+        raise SandboxError(f"the Docker engine did not answer about image {image!r}: {e}") from e
+    return True
+
+
+def default_image(client: Any) -> str:
+    """The bootstrapped base image if present, else ``python:3.11-slim``."""
+    tag = base_tag()
+    return tag if image_exists(client, tag) else FALLBACK_IMAGE
+
+
+def _run(step: str, argv: Sequence[str], **kw: Any) -> None:
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, check=False, **kw)
+    except OSError as e:
+        raise SandboxError(f"{step}: cannot run {argv[0]}: {e}") from e
+    if proc.returncode != 0:
+        tail = (proc.stderr or proc.stdout).strip()[-2000:]
+        raise SandboxError(f"{step} failed (exit {proc.returncode}): {tail}")
+
+
+def bootstrap_base(
+    client: Any,
+    tag: str | None = None,
+    suite: str | None = None,
+    mirror: str | None = None,
+    force: bool = False,
+) -> str:
+    """Build the base image from Debian packages; returns its tag. Cached by tag."""
+    suite = suite or host_suite()
+    tag = tag or base_tag(suite)
+    if not force and image_exists(client, tag):
+        return tag
+    if shutil.which("debootstrap") is None:
+        raise SandboxError(
+            f"building {tag}: debootstrap is not installed (apt-get install debootstrap)"
+        )
+    with tempfile.TemporaryDirectory(prefix="revtree-rootfs-") as tmp:
+        root = Path(tmp) / "rootfs"
+        argv = ["debootstrap", "--variant=minbase", "--include=python3", suite, str(root)]
+        _run(f"building {tag}: debootstrap {suite}", [*argv, mirror or apt_mirror()])
+        link = root / "usr/local/bin/python"
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.unlink(missing_ok=True)
+        link.symlink_to("/usr/bin/python3")
+        for cache in ("var/cache/apt/archives", "var/lib/apt/lists"):
+            for p in (root / cache).glob("*.deb"):
+                p.unlink()
+        _import(client, root, tag)
+    return tag
+
+
+def _import(client: Any, root: Path, tag: str) -> None:
+    """``tar -C root -c . | docker import - tag``, streamed."""
+    import docker.errors
+
+    tar = subprocess.Popen(
+        ["tar", "--numeric-owner", "-C", str(root), "-c", "."], stdout=subprocess.PIPE
+    )
+    assert tar.stdout is not None
+    repo, _, version = tag.rpartition(":")
+    try:
+        client.api.import_image_from_stream(
+            tar.stdout, repository=repo, tag=version, changes=['CMD ["python3"]']
+        )
+    except docker.errors.DockerException as e:
+        raise SandboxError(f"building {tag}: docker import failed: {e}") from e
+    finally:
+        tar.stdout.close()
+        tar.wait()
+    if not image_exists(client, tag):
+        raise SandboxError(f"building {tag}: docker import finished but the image is missing")
+
+
+def dockerfile_for(base: str, requirements: Sequence[str]) -> str:
+    """A Dockerfile installing ``requirements`` (pip specifiers) on ``base``."""
+    lines = [f"FROM {base}"]
+    if requirements:
+        lines += [
+            "COPY requirements.txt /tmp/revtree-requirements.txt",
+            "RUN python -m pip install --no-cache-dir -r /tmp/revtree-requirements.txt",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def build_image(
+    client: Any,
+    tag: str | None = None,
+    base: str | None = None,
+    dockerfile: Path | None = None,
+    requirements: Sequence[str] = (),
+    context: Path | None = None,
+) -> str:
+    """Build an evaluation image; returns its tag.
+
+    With ``dockerfile``, its folder (or ``context``) is the build context and ``base``
+    is passed as the build argument ``BASE``. Else a Dockerfile installing
+    ``requirements`` on ``base`` (default: :func:`default_image`) is generated. The tag
+    defaults to ``revtree-task:<hash of the inputs>``. A failure names the image and
+    the step that failed.
+    """
+    import docker.errors
+
+    base = base or default_image(client)
+    if dockerfile is not None:
+        text = dockerfile.read_text()
+        ctx = context or dockerfile.parent
+    else:
+        text, ctx = dockerfile_for(base, requirements), None
+    digest = hashlib.sha256(f"{base}\n{text}\n{sorted(requirements)}".encode()).hexdigest()
+    tag = tag or f"revtree-task:{digest[:12]}"
+    fileobj = _context_tar(text, requirements, ctx)
+    step = "?"
+    try:
+        for chunk in client.api.build(
+            fileobj=fileobj,
+            custom_context=True,
+            tag=tag,
+            buildargs={"BASE": base},
+            rm=True,
+            forcerm=True,
+            decode=True,
+        ):
+            if m := re.match(r"Step \d+/\d+ : (.*)", str(chunk.get("stream", ""))):
+                step = m.group(1).strip()
+            if "error" in chunk:
+                msg = str(chunk.get("error", "")).strip()
+                raise SandboxError(f"building image {tag}: step {step!r} failed: {msg}")
+    except docker.errors.DockerException as e:
+        raise SandboxError(f"building image {tag}: step {step!r} failed: {e}") from e
+    return tag
+
+
+def _context_tar(dockerfile: str, requirements: Sequence[str], folder: Path | None) -> io.BytesIO:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        if folder is not None:
+            for path in sorted(folder.rglob("*")):
+                if path.is_file() and not path.is_symlink():
+                    tar.add(path, arcname=os.path.relpath(path, folder), recursive=False)
+        for name, text in (
+            ("Dockerfile", dockerfile),
+            ("requirements.txt", "\n".join(requirements) + "\n"),
+        ):
+            data = text.encode()
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    buf.seek(0)
+    return buf

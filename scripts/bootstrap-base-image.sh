@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Build revtree's base evaluation image without a container registry:
+#   debootstrap --variant=minbase --include=python3 <suite> DIR, then tar | docker import.
+# Usage: scripts/bootstrap-base-image.sh [--force] [TAG]
+# Needs root, Docker and a Debian mirror (the one apt uses). The tag caches the image:
+# nothing is done when it exists (unless --force). Same recipe as `revtree sandbox
+# bootstrap-base` (revtree/sandboxes/images.py; RECIPE_VERSION there = the -vN below).
+set -euo pipefail
+force=0
+if [[ "${1:-}" == "--force" ]]; then force=1; shift; fi
+suite=$(. /etc/os-release 2>/dev/null && echo "${VERSION_CODENAME:-}")
+suite=${suite:-bookworm}
+tag=${1:-revtree-base:${suite}-v1}
+if [[ $force == 0 ]] && docker image inspect "$tag" >/dev/null 2>&1; then
+    echo "$tag exists"; exit 0
+fi
+if ! command -v debootstrap >/dev/null; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null
+fi
+mirror=$(grep -hoE '^\s*(URIs:|deb( \[[^]]*\])?)\s+\S+' /etc/apt/sources.list /etc/apt/sources.list.d/* 2>/dev/null \
+    | awk '{print $NF}' | grep '/debian' | grep -v security | head -n1 || true)
+mirror=${mirror:-http://deb.debian.org/debian}
+dir=$(mktemp -d /tmp/revtree-rootfs-XXXXXX)
+trap 'rm -rf "$dir"' EXIT
+echo "debootstrap $suite from $mirror ..."
+debootstrap --variant=minbase --include=python3 "$suite" "$dir/rootfs" "$mirror" >"$dir/log" 2>&1 \
+    || { tail -n 30 "$dir/log"; echo "debootstrap failed" >&2; exit 1; }
+mkdir -p "$dir/rootfs/usr/local/bin"
+ln -sf /usr/bin/python3 "$dir/rootfs/usr/local/bin/python"
+rm -f "$dir"/rootfs/var/cache/apt/archives/*.deb
+tar --numeric-owner -C "$dir/rootfs" -c . | docker import --change 'CMD ["python3"]' - "$tag" >/dev/null
+echo "built $tag"

@@ -1,0 +1,63 @@
+"""Backends for the sandbox suites: ``local`` always, ``docker`` where an engine answers
+and the evaluation image is on it (else its tests skip)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from revtree.sandboxes import Sandbox, make_sandbox
+from revtree.tasks.spec import SandboxConfig
+
+BACKENDS = ["local", pytest.param("docker", marks=pytest.mark.docker)]
+
+
+@pytest.fixture(scope="session")
+def docker_client() -> Iterator[Any]:
+    """A docker client, or a skip saying why there is none."""
+    try:
+        from revtree.sandboxes.docker import engine_answers
+        from revtree.sandboxes.images import default_image, image_exists
+    except ImportError as e:  # pragma: no cover
+        pytest.skip(f"docker SDK missing: {e}")
+    client = engine_answers()
+    if client is None:
+        pytest.skip("no Docker engine answers")
+    image = default_image(client)
+    if not image_exists(client, image):
+        client.close()
+        pytest.skip(f"image {image} missing (scripts/bootstrap-base-image.sh makes one)")
+    yield client
+    client.close()
+
+
+def docker_sandbox(client: Any, **config: Any) -> Sandbox:
+    from revtree.sandboxes.docker import DockerSandbox
+
+    return DockerSandbox(SandboxConfig(**config), client=None)
+
+
+@pytest.fixture(params=BACKENDS)
+def sandbox(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Sandbox]:
+    if request.param == "docker":
+        request.getfixturevalue("docker_client")
+    box = make_sandbox(request.param, base_dir=tmp_path / "sandboxes")
+    yield box
+    box.close()
+
+
+def leftovers(sandbox: Sandbox, tmp_path: Path) -> list[str]:
+    """What this sandbox left behind: workspace folders, or containers and volumes."""
+    if sandbox.name == "local":
+        base = tmp_path / "sandboxes"
+        return [p.name for p in base.iterdir()] if base.is_dir() else []
+    from revtree.sandboxes.docker import LABEL, OWNER, owner_id
+
+    api = sandbox.client.api  # type: ignore[attr-defined]
+    mine = {"label": [LABEL, f"{OWNER}={owner_id()}"]}
+    containers = [c["Id"][:12] for c in api.containers(all=True, filters=mine)]
+    volumes = [v["Name"] for v in api.volumes(filters=mine).get("Volumes") or []]
+    return containers + volumes
