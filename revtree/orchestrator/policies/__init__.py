@@ -11,6 +11,10 @@ POLICIES = {
     "greedy": "revtree.orchestrator.policies.simple.GreedyPolicy",
     "random": "revtree.orchestrator.policies.simple.RandomPolicy",
     "optuna": "revtree.orchestrator.policies.simple.OptunaPolicy",
+    "mcts": "revtree.orchestrator.policies.mcts.MctsPolicy",
+    "bgmcts": "revtree.orchestrator.policies.mcts.BgmctsPolicy",
+    "evolution": "revtree.orchestrator.policies.evolution.EvolutionPolicy",
+    "exts": "revtree.orchestrator.policies.exts.ExtsPolicy",
 }
 
 

@@ -1,0 +1,189 @@
+"""evolution: MAP-Elites with islands (OpenEvolve, FunSearch).
+
+- **Islands.** Node ``i`` (not the root) belongs to island ``i % num_islands``. The
+  policy knows the id of the node its selection creates (the index's ``next_id``: the
+  orchestrator numbers nodes ``max + 1`` under the lock that ``select`` holds), so it
+  picks the parent *for that island*: every island receives programs in turn, even
+  while others are empty (OpenEvolve's bug was children landing in the parent's island
+  only, so islands never seeded stayed empty). An empty island drafts from the root.
+- **Cells.** Each island keeps a MAP-Elites grid: a program's cell is its feature
+  vector binned into ``feature_bins`` per dimension; a cell keeps its best program.
+  Features, each in [0, 1]: ``depth`` (depth / 10, capped), ``operator`` (draft,
+  improve, debug, crossover, other), ``lineage`` (which root draft the program
+  descends from), ``knob:NAME:LOW:HIGH`` (the proposal's knob value), or a dotted path
+  to ``f(node) -> tuple[float, ...]``. What the Node record lacks today and a richer
+  hook would want: the evaluator's extra metrics, code size and diff size (they live
+  in the evaluations and in git, not in the snapshot).
+- **Generations and migration.** A generation is one program per island. Every
+  ``migration_interval`` generations each island sends its best
+  ``ceil(migration_rate * programs)`` programs (at least one) to the next island on the
+  ring, where they compete for cells and may be chosen as parents.
+- **Parents.** With probability ``exploration_ratio`` a random cell elite of the
+  island; with ``exploitation_ratio`` a random member of the global elite archive (the
+  ``archive_size`` best programs) that lives in the island, else the island's best;
+  otherwise a random program of the island. With probability ``crossover_rate`` a
+  second, different elite of the island joins as ``extra_parents`` and the operator is
+  ``crossover``. ``num_inspirations`` other elites go to the proposer as
+  :attr:`EvolutionSelection.inspirations` (the orchestrator ignores them until it
+  passes them on).
+- Failed programs never enter an island; evolution does not debug.
+"""
+
+from __future__ import annotations
+
+import bisect
+import importlib
+import math
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from revtree.memory.records import Node
+from revtree.orchestrator.policies.base import Selection
+from revtree.orchestrator.policies.indexed import TreeIndex, TreePolicy
+from revtree.orchestrator.tree import Tree
+from revtree.tasks.spec import EvolutionSearch
+
+OPERATORS = ("draft", "improve", "debug", "crossover")
+Feature = Callable[[Node, TreeIndex], tuple[float, ...]]
+
+
+@dataclass(frozen=True)
+class EvolutionSelection(Selection):
+    """A selection with other elites to show the proposer as inspiration."""
+
+    inspirations: tuple[int, ...] = ()
+
+
+def _feature(spec: str) -> Feature:
+    if spec == "depth":
+        return lambda n, ix: (min(1.0, n.depth / 10),)
+    if spec == "operator":
+        return lambda n, ix: (
+            (OPERATORS.index(n.operator) if n.operator in OPERATORS else 4) / 4.5,
+        )
+    if spec == "lineage":
+        return lambda n, ix: ((_lineage(n, ix) * 0.618034) % 1.0,)
+    if spec.startswith("knob:"):
+        _, name, low, high = spec.split(":")
+        lo, hi = float(low), float(high)
+
+        def knob(n: Node, ix: TreeIndex) -> tuple[float, ...]:
+            value = ((n.proposal or {}).get("knobs") or {}).get(name)
+            if not isinstance(value, int | float):
+                return (0.0,)
+            return (min(1.0, max(0.0, (value - lo) / (hi - lo))),)
+
+        return knob
+    module, _, attr = spec.rpartition(".")
+    fn = getattr(importlib.import_module(module), attr)
+    return lambda n, ix: tuple(fn(n))
+
+
+def _lineage(node: Node, index: TreeIndex) -> int:
+    v: int | None = node.id
+    while v is not None and index.parent.get(v) not in (0, None):
+        v = index.parent.get(v)
+    return v or 0
+
+
+class Island:
+    """One island: its programs, its MAP-Elites cells, its best."""
+
+    def __init__(self) -> None:
+        self.members: list[int] = []
+        self.ids: set[int] = set()
+        self.cells: dict[tuple[int, ...], int] = {}
+        self.best: int | None = None
+        self.born = 0  # programs bred here (migrants excluded)
+
+    def add(self, node_id: int, cell: tuple[int, ...], index: TreeIndex) -> None:
+        if node_id in self.ids:
+            return
+        self.ids.add(node_id)
+        self.members.append(node_id)
+        value = index.value[node_id]
+        held = self.cells.get(cell)
+        if held is None or (value, -node_id) > (index.value[held], -held):
+            self.cells[cell] = node_id
+        if self.best is None or (value, -node_id) > (index.value[self.best], -self.best):
+            self.best = node_id
+
+
+class EvolutionPolicy(TreePolicy):
+    """MAP-Elites islands on a migration ring; see the module docstring."""
+
+    name = "evolution"
+    config: EvolutionSearch
+
+    def __init__(self, config: EvolutionSearch) -> None:
+        super().__init__(config)
+        self.features = [_feature(f) for f in config.features]
+        self.reset()
+
+    def reset(self) -> None:
+        self.islands = [Island() for _ in range(self.config.num_islands)]
+        self.archive: list[tuple[float, int]] = []  # (-value, id), sorted, best first
+        self.cells_of: dict[int, tuple[int, ...]] = {}
+        self.n_programs = 0
+
+    def cell(self, node: Node) -> tuple[int, ...]:
+        assert self.index is not None
+        bins = self.config.feature_bins
+        out: list[int] = []
+        for f in self.features:
+            out.extend(min(bins - 1, int(x * bins)) for x in f(node, self.index))
+        return tuple(out)
+
+    def observe(self, node: Node) -> None:
+        index = self.index
+        assert index is not None
+        if node.id not in index.value or node.id == 0:
+            return
+        cell = self.cells_of[node.id] = self.cell(node)
+        island = self.islands[node.id % len(self.islands)]
+        island.add(node.id, cell, index)
+        island.born += 1
+        bisect.insort(self.archive, (-index.value[node.id], node.id))
+        del self.archive[self.config.archive_size :]
+        self.n_programs += 1
+        period = self.config.migration_interval * len(self.islands)
+        if len(self.islands) > 1 and self.n_programs % period == 0:
+            self.migrate(index)
+
+    def migrate(self, index: TreeIndex) -> None:
+        sends = []
+        for k, island in enumerate(self.islands):
+            count = max(1, math.ceil(self.config.migration_rate * len(island.members)))
+            best = sorted(set(island.cells.values()), key=lambda i: (-index.value[i], i))
+            sends.append((k, best[:count]))
+        for k, ids in sends:
+            target = self.islands[(k + 1) % len(self.islands)]
+            for i in ids:
+                target.add(i, self.cells_of[i], index)
+
+    def choose(self, tree: Tree, index: TreeIndex, rng: random.Random) -> Selection | None:
+        cfg = self.config
+        island = self.islands[index.next_id % len(self.islands)]
+        if not island.members:
+            return Selection(0, "draft")
+        elites = sorted(set(island.cells.values()))
+        r = rng.random()
+        if r < cfg.exploration_ratio:
+            parent = rng.choice(elites)
+        elif r < cfg.exploration_ratio + cfg.exploitation_ratio:
+            local = [i for _, i in self.archive if i in island.ids]
+            parent = rng.choice(local) if local else island.best or elites[0]
+        else:
+            parent = rng.choice(island.members)
+        others = [e for e in elites if e != parent]
+        extra: tuple[int, ...] = ()
+        operator = "improve"
+        if others and rng.random() < cfg.crossover_rate:
+            extra, operator = (rng.choice(others),), "crossover"
+        rest = [e for e in others if e not in extra]
+        inspirations = tuple(rng.sample(rest, min(cfg.num_inspirations, len(rest))))
+        base = self.exploit(index, parent, operator)
+        if base.operator == "verify":
+            return base
+        return EvolutionSelection(parent, operator, extra, inspirations)

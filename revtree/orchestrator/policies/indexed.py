@@ -1,0 +1,321 @@
+"""Incremental indexes over the tree, shared by the tree-search policies.
+
+A :class:`TreeIndex` holds what the policies need to choose in time independent of the
+tree's size: parents, depths, finished children, pending (selected, unfinished) children
+per parent, the better-direction value of each succeeded node, a sorted list of values
+(percentile ranks), the best node, the running spread, and a pooled noise estimate.
+
+Guarantees:
+- ``select`` and ``update`` cost O(depth x branching) (plus an O(n) memmove for the
+  sorted values, done in C), never an O(n) Python loop, once the index is built.
+- The index is a function of the tree: :class:`TreePolicy` rebuilds it from the
+  snapshot (finished nodes in id order) after ``load_state`` and whenever the
+  snapshot's node count disagrees with what the index has seen. A run with one
+  candidate in flight finishes nodes in id order, so a resumed run rebuilds exactly
+  the index the uninterrupted run built incrementally.
+
+Not guaranteed: with several candidates in flight nodes finish out of id order, so a
+rebuilt index can differ from the incremental one in the last bits of float sums (and
+the run itself is not deterministic then anyway).
+
+Noise: a node's value is its mean score; ``lcb`` subtracts ``z`` standard errors, using
+the node's own ``score_std`` when it has several evaluations, else the pooled standard
+deviation of the nodes that do.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import math
+import random
+from collections import defaultdict
+from typing import Any
+
+from revtree.memory.records import Node, NodeStatus
+from revtree.orchestrator.policies.base import SeededPolicy, Selection
+from revtree.orchestrator.tree import Tree
+
+DEBUGGABLE = ("crash", "timeout", "metrics")
+ROOT_PARENT = -1  # the pending key of a parentless node
+
+
+def key_of(node: Node, maximize: bool) -> float | None:
+    """The node's score in the better direction (higher is better), None unless succeeded."""
+    if node.status is not NodeStatus.SUCCEEDED or node.score is None:
+        return None
+    if not math.isfinite(node.score):
+        return None
+    return node.score if maximize else -node.score
+
+
+class TreeIndex:
+    """Incrementally maintained views of a run's tree (see the module docstring)."""
+
+    def __init__(self, maximize: bool) -> None:
+        self.maximize = maximize
+        self.parent: dict[int, int | None] = {}
+        self.depth: dict[int, int] = {}
+        self.operator: dict[int, str] = {}
+        self.children: defaultdict[int, list[int]] = defaultdict(list)  # finished ones
+        self.pending: defaultdict[int, int] = defaultdict(int)
+        self.n_pending = self.n_finished = 0
+        self.finished: set[int] = set()
+        self._unfinished: set[int] = set()
+        self.was_pending = False  # whether the last finished node had been pending
+        self.value: dict[int, float] = {}
+        self.noise: dict[int, tuple[float | None, int]] = {}
+        self.failed: dict[int, str | None] = {}
+        self.debug_depth: dict[int, int] = {}
+        self.sorted_values: list[float] = []
+        self.best_id: int | None = None
+        self.lo, self.hi = math.inf, -math.inf
+        self.next_id = 0
+        self.max_depth = 0
+        self._sum = self._sumsq = 0.0
+        self._std_sum, self._std_n = 0.0, 0
+
+    # -- building ---------------------------------------------------------------------
+    def register(self, node: Node) -> None:
+        """Know a node's place in the tree (finished or not)."""
+        if node.id in self.parent:
+            return
+        self.parent[node.id] = node.parent_id
+        self.depth[node.id] = node.depth
+        self.operator[node.id] = node.operator
+        parent_dd = self.debug_depth.get(node.parent_id, 0) if node.parent_id is not None else 0
+        self.debug_depth[node.id] = parent_dd + 1 if node.operator == "debug" else 0
+        self.next_id = max(self.next_id, node.id + 1)
+        self.max_depth = max(self.max_depth, node.depth)
+        if not node.status.is_finished():
+            self._unfinished.add(node.id)
+            self.pending[self._pkey(node.parent_id)] += 1
+            self.n_pending += 1
+
+    def selected(self, parent_id: int) -> None:
+        """A child of ``parent_id`` is about to be created (it is pending until it finishes)."""
+        self.pending[parent_id] += 1
+        self.n_pending += 1
+        self.next_id += 1
+
+    def finish(self, node: Node) -> bool:
+        """Record a finished node; False if it was already recorded."""
+        if node.id in self.finished or not node.status.is_finished():
+            return False
+        self.was_pending = node.id in self._unfinished or node.id not in self.parent
+        if self.was_pending:
+            self._unfinished.discard(node.id)
+            key = self._pkey(node.parent_id)
+            if self.pending[key] > 0:
+                self.pending[key] -= 1
+                self.n_pending -= 1
+        self.register(node)
+        self.finished.add(node.id)
+        self.n_finished += 1
+        if node.parent_id is not None:
+            self.children[node.parent_id].append(node.id)
+        value = key_of(node, self.maximize)
+        if value is None:
+            self.failed[node.id] = node.error_kind
+            return True
+        self._add_value(node.id, value)
+        self._add_noise(node)
+        return True
+
+    def revalue(self, node: Node) -> float | None:
+        """Take a finished node's new mean (after more repeats); returns the old value."""
+        old = self.value.get(node.id)
+        new = key_of(node, self.maximize)
+        if old is None or new is None or (new == old and self.noise[node.id][1] == node.n_evals):
+            return None
+        del self.sorted_values[bisect.bisect_left(self.sorted_values, old)]
+        self._sum -= old
+        self._sumsq -= old * old
+        self._remove_noise(node.id)
+        self._add_value(node.id, new)
+        self._add_noise(node)
+        if self.best_id == node.id and new < old:
+            self.best_id = max(self.value, key=lambda i: (self.value[i], -i))  # rare: O(n)
+        return old
+
+    def _pkey(self, parent_id: int | None) -> int:
+        return ROOT_PARENT if parent_id is None else parent_id
+
+    def _add_value(self, node_id: int, value: float) -> None:
+        self.value[node_id] = value
+        bisect.insort(self.sorted_values, value)
+        self.lo, self.hi = min(self.lo, value), max(self.hi, value)
+        self._sum += value
+        self._sumsq += value * value
+        best = self.best_id
+        if best is None or (value, -node_id) > (self.value[best], -best):
+            self.best_id = node_id
+
+    def _add_noise(self, node: Node) -> None:
+        self.noise[node.id] = (node.score_std, node.n_evals)
+        if node.n_evals > 1 and node.score_std is not None:
+            self._std_sum += node.score_std
+            self._std_n += 1
+
+    def _remove_noise(self, node_id: int) -> None:
+        std, n = self.noise.pop(node_id)
+        if n > 1 and std is not None:
+            self._std_sum -= std
+            self._std_n -= 1
+
+    # -- derived views ---------------------------------------------------------------
+    def n_children(self, node_id: int) -> int:
+        """Finished plus pending children."""
+        return len(self.children.get(node_id, ())) + self.pending.get(node_id, 0)
+
+    def norm(self, value: float) -> float:
+        """Min-max normalised value in [0, 1] (1 = the best seen); 0.5 when all are equal."""
+        span = self.hi - self.lo
+        return 0.5 if span <= 0 else (value - self.lo) / span
+
+    def percentile(self, value: float) -> float:
+        """Fraction of succeeded nodes strictly worse than ``value``, ties counted half."""
+        n = len(self.sorted_values)
+        if n <= 1:
+            return 0.5
+        lo = bisect.bisect_left(self.sorted_values, value)
+        hi = bisect.bisect_right(self.sorted_values, value)
+        return (lo + (hi - lo - 1) / 2) / (n - 1)
+
+    def spread(self) -> float:
+        """Standard deviation of the succeeded values (0 with fewer than two)."""
+        n = len(self.sorted_values)
+        if n < 2:
+            return 0.0
+        mean = self._sum / n
+        return math.sqrt(max(0.0, self._sumsq / n - mean * mean))
+
+    def sigma(self) -> float:
+        """Pooled per-evaluation noise: mean score_std of the repeated nodes, else 0."""
+        return self._std_sum / self._std_n if self._std_n else 0.0
+
+    def lcb(self, node_id: int, z: float) -> float:
+        """The value minus ``z`` standard errors of its mean."""
+        value = self.value[node_id]
+        if z <= 0:
+            return value
+        std, n = self.noise[node_id]
+        s = std if (n > 1 and std is not None) else self.sigma()
+        return value - z * s / math.sqrt(max(1, n))
+
+    def debuggable(self, node_id: int, max_debug_depth: int) -> bool:
+        """A failed leaf whose failure a debug step may fix."""
+        return (
+            node_id in self.failed
+            and self.failed[node_id] in DEBUGGABLE
+            and self.n_children(node_id) == 0
+            and self.debug_depth[node_id] < max_debug_depth
+        )
+
+    def top(self, k: int, z: float) -> list[int]:
+        """The k best succeeded nodes by lcb (O(n log k); used only when verifying)."""
+        return heapq.nlargest(k, self.value, key=lambda i: (self.lcb(i, z), -i))
+
+
+class TreePolicy(SeededPolicy):
+    """A seeded policy that keeps a :class:`TreeIndex` in step with the tree.
+
+    Subclasses implement ``choose(tree, index, rng)`` and may override ``observe``
+    (called for each finished node, on update and on rebuild, in the same order),
+    ``revalued`` (a node's mean changed after more repeats) and ``reset`` (forget
+    everything derived from the tree before a rebuild).
+    """
+
+    def __init__(self, config: Any) -> None:
+        super().__init__(config.seed)
+        self.config = config
+        self.index: TreeIndex | None = None
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        super().load_state(state)
+        self.index = None
+
+    def update(self, node: Node) -> None:
+        index = self.index
+        if index is None:
+            return  # the next select rebuilds from the tree, which holds this node
+        if node.id in index.finished:
+            old = index.revalue(node)
+            if old is not None:
+                self.revalued(node, old)
+        elif index.finish(node):
+            if index.was_pending and node.parent_id is not None:
+                self.pending_changed(node.parent_id, -1)
+            self.observe(node)
+
+    def sync(self, tree: Tree) -> TreeIndex:
+        index = self.index
+        if (
+            index is None
+            or index.maximize != tree.maximize
+            or index.n_finished + index.n_pending != len(tree.nodes)
+        ):
+            index = self.index = TreeIndex(tree.maximize)
+            self.reset()
+            ordered = [tree.nodes[i] for i in sorted(tree.nodes)]
+            for node in ordered:
+                index.register(node)
+                if not node.status.is_finished() and node.parent_id is not None:
+                    self.pending_changed(node.parent_id, +1)
+            for node in ordered:
+                if index.finish(node):
+                    self.observe(node)
+        return index
+
+    def select(self, tree: Tree) -> Selection | None:
+        rng = self.rng()
+        index = self.sync(tree)
+        if 0 in index.parent and 0 not in index.finished:
+            choice: Selection | None = Selection(0, "draft")  # the baseline is not scored yet
+        else:
+            choice = self.choose(tree, index, rng)
+        if choice is not None and choice.operator != "verify":
+            index.selected(choice.parent_id)
+            self.pending_changed(choice.parent_id, +1)
+        return choice
+
+    def exploit(self, index: TreeIndex, node_id: int, operator: str) -> Selection:
+        """Expand ``node_id``, unless it is a top-k node that needs more repeats first."""
+        cfg = self.config
+        k = getattr(cfg, "verify_top_k", 0)
+        if (
+            k
+            and node_id in index.value
+            and index.noise[node_id][1] < cfg.verify_repeats
+            and node_id in index.top(k, cfg.noise_z)
+        ):
+            return Selection(node_id, "verify")
+        return Selection(node_id, operator)
+
+    def choose(self, tree: Tree, index: TreeIndex, rng: random.Random) -> Selection | None:
+        raise NotImplementedError
+
+    def observe(self, node: Node) -> None:
+        """A node finished (called in the same order on update and on rebuild)."""
+
+    def revalued(self, node: Node, old: float) -> None:
+        """A finished node's mean changed from ``old`` (more repeats)."""
+
+    def reset(self) -> None:
+        """Forget everything derived from the tree (a rebuild follows)."""
+
+    def pending_changed(self, parent_id: int, delta: int) -> None:
+        """A child of ``parent_id`` became pending (+1) or finished (-1)."""
+
+    def ancestors(self, node_id: int | None) -> list[int]:
+        """``node_id`` and its ancestors up to the root."""
+        assert self.index is not None
+        out, parent = [], self.index.parent
+        while node_id is not None:
+            out.append(node_id)
+            node_id = parent.get(node_id)
+        return out
+
+
+def improve_op(node_id: int) -> str:
+    return "draft" if node_id == 0 else "improve"

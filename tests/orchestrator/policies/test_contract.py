@@ -1,0 +1,185 @@
+"""The contract every search policy passes, run on simulated landscapes.
+
+Determinism under a seed; save, resume and continue identically (with candidates in
+flight); failed, rejected and pending nodes are never expanded (only debugged when
+failed); both metric directions; the whole budget is spent.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+import pytest
+from pydantic import TypeAdapter
+
+from revtree.memory.records import Node, NodeStatus
+from revtree.orchestrator.policies import POLICIES, Policy, Selection, make_policy
+from revtree.orchestrator.policies.sim import LANDSCAPES, Landscape, SimRun, Simulator
+from revtree.orchestrator.tree import Tree
+from revtree.tasks.spec import POLICIES as SPEC_POLICIES
+from revtree.tasks.spec import SearchConfig
+
+NAMES = sorted(POLICIES)
+BY_NAME = {land.name: land for land in LANDSCAPES}
+FAILING = BY_NAME["failure_prone"]
+PLAIN = Landscape("plain", offset=0.0, noise=0.05, p_fail=0.15)
+OPERATORS = {"draft", "improve", "debug", "tune", "crossover", "verify"}
+
+
+def policy(name: str, seed: int = 0, **params: Any) -> Policy:
+    return make_policy(
+        TypeAdapter(SearchConfig).validate_python({"policy": name, "seed": seed, **params})
+    )
+
+
+class Checked:
+    """Wraps a policy and checks every selection against the snapshot it was made on."""
+
+    def __init__(self, inner: Policy) -> None:
+        self.inner, self.name = inner, inner.name
+        self.budgets: list[float] = []
+
+    def select(self, tree: Tree) -> Selection | None:
+        choice = self.inner.select(tree)
+        self.budgets.append(tree.budget_used)
+        if choice is None:
+            return None
+        assert choice.operator in OPERATORS, choice
+        parent = tree.nodes[choice.parent_id]
+        assert parent.status.is_finished(), f"{choice}: parent {parent.status}"
+        assert parent.status is not NodeStatus.REJECTED
+        if parent.status is NodeStatus.FAILED and parent.id != 0:  # the baseline code stays
+            assert choice.operator == "debug", f"{choice}: expands a failed node"
+        elif choice.operator == "debug":
+            raise AssertionError(f"{choice}: debugs a node that did not fail")
+        for extra in choice.extra_parents:
+            assert tree.nodes[extra].status is NodeStatus.SUCCEEDED
+            assert extra != choice.parent_id
+        return choice
+
+    def update(self, node: Node) -> None:
+        self.inner.update(node)
+
+    def state(self) -> dict[str, Any]:
+        return self.inner.state()
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        self.inner.load_state(state)
+
+
+def shape(run: SimRun) -> list[tuple[int, int | None, str, tuple[int, ...], str]]:
+    return [
+        (n.id, n.parent_id, n.operator, n.extra_parents, n.status.value)
+        for n in sorted(run.nodes.values(), key=lambda n: n.id)
+    ]
+
+
+def simulate(
+    name: str, land: Landscape = PLAIN, seed: int = 0, budget: int = 40, **kw: Any
+) -> SimRun:
+    maximize = kw.pop("maximize", True)
+    parallel = kw.pop("parallel", 1)
+    sim = Simulator(land, seed, budget, maximize=maximize, parallel=parallel)
+    return sim.run(Checked(policy(name, seed, **kw)))
+
+
+def test_every_policy_is_in_the_task_spec_and_the_table() -> None:
+    assert set(SPEC_POLICIES) >= set(NAMES) - {"agentic"}
+    for name in NAMES:
+        assert policy(name).name == name
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_same_seed_same_tree(name: str) -> None:
+    a, b = simulate(name, FAILING, seed=3), simulate(name, FAILING, seed=3)
+    assert shape(a) == shape(b) and a.selections == b.selections
+    if name != "optuna":  # optuna always tunes the root: only the knob study differs
+        others = [shape(simulate(name, FAILING, seed=s)) for s in (4, 5)]
+        assert any(o != shape(a) for o in others)
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("parallel", [1, 3])
+def test_resume_chooses_as_the_uninterrupted_run(name: str, parallel: int) -> None:
+    whole = simulate(name, FAILING, seed=1, budget=45, parallel=parallel)
+    for stop in (1, 9, 23):
+        sim = Simulator(FAILING, 1, 45, parallel=parallel)
+        first = policy(name, 1)
+        sim.run(first, steps=stop)
+        saved = json.loads(json.dumps(first.state()))  # as stored: JSON
+        assert len(json.dumps(saved)) < 2000
+        resumed = policy(name, 1)
+        resumed.load_state(saved)
+        rest = sim.run(resumed)
+        assert rest.selections == whole.selections, f"stopped after {stop} selects"
+        assert shape(rest) == shape(whole)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_failed_select_rolls_back(name: str) -> None:
+    """The orchestrator restores the state saved before a select whose node it could not store."""
+    sim = Simulator(FAILING, 2, 30)
+    p = policy(name, 2)
+    sim.run(p, steps=12)
+    before = p.state()
+    lost = p.select(sim.tree())
+    p.load_state(before)
+    assert p.select(sim.tree()) == lost
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("parallel", [1, 4])
+def test_failed_and_pending_nodes_and_the_budget(name: str, parallel: int) -> None:
+    for seed in range(3):
+        sim = Simulator(FAILING, seed, 40, parallel=parallel)
+        checked = Checked(policy(name, seed))
+        run = sim.run(checked)
+        assert sim.spent == 40, "the whole budget is spent"
+        assert all(n.status.is_finished() for n in run.nodes.values())
+        assert checked.budgets[0] == 0 and 0.9 <= checked.budgets[-1] < 1
+        assert any(n.status is NodeStatus.FAILED for n in run.nodes.values())
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_minimize_and_maximize_choose_alike(name: str) -> None:
+    up = simulate(name, PLAIN, seed=4, maximize=True)
+    down = simulate(name, PLAIN, seed=4, maximize=False)
+    assert up.selections == down.selections
+    best_up = Tree.of(up.nodes.values(), True).best()
+    best_down = Tree.of(down.nodes.values(), False).best()
+    assert best_up is not None and best_down is not None and best_up.id == best_down.id
+
+
+@pytest.mark.parametrize("name", sorted(set(NAMES) - {"optuna"}))
+def test_policies_improve_on_the_baseline(name: str) -> None:
+    gains = [simulate(name, PLAIN, seed=s).best_quality(True) for s in range(4)]
+    assert sum(gains) / len(gains) > 0.3
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_failed_baseline_does_not_stop_the_search(name: str) -> None:
+    sim = Simulator(PLAIN, 0, 15)
+    sim.crashed.add(0)
+    run = sim.run(Checked(policy(name)))
+    assert sim.spent == 15 and run.nodes[0].status is NodeStatus.FAILED
+
+
+def test_rejected_nodes_are_never_parents() -> None:
+    nodes = [
+        Node("r", 0, None, "baseline", NodeStatus.SUCCEEDED, score=1.0),
+        Node("r", 1, 0, "draft", NodeStatus.REJECTED, depth=1, error_kind="rejected"),
+        Node("r", 2, 0, "draft", NodeStatus.SUCCEEDED, depth=1, score=2.0),
+    ]
+    for name in NAMES:
+        p = Checked(policy(name))
+        for n in nodes:
+            p.update(n)
+        for _ in range(5):
+            choice = p.select(Tree.of(nodes, True, 0.5))
+            assert choice is None or choice.parent_id != 1
+            if choice is not None and choice.operator != "verify":
+                nodes = [*nodes]  # a pending child appears, as the orchestrator adds it
+                child = Node("r", len(nodes), choice.parent_id, choice.operator, NodeStatus.PENDING)
+                nodes.append(dataclasses.replace(child, depth=2))
