@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import re
 import tomllib
+import warnings
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -33,12 +34,25 @@ ALWAYS_EXCLUDED = (
 
 
 def load_task(path: str | Path) -> TaskSpec:
-    """Read and check the task at ``path`` (a folder holding task.toml, or the file)."""
+    """Read and check the task at ``path``: a folder holding task.toml, or the file, or an
+    OpenEvolve or ShinkaEvolve task folder (see :mod:`revtree.tasks.compat`), whose loader
+    warns (``UserWarning``) about every setting it does not carry over."""
     file = Path(path).expanduser().resolve()
+    if file.is_dir() and not (file / TASK_FILE).exists():
+        from revtree.tasks.compat import load_compat
+
+        if (found := load_compat(file)) is not None:
+            for message in found[1]:
+                warnings.warn(message, UserWarning, stacklevel=2)
+            return found[0]
     if file.is_dir():
         file = file / TASK_FILE
     if not file.is_file():
-        raise TaskSpecError(f"{file}: no such task file (a task folder holds a {TASK_FILE})")
+        raise TaskSpecError(
+            f"{file}: no such task file (a task folder holds a {TASK_FILE}, or is an "
+            "OpenEvolve folder with initial_program.py and evaluator.py, or a ShinkaEvolve "
+            "folder with initial.py and evaluate.py)"
+        )
     try:
         data = tomllib.loads(file.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:

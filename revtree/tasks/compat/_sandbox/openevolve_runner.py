@@ -1,0 +1,176 @@
+"""Run one function of an OpenEvolve ``evaluator.py`` and report revtree metrics.
+
+Usage, in the evaluation workspace: ``python _revtree_openevolve_runner.py FUNCTION``, where
+FUNCTION is ``evaluate`` or ``evaluate_stage1`` / ``2`` / ``3``. The function is called with
+the absolute path of ``initial_program.py``, as OpenEvolve does. Its result (a dict or an
+``EvaluationResult``) becomes one JSON object, written to ``$REVTREE_METRICS`` and printed
+as the last line of stdout:
+
+- every metric, made JSON-safe (numpy values become numbers or lists, other objects
+  strings, long strings truncated);
+- ``combined_score``: the evaluator's own when it is a number, else the mean of the
+  numeric metrics except ``error`` (OpenEvolve's fallback), with ``combined_score_is_mean``
+  set to true;
+- ``artifacts``: the artifacts as strings, each truncated.
+
+A function that raises, a missing function or a result that is neither a dict nor an
+``EvaluationResult`` exits with code 1, the traceback and then a one-line reason on stderr.
+
+Standard library only, Python 3.8 or later: this file runs under the sandbox's Python,
+where revtree is not installed. ``openevolve.evaluation_result`` resolves to an installed
+OpenEvolve if there is one, else to the shim in ``_revtree_compat/``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+import sys
+import traceback
+from typing import Any
+
+PROGRAM = "initial_program.py"
+EVALUATOR = "evaluator.py"
+SHIMS = "_revtree_compat"
+FUNCTIONS = ("evaluate", "evaluate_stage1", "evaluate_stage2", "evaluate_stage3")
+MAX_CHARS = 8000
+MAX_JSON = 900_000
+
+
+class Failure(Exception):
+    """The evaluation failed; the message says why."""
+
+
+def truncate(text: str, limit: int = MAX_CHARS) -> str:
+    if len(text) <= limit:
+        return text
+    return text[:limit] + f"... [{len(text) - limit} more characters]"
+
+
+def plain(value: Any, depth: int = 0) -> Any:
+    """``value`` as JSON-safe data: numpy scalars and arrays via ``tolist``, else ``str``."""
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    if isinstance(value, str):
+        return truncate(value)
+    if isinstance(value, bytes):
+        return truncate(value.decode("utf-8", errors="replace"))
+    if depth > 20:
+        return truncate(repr(value))
+    if isinstance(value, dict):
+        return {str(k): plain(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [plain(v, depth + 1) for v in value]
+    tolist = getattr(value, "tolist", None)
+    if callable(tolist):
+        try:
+            return plain(tolist(), depth + 1)
+        except Exception:
+            pass
+    return truncate(str(value))
+
+
+def is_number(value: Any) -> bool:
+    """A number as OpenEvolve counts them (``bool`` included)."""
+    return isinstance(value, (int, float))
+
+
+def to_metrics(result: Any, function: str) -> dict[str, Any]:
+    """The revtree metrics of one evaluator result."""
+    artifacts: Any = {}
+    if isinstance(result, dict):
+        metrics = result
+    elif isinstance(getattr(result, "metrics", None), dict):
+        metrics, artifacts = result.metrics, getattr(result, "artifacts", None) or {}
+    else:
+        raise Failure(
+            f"{function}() returned {type(result).__name__}, expected a dict or an EvaluationResult"
+        )
+    out = {str(k): plain(v) for k, v in metrics.items()}
+    if not is_number(out.get("combined_score")):
+        values = [
+            float(v)
+            for k, v in out.items()
+            if k != "error" and is_number(v) and not math.isnan(float(v))
+        ]
+        if not values:
+            raise Failure(
+                f"{function}() returned no numeric metric to score "
+                f"(keys: {sorted(out)[:10]}); return a 'combined_score'"
+            )
+        if "combined_score" in out:
+            out["combined_score_reported"] = out["combined_score"]
+        out["combined_score"] = sum(values) / len(values)
+        out["combined_score_is_mean"] = True
+    if artifacts:
+        out["artifacts"] = {str(k): plain(v) for k, v in dict(artifacts).items()}
+    return out
+
+
+def load_evaluator(path: str) -> Any:
+    spec = importlib.util.spec_from_file_location("evaluation_module", path)
+    if spec is None or spec.loader is None:
+        raise Failure(f"cannot load {EVALUATOR}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["evaluation_module"] = module
+    try:
+        spec.loader.exec_module(module)
+    except (Exception, SystemExit) as e:
+        traceback.print_exc()
+        raise Failure(f"importing {EVALUATOR} raised {type(e).__name__}: {e}") from e
+    return module
+
+
+def run(function: str, here: str) -> dict[str, Any]:
+    """Call ``function`` of the evaluator in ``here`` on the program there."""
+    if function not in FUNCTIONS:
+        raise Failure(f"unknown function {function!r}; expected one of {FUNCTIONS}")
+    module = load_evaluator(os.path.join(here, EVALUATOR))
+    fn = getattr(module, function, None)
+    if not callable(fn):
+        raise Failure(f"{EVALUATOR} defines no function {function}(program_path)")
+    try:
+        result = fn(os.path.join(here, PROGRAM))
+    except (Exception, SystemExit) as e:
+        traceback.print_exc()
+        raise Failure(f"{function}() raised {type(e).__name__}: {e}") from e
+    return to_metrics(result, function)
+
+
+def report(metrics: dict[str, Any]) -> None:
+    text = json.dumps(metrics, default=str)
+    if len(text) > MAX_JSON and "artifacts" in metrics:
+        metrics = {**metrics, "artifacts": {"note": "dropped: the metrics were too large"}}
+        text = json.dumps(metrics, default=str)
+    if len(text) > MAX_JSON:
+        raise Failure(f"the metrics are too large ({len(text)} characters of JSON)")
+    target = os.environ.get("REVTREE_METRICS")
+    if target:
+        with open(target, "w", encoding="utf-8") as f:
+            f.write(text)
+    sys.stdout.flush()
+    print(text)
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print(f"usage: python {os.path.basename(__file__)} FUNCTION", file=sys.stderr)
+        return 2
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path.append(os.path.join(here, SHIMS))
+    try:
+        report(run(argv[0], here))
+    except Failure as e:
+        sys.stdout.flush()
+        print("revtree: " + " ".join(str(e).splitlines()), file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    code = main(sys.argv[1:])
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # threads an evaluator left running must not hold the process

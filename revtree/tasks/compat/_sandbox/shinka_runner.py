@@ -1,0 +1,126 @@
+"""Run a ShinkaEvolve ``evaluate.py`` on ``initial.py`` and report revtree metrics.
+
+Usage, in the evaluation workspace: ``python _revtree_shinka_runner.py``. It runs
+``python evaluate.py --program_path initial.py --results_dir DIR`` with a fresh temporary
+DIR (the evaluator's output goes to this process's stdout and stderr), then reads
+``DIR/correct.json`` and ``DIR/metrics.json``:
+
+- ``correct`` true: the metrics (``combined_score``, ``public``, ``private``,
+  ``text_feedback``, ...), made JSON-safe with long strings truncated, are written to
+  ``$REVTREE_METRICS`` and printed as the last line of stdout; exit code 0.
+- ``correct`` false: the same metrics are written, and the process exits with code 1 and
+  the evaluator's error as the last line of stderr.
+- ``evaluate.py`` failing, or a missing or malformed results file: exit code 1 with the
+  reason as the last line of stderr.
+
+Standard library only, Python 3.8 or later: this file runs under the sandbox's Python,
+where revtree is not installed. When no ``shinka`` package is installed there, the shim in
+``_revtree_compat/`` stands in for ``shinka.core.run_shinka_eval``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from typing import Any
+
+PROGRAM = "initial.py"
+EVALUATOR = "evaluate.py"
+SHIMS = "_revtree_compat"
+MAX_CHARS = 8000
+MAX_JSON = 900_000
+
+
+class Failure(Exception):
+    """The evaluation failed; the message says why."""
+
+
+def truncate(text: str, limit: int = MAX_CHARS) -> str:
+    if len(text) <= limit:
+        return text
+    return text[:limit] + f"... [{len(text) - limit} more characters]"
+
+
+def plain(value: Any) -> Any:
+    """Parsed JSON with every string truncated."""
+    if isinstance(value, str):
+        return truncate(value)
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [plain(v) for v in value]
+    return value
+
+
+def evaluator_env(here: str) -> dict[str, str]:
+    """This process's environment, plus the shinka shim when no shinka is installed."""
+    env = dict(os.environ)
+    if importlib.util.find_spec("shinka") is None:
+        shims = os.path.join(here, SHIMS)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), shims) if p)
+    return env
+
+
+def read_json(path: str, what: str) -> Any:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except FileNotFoundError:
+        raise Failure(f"{EVALUATOR} wrote no {what}") from None
+    except (OSError, ValueError) as e:
+        raise Failure(f"{EVALUATOR} wrote an unreadable {what}: {e}") from e
+
+
+def evaluate(here: str, results: str) -> tuple[dict[str, Any], str | None]:
+    """(metrics, error): ``error`` is None when the program is correct."""
+    command = [sys.executable, EVALUATOR, "--program_path", PROGRAM, "--results_dir", results]
+    sys.stdout.flush()
+    code = subprocess.call(command, cwd=here, env=evaluator_env(here))
+    if code != 0:
+        raise Failure(f"{EVALUATOR} exited with code {code}")
+    verdict = read_json(os.path.join(results, "correct.json"), "correct.json")
+    metrics = read_json(os.path.join(results, "metrics.json"), "metrics.json")
+    if not isinstance(verdict, dict) or not isinstance(verdict.get("correct"), bool):
+        raise Failure(f'correct.json must hold {{"correct": true or false}}, got {verdict!r:.200}')
+    if not isinstance(metrics, dict):
+        raise Failure(f"metrics.json must hold a JSON object, got {type(metrics).__name__}")
+    error = None if verdict["correct"] else str(verdict.get("error") or "no error message")
+    return plain(metrics), error
+
+
+def report(metrics: dict[str, Any]) -> None:
+    text = json.dumps(metrics)
+    if len(text) > MAX_JSON:
+        raise Failure(f"metrics.json is too large ({len(text)} characters)")
+    target = os.environ.get("REVTREE_METRICS")
+    if target:
+        with open(target, "w", encoding="utf-8") as f:
+            f.write(text)
+    sys.stdout.flush()
+    print(text)
+
+
+def main() -> int:
+    here = os.path.dirname(os.path.abspath(__file__))
+    results = tempfile.mkdtemp(prefix="shinka-results-")
+    try:
+        metrics, error = evaluate(here, results)
+        report(metrics)
+        if error is not None:
+            raise Failure(f"{PROGRAM} is not correct: {truncate(error, 2000)}")
+    except Failure as e:
+        sys.stdout.flush()
+        print("revtree: " + " ".join(str(e).splitlines()), file=sys.stderr)
+        return 1
+    finally:
+        shutil.rmtree(results, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
