@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from pathlib import Path
 from types import FrameType
 from typing import Annotated, Any
@@ -24,7 +25,8 @@ from revtree.memory import Event, GitStore, RunInfo, RunStatus, Store
 from revtree.memory.db import revtree_home
 from revtree.orchestrator import Orchestrator, RunPaths, create_run
 from revtree.orchestrator.report import node_json, summarize
-from revtree.tasks import load_task
+from revtree.sandbox_cli import sandbox_app
+from revtree.tasks import TaskSpec, load_task
 from revtree.tasks.spec import POLICIES
 
 app = typer.Typer(
@@ -33,6 +35,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     help="Grow a tree of git revisions of your code, scored by your evaluator.",
 )
+app.add_typer(sandbox_app, name="sandbox")
 console = Console(highlight=False)
 err = Console(stderr=True, highlight=False)
 
@@ -226,7 +229,7 @@ def run(
     quiet: Annotated[bool, typer.Option(help="No live log lines, only the summary.")] = False,
 ) -> None:
     """Start a run of TASK and show its live log."""
-    spec = load_task(task)
+    spec = _load(task)
     search: dict[str, Any] = {}
     if policy:
         search["policy"] = policy
@@ -402,6 +405,23 @@ def diff(
     sys.stdout.write(_git(found).diff(base.commit, target.commit))
 
 
+def _load(task: Path) -> TaskSpec:
+    """Load a task, printing the loader's warnings (ignored keys of imported formats)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        spec = load_task(task)
+    for w in caught:
+        err.print(f"[yellow]warning:[/yellow] {w.message}")
+    return spec
+
+
+def _node_or_best(store: Store, run: RunInfo, node: int | None) -> int:
+    node_id: int | None = node if node is not None else summarize(store, run)["best_node"]
+    if node_id is None:
+        raise RevtreeError(f"run {run.id} has no succeeded node yet; pass --node")
+    return node_id
+
+
 @app.command()
 def export(
     run_id: RunArg,
@@ -412,9 +432,7 @@ def export(
     """Export a node (by default the best) as a patch that `git apply` takes."""
     store = _store(db)
     found = store.get_run(run_id)
-    node_id = node if node is not None else summarize(store, found)["best_node"]
-    if node_id is None:
-        raise RevtreeError(f"run {found.id} has no succeeded node to export; pass --node")
+    node_id = _node_or_best(store, found, node)
     target, root = store.node(found.id, node_id), store.node(found.id, 0)
     if not (target.commit and root.commit):
         raise RevtreeError(f"node {node_id} of run {found.id} has no commit yet")
@@ -434,9 +452,7 @@ def holdout(
     """Run the task's hidden holdout evaluation on a node and record it."""
     store = _store(db)
     found = store.get_run(run_id)
-    node_id = node if node is not None else summarize(store, found)["best_node"]
-    if node_id is None:
-        raise RevtreeError(f"run {found.id} has no succeeded node; pass --node")
+    node_id = _node_or_best(store, found, node)
     orch = Orchestrator(store, found.id, on_event=lambda ev: console.print(format_event(ev)))
     try:
         result = orch.holdout(node_id)
@@ -444,6 +460,42 @@ def holdout(
         orch.close()
     if result is None:
         raise RevtreeError(f"the task of run {found.id} has no [holdout] section")
+
+
+@app.command()
+def pilot(
+    task: Annotated[Path, typer.Argument(help="Task folder (holding task.toml) or the file.")],
+    evals: Annotated[int, typer.Option(help="Evaluations to spend in all.")] = 12,
+    repeats: Annotated[int, typer.Option(help="Of which baseline repeats (noise).")] = 4,
+    db: DbOpt = None,
+) -> None:
+    """Spend a small budget characterising TASK, then recommend a policy and parameters."""
+    from revtree.orchestrator.pilot import analyse, format_report
+
+    if not 2 <= repeats < evals:
+        raise typer.BadParameter("need 2 <= --repeats < --evals")
+    spec = _load(task).with_overrides(
+        search={"policy": "optuna", "parallel": 1}, budget={"max_nodes": evals - repeats + 1}
+    )
+    store, home = _store(db), revtree_home()
+    new = create_run(store, spec, home)
+    console.print(
+        f"pilot run [bold]{new.id}[/bold]: {evals - repeats} proposals from the root "
+        f"and {repeats} baseline repeats"
+    )
+    live = LiveLog(new, evals - repeats + 1, quiet=True)
+    with live.progress:
+        Orchestrator(store, new.id, home=home, on_event=live).drive()
+    orch = Orchestrator(store, new.id, home=home)
+    try:
+        orch.verify(0, repeats)
+    finally:
+        orch.close()
+    report = analyse(
+        store.nodes(new.id), store.evaluations(new.id), spec.maximize, budget_evals=evals
+    )
+    for line in format_report(report):
+        console.print(line)
 
 
 @app.command()

@@ -34,11 +34,13 @@ ALLOWED: dict[str, tuple[str, ...] | None] = {
     ),
     "revtree.orchestrator": None,
     "revtree.cli": None,
+    "revtree.sandbox_cli": None,  # the `revtree sandbox` commands: part of the CLI
     "revtree.__main__": None,  # `python -m revtree`: the CLI
     "revtree.web": None,
 }
-THIRD_PARTY_ALLOWED = {"revtree.errors": set(), "revtree.tasks": {"pydantic"}}
-MAY_IMPORT_CLI = ("revtree.cli", "revtree.__main__", "revtree.web")
+# yaml: the OpenEvolve / ShinkaEvolve loaders read their config.yaml files
+THIRD_PARTY_ALLOWED = {"revtree.errors": set(), "revtree.tasks": {"pydantic", "yaml"}}
+MAY_IMPORT_CLI = ("revtree.cli", "revtree.sandbox_cli", "revtree.__main__", "revtree.web")
 
 
 def module_name(path: Path) -> str:

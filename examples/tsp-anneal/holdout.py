@@ -1,73 +1,18 @@
 """Holdout check of solver.py: mean tour length on instances the agents never see.
 
-Hidden from the agents (task.toml [holdout] files); same protocol as evaluate.py, on
-different instance seeds. Writes the metrics JSON to $REVTREE_METRICS when set and
-always prints it as the last line of stdout. An invalid tour or a crash: exit code 1.
+Hidden from the agents (task.toml [holdout] files): it never enters the candidates'
+code. It reuses the protected evaluator (copied fresh into every workspace) on other
+instance seeds, so the protocol is the same: metrics JSON to $REVTREE_METRICS and as
+the last stdout line; an invalid tour or a crash: exit code 1.
 """
 
-from __future__ import annotations
-
-import json
-import math
 import os
-import random
 import sys
 
-# (instance seed, number of cities); the solver gets its own seed per instance.
+sys.path.insert(0, os.getcwd())
+from evaluate import run
+
 INSTANCES = [(2001, 42), (2002, 50), (2003, 56), (2004, 60)]
-
-
-def make_instance(seed, n):
-    rng = random.Random(seed)
-    return [(rng.random(), rng.random()) for _ in range(n)]
-
-
-def closed_length(points, tour):
-    return sum(math.dist(points[tour[i - 1]], points[tour[i]]) for i in range(len(tour)))
-
-
-def check_tour(tour, n):
-    """None if ``tour`` (a list) is a permutation of range(n), else why not."""
-    if len(tour) != n:
-        return f"tour has {len(tour)} entries for {n} cities"
-    if any(not isinstance(c, int) or isinstance(c, bool) for c in tour):
-        return "tour entries must be ints"
-    if sorted(tour) != list(range(n)):
-        return "tour is not a permutation of all cities (missing or repeated cities)"
-    return None
-
-
-def run(instances):
-    length_of, check, dumps = closed_length, check_tour, json.dumps  # bound before solver loads
-    sys.path.insert(0, os.getcwd())
-    import solver
-
-    base = int(os.environ.get("REVTREE_SEED", 0))
-    lengths = []
-    for k, (seed, n) in enumerate(instances):
-        points = make_instance(seed, n)
-        try:
-            tour = list(solver.solve(list(points), seed=base + 1000 * k))
-        except Exception as e:  # any solver failure fails the evaluation
-            print(f"error: solve() raised on instance {k} ({n} cities): {e!r}", file=sys.stderr)
-            sys.exit(1)
-        why = check(tour, n)
-        if why is not None:
-            print(f"error: invalid tour on instance {k} ({n} cities): {why}", file=sys.stderr)
-            sys.exit(1)
-        lengths.append(length_of(points, tour))
-    mean = sum(lengths) / len(lengths)
-    metrics = {
-        "tour_length": round(mean, 6),
-        "per_instance": [round(x, 6) for x in lengths],
-        "valid": True,
-    }
-    line = dumps(metrics)
-    if os.environ.get("REVTREE_METRICS"):
-        with open(os.environ["REVTREE_METRICS"], "w", encoding="utf-8") as f:
-            f.write(line + "\n")
-    print(line)
-
 
 if __name__ == "__main__":
     run(INSTANCES)

@@ -14,6 +14,7 @@ import dataclasses
 import os
 import socket
 import sqlite3
+import statistics
 import threading
 import time
 import traceback
@@ -26,13 +27,14 @@ from typing import Any
 from sqlalchemy.engine import make_url
 
 from revtree.agents import Evaluator, KnobCoder, KnobProposer, Proposal, StaticReviewer, read_knobs
-from revtree.agents.evaluator import HOLDOUT, Outcome
+from revtree.agents.evaluator import FULL, HOLDOUT, Outcome
 from revtree.agents.lessons import lesson_for
 from revtree.agents.llm import BudgetExhausted, LLMError
-from revtree.errors import Cancelled, EditError, RevtreeError
+from revtree.errors import Cancelled, EditError, RevtreeError, SandboxError
 from revtree.memory import EvalResult, Event, GitStore, Node, NodeStatus, RunInfo, RunStatus, Store
 from revtree.memory.db import revtree_home
 from revtree.memory.gitstore import HOLDOUT_REF, file_mode
+from revtree.orchestrator.gpus import GpuPool
 from revtree.orchestrator.pipeline import CandidateState, build_pipeline
 from revtree.orchestrator.policies import make_policy
 from revtree.orchestrator.team import Team, uses_llm
@@ -175,7 +177,15 @@ class Orchestrator:
         if on_event is not None:
             store.listeners.append(on_event)
         self.git = GitStore(self.paths.repo)
-        self.sandbox = sandbox or make_sandbox(self.spec.sandbox.backend, base_dir=self.paths.work)
+        gpus = GpuPool() if self.spec.sandbox.gpus else None
+        self.sandbox = sandbox or make_sandbox(
+            self.spec.sandbox.backend,
+            base_dir=self.paths.work,
+            config=self.spec.sandbox,
+            task_root=self.spec.root,
+            gpu_pool=gpus,
+            labels={"revtree.run": self.run_id},
+        )
         self.policy = make_policy(self.spec.search)
         self.policy.load_state(self.run.policy_state or {})
         k = self.spec.agents.knobs
@@ -194,6 +204,10 @@ class Orchestrator:
         self.resumed = {n.id for n in self.nodes.values() if not n.status.is_finished()}
         self.proposer.rebuild(self.nodes.values())
         self.lock = threading.RLock()
+        self._tree = Tree.of(list(self.nodes.values()), self.spec.maximize)
+        self.idle: set[str] = set()  # tickets for which the policy chose nothing
+        self.verifying: set[int] = set()
+        self._changed: list[int] = []
         self.cancel = threading.Event()
         self.unselected: set[str] = set()
         self.timings: dict[int, dict[str, float]] = {}
@@ -205,6 +219,8 @@ class Orchestrator:
             for p, d in self.git.read_files(root.commit).items()
             if matches(p, self.spec.protected)
         }
+        # generated protected files (compatibility shims of imported task formats)
+        self.overlay.update({p: t.encode() for p, t in self.spec.support_files.items()})
         self.team = Team(self) if uses_llm(self.spec) else None
         self.checkpointer = make_checkpointer(store.url)
         self.durability = os.environ.get("REVTREE_DURABILITY", "async")
@@ -221,6 +237,7 @@ class Orchestrator:
             values.pop("timings", None)
             node = dataclasses.replace(self.nodes[node_id], **values)
             self.nodes[node_id] = node
+            self._changed.append(node_id)
         return node
 
     def _finish(
@@ -278,8 +295,13 @@ class Orchestrator:
         return best.id if best else None
 
     def snapshot(self) -> Tree:
+        """The tree as the policy sees it: grown from the last snapshot by the nodes that
+        changed since (no O(n) rebuild per select)."""
         with self.lock:
-            return Tree.of(list(self.nodes.values()), self.spec.maximize, self.budget_fraction())
+            changed = [self.nodes[i] for i in dict.fromkeys(self._changed)]
+            self._changed.clear()
+            self._tree = self._tree.extend(changed, self.budget_fraction())
+            return self._tree
 
     # -- the pipeline steps ---------------------------------------------------------
     def candidate_done(self, state: CandidateState) -> bool:
@@ -300,6 +322,8 @@ class Orchestrator:
             kind = (
                 "code"
                 if isinstance(e, EditError)
+                else "sandbox"
+                if isinstance(e, SandboxError)
                 else step
                 if isinstance(e, RevtreeError)
                 else "internal"
@@ -326,9 +350,20 @@ class Orchestrator:
                 return {"node_id": self.by_ticket[ticket]}
             before = self.policy.state()
             choice = self.policy.select(self.snapshot())
-            if choice is None:
+            if choice is None or (
+                choice.operator == "verify" and choice.parent_id in self.verifying
+            ):
                 self.unselected.discard(ticket)
+                self.idle.add(ticket)
                 return {"node_id": None}
+            if choice.operator == "verify":
+                self.unselected.discard(ticket)
+                self.verifying.add(choice.parent_id)
+                self.store.update_run(self.run_id, policy_state=self.policy.state())
+        if choice.operator == "verify":
+            self._verify_for_policy(choice.parent_id)
+            return {"node_id": None}
+        with self.lock:
             parent = self.nodes[choice.parent_id]
             node = Node(
                 self.run_id,
@@ -353,6 +388,7 @@ class Orchestrator:
                 self.policy.load_state(before)
                 raise
             self.nodes[node.id] = node
+            self._changed.append(node.id)
             self.by_ticket[ticket] = node.id
             self.unselected.discard(ticket)
         return {"node_id": node.id}
@@ -644,7 +680,7 @@ class Orchestrator:
                 for fut in finished:
                     ticket = in_flight.pop(fut)
                     fut.result()
-                    starved = ticket not in self.by_ticket
+                    starved = ticket in self.idle
                 if time.monotonic() - last_beat > HEARTBEAT:
                     last_beat = time.monotonic()
                     self.store.update_run(
@@ -680,6 +716,58 @@ class Orchestrator:
         done = {(e.node_id, e.stage) for e in self.store.evaluations(self.run_id, self.best_id)}
         if (self.best_id, HOLDOUT) not in done:
             self.holdout(self.best_id)
+
+    def _verify_for_policy(self, node_id: int) -> None:
+        """The policy asked for more repeats of a promising node before exploiting it."""
+        try:
+            repeats = int(getattr(self.spec.search, "verify_repeats", 3))
+            node = self.verify(node_id, repeats, slot=True)
+            with self.lock:
+                self.policy.update(node)
+        finally:
+            with self.lock:
+                self.verifying.discard(node_id)
+
+    def verify(self, node_id: int, repeats: int, slot: bool = False) -> Node:
+        """Run the node's full stage until it has ``repeats`` repeats, then store their mean
+        and spread as its score (idempotent by repeat, like every evaluation)."""
+        node = self.nodes[node_id]
+        assert node.commit is not None
+        ev = self.spec.evaluate
+        done = {
+            e.repeat: e for e in self.store.evaluations(self.run_id, node_id) if e.stage == FULL
+        }
+        archive = self.git.archive(node.commit, self.overlay)
+        for r in range(repeats):
+            if r in done:
+                continue
+            if slot:
+                self._acquire_slot()
+            try:
+                done[r] = self.evaluator.run_one(
+                    node_id, archive, FULL, r, ev.command, ev.metric, ev.timeout, self.cancel
+                )
+            finally:
+                if slot:
+                    self.slots.release()
+            self._record_eval(done[r])
+        scores = [e.score for e in done.values() if e.ok and e.score is not None]
+        if not scores or node.status is not NodeStatus.SUCCEEDED:
+            return self.nodes[node_id]
+        mean = statistics.fmean(scores)
+        std = statistics.stdev(scores) if len(scores) > 1 else None
+        spread = f" ± {std:.3g}" if std is not None else ""
+        return self._set(
+            node_id,
+            (
+                "verify",
+                f"node {node_id} over {len(scores)} repeats: {mean:.6g}{spread}",
+                {"score": mean, "std": std},
+            ),
+            score=mean,
+            score_std=std,
+            n_evals=len(done),
+        )
 
     def holdout(self, node_id: int) -> EvalResult | None:
         """Run the hidden holdout evaluation on a node and record it."""

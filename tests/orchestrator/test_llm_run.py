@@ -239,9 +239,7 @@ def test_anthropic_sdk_with_cache_control(tmp_path: Path, home: Path, store: Sto
         run_id = drive(store, home, task, srv.anthropic_url)
         bodies = [r.body for r in srv.requests]
     assert all(r.api == "anthropic" for r in srv.requests)
-    marked = [
-        b for b in bodies if any("cache_control" in c for m in b["messages"] for c in m["content"])
-    ]
+    marked = [b for b in bodies if "cache_control" in b["system"][0]]
     assert marked and len(marked) == len(bodies)
     assert store.node(run_id, 1).status is NodeStatus.SUCCEEDED
     calls = store.llm_calls(run_id)

@@ -1,4 +1,4 @@
-"""Anthropic via its SDK, with ``cache_control`` on the stable prefix."""
+"""Anthropic via its SDK, with ``cache_control`` on the stable prefix (first system block)."""
 
 from __future__ import annotations
 
@@ -29,16 +29,18 @@ class AnthropicChat:
 
     def complete(self, prompt: Prompt, *, max_tokens: int, temperature: float) -> Completion:
         t0 = time.monotonic()
-        content: list[Any] = [
+        # The stable prefix is the first system block, marked for caching, so the calls
+        # of every role share it; the role's rules and the variable part follow.
+        system: list[Any] = [
             {"type": "text", "text": prompt.prefix, "cache_control": {"type": "ephemeral"}},
-            {"type": "text", "text": prompt.user},
+            {"type": "text", "text": prompt.system},
         ]
         try:
             reply = self.client.messages.create(
                 model=self.model,
                 max_tokens=max_tokens,
-                system=prompt.system,
-                messages=[{"role": "user", "content": content}],
+                system=system,
+                messages=[{"role": "user", "content": prompt.user}],
                 extra_body={"temperature": temperature},  # not a typed argument in every SDK
             )
         except anthropic.APIError as e:

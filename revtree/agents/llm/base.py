@@ -1,9 +1,10 @@
 """The LLM protocol: one call, one answer, with its usage.
 
-A prompt has three parts so providers can cache: ``system`` (the role's rules),
-``prefix`` (stable across the run: task, goal, baseline code; Anthropic gets a
-``cache_control`` mark on it, OpenAI caches long identical prefixes by itself) and
-``user`` (this call's variable part).
+A prompt has three parts so providers can cache: ``prefix`` (stable across the whole
+run and every role: task, goal, baseline code; it is sent first, as the first system
+block, which Anthropic gets marked ``cache_control`` and OpenAI caches by itself as a
+long identical prefix), ``system`` (the role's rules) and ``user`` (this call's
+variable part).
 """
 
 from __future__ import annotations

@@ -118,7 +118,7 @@ class FakeLLMServer:
         prompt_tokens = estimate_tokens(req.system + req.user)
         with self._lock:
             if req.api == "anthropic":  # explicit: the block marked cache_control
-                key = (req.api, req.system + req.prefix)
+                key = (req.api, req.prefix)
                 hit = len(req.prefix) >= self.cache_min_chars and key in self.seen_prefixes
                 self.seen_prefixes.add(key)
                 cached_tokens = estimate_tokens(req.prefix) if hit else 0
@@ -196,8 +196,12 @@ def _parse(path: str, body: dict[str, Any]) -> FakeRequest:
         )
         prefix = user.split("\n\n", 1)[0] if "\n\n" in user else ""
         return FakeRequest("openai", body.get("model", ""), system, user, prefix, body)
-    system = "".join(_text(body.get("system")))
-    blocks = [c for m in messages for c in (m.get("content") or []) if isinstance(c, dict)]
+    system_blocks = body.get("system")
+    system = "".join(_text(system_blocks))
+    blocks = [
+        b for b in (system_blocks if isinstance(system_blocks, list) else []) if isinstance(b, dict)
+    ]
+    blocks += [c for m in messages for c in (m.get("content") or []) if isinstance(c, dict)]
     prefix = "".join(c.get("text", "") for c in blocks if c.get("cache_control"))
-    user = "".join(c.get("text", "") for c in blocks)
+    user = "".join(t for m in messages for t in _text(m.get("content")))
     return FakeRequest("anthropic", body.get("model", ""), system, user, prefix, body)

@@ -37,9 +37,10 @@ class OpenAIChat:
                 model=self.model,
                 max_tokens=max_tokens,
                 temperature=temperature,
+                # the stable prefix first, so every role's calls share one cached prefix
                 messages=[
-                    {"role": "system", "content": prompt.system},
-                    {"role": "user", "content": prompt.prefix + "\n\n" + prompt.user},
+                    {"role": "system", "content": prompt.prefix + "\n\n" + prompt.system},
+                    {"role": "user", "content": prompt.user},
                 ],
             )
         except openai.APIError as e:
