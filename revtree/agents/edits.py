@@ -27,6 +27,7 @@ whose message names the block and the file, written to be shown back to the mode
 
 from __future__ import annotations
 
+import posixpath
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -142,6 +143,8 @@ def apply_edits(
         where = f"edit {e.index} ({e.path})"
         if ".." in e.path.split("/") or e.path.startswith("/"):
             raise EditError(f"{where}: the path must be relative, inside the project")
+        if posixpath.normpath(e.path) != e.path or "\\" in e.path:
+            raise EditError(f"{where}: write the path plainly, as {posixpath.normpath(e.path)!r}")
         if not matches(e.path, editable):
             raise EditError(
                 f"{where}: {e.path!r} is not editable; editable files: {list(editable)}"
@@ -180,6 +183,8 @@ def _apply_one(e: Edit, old: str | None, where: str) -> str:
                 f"{e.path!r} exists; quote the lines to replace"
             )
         return e.replace
+    if regions and (START in e.replace or END in e.replace):
+        raise EditError(f"{where}: the replacement may not add or move EVOLVE-BLOCK markers")
     span = _find(old, e.search)
     if span is None:
         first = e.search.strip().splitlines()[0][:80]

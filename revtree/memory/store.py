@@ -216,7 +216,9 @@ class Store:
         from revtree.errors import RunBusy
 
         with self._write() as conn:
-            row = conn.execute(select(RUNS).where(RUNS.c.id == run_id)).one()
+            row = conn.execute(  # FOR UPDATE on PostgreSQL; SQLite's BEGIN IMMEDIATE
+                select(RUNS).where(RUNS.c.id == run_id).with_for_update()
+            ).one()
             if (
                 row.status == RunStatus.RUNNING.value
                 and row.pid

@@ -1,7 +1,8 @@
 """Metering of LLM calls: budgets checked before each call, usage recorded after.
 
 A call is refused (``BudgetExhausted``) when its worst case (the prompt's estimated
-tokens plus ``max_tokens`` of answer, priced) could take the run past
+tokens plus ``max_tokens`` of answer, priced), added to what is spent and to the worst
+case of the calls still in flight, could take the run past
 ``budget.max_usd`` or ``budget.max_tokens``, so a cap is never exceeded. Every call,
 failed ones included, is a row of ``llm_calls`` with its role, node, tokens and cost.
 """
@@ -11,7 +12,7 @@ from __future__ import annotations
 import threading
 import time
 
-from revtree.agents.llm import LLM, BudgetExhausted, Completion, LLMError, Prompt, Usage
+from revtree.agents.llm import LLM, BudgetExhausted, Completion, Prompt, Usage
 from revtree.agents.llm.base import estimate_tokens
 from revtree.agents.llm.pricing import Rate, cost, rate_for
 from revtree.memory import Store
@@ -30,6 +31,7 @@ class Meter:
         }
         self.usd, self.tokens = store.llm_totals(run_id)
         self.refused: str | None = None
+        self.reserved_usd, self.reserved_tokens = 0.0, 0  # calls in flight, at worst
         self._lock = threading.Lock()
 
     def exhausted(self) -> str | None:
@@ -45,21 +47,31 @@ class Meter:
     def bind(self, role: str, node_id: int | None, llm: LLM) -> MeteredLLM:
         return MeteredLLM(self, role, node_id, llm)
 
-    def _reserve(self, model: str, prompt: Prompt, max_tokens: int) -> None:
+    def _reserve(self, model: str, prompt: Prompt, max_tokens: int) -> tuple[float, int]:
+        """Book a call's worst case against the caps (calls in flight included)."""
         worst = Usage(estimate_tokens(prompt.chars()), max_tokens)
+        tokens = worst.input_tokens + max_tokens
         with self._lock:
             usd = cost(worst, rate_for(model, self.prices))
-            if self.max_usd is not None and self.usd + usd > self.max_usd:
+            spent_usd = self.usd + self.reserved_usd
+            spent_tokens = self.tokens + self.reserved_tokens
+            if self.max_usd is not None and spent_usd + usd > self.max_usd:
                 self.refused = (
                     f"budget: max_usd={self.max_usd:g} reached (${self.usd:.4f} "
                     f"spent; the next call could cost ${usd:.4f})"
                 )
-            elif self.max_tokens is not None and (
-                self.tokens + worst.input_tokens + max_tokens > self.max_tokens
-            ):
+            elif self.max_tokens is not None and spent_tokens + tokens > self.max_tokens:
                 self.refused = f"budget: max_tokens={self.max_tokens} reached ({self.tokens} used)"
             if self.refused:
                 raise BudgetExhausted(self.refused)
+            self.reserved_usd += usd
+            self.reserved_tokens += tokens
+            return usd, tokens
+
+    def _release(self, booked: tuple[float, int]) -> None:
+        with self._lock:
+            self.reserved_usd -= booked[0]
+            self.reserved_tokens -= booked[1]
 
     def _record(self, call: LLMCall) -> None:
         with self._lock:
@@ -78,11 +90,11 @@ class MeteredLLM:
     def complete(self, prompt: Prompt, *, max_tokens: int, temperature: float) -> Completion:
         pick = getattr(self.llm, "pick", None)
         llm = pick() if pick is not None else self.llm
-        self.meter._reserve(llm.model, prompt, max_tokens)
+        booked = self.meter._reserve(llm.model, prompt, max_tokens)
         t0 = time.monotonic()
         try:
             reply = llm.complete(prompt, max_tokens=max_tokens, temperature=temperature)
-        except LLMError as e:
+        except Exception as e:  # billed or not, a failed call is on record
             self.meter._record(
                 LLMCall(
                     self.role,
@@ -99,6 +111,8 @@ class MeteredLLM:
                 )
             )
             raise
+        finally:
+            self.meter._release(booked)
         u = reply.usage
         usd = cost(
             u,

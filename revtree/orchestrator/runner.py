@@ -10,6 +10,7 @@ so ``resume`` re-runs exactly what was not stored.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import socket
@@ -29,7 +30,7 @@ from sqlalchemy.engine import make_url
 from revtree.agents import Evaluator, KnobCoder, KnobProposer, Proposal, StaticReviewer, read_knobs
 from revtree.agents.evaluator import FULL, HOLDOUT, Outcome
 from revtree.agents.lessons import lesson_for
-from revtree.agents.llm import BudgetExhausted, LLMError
+from revtree.agents.llm import BudgetExhausted
 from revtree.errors import Cancelled, EditError, RevtreeError, SandboxError
 from revtree.memory import EvalResult, Event, GitStore, Node, NodeStatus, RunInfo, RunStatus, Store
 from revtree.memory.db import revtree_home
@@ -311,6 +312,8 @@ class Orchestrator:
     def run_step(self, step: str, state: CandidateState) -> dict[str, Any]:
         t0 = time.monotonic()
         node_id = state.get("node_id")
+        if self.cancel.is_set():  # stopping: no new model calls or evaluations
+            raise Cancelled("the run is stopping")
         try:
             return dict(getattr(self, f"_step_{step}")(state) or {})
         except (Cancelled, BudgetExhausted):
@@ -498,10 +501,15 @@ class Orchestrator:
         return {"outcome": dataclasses.asdict(outcome)}
 
     def _acquire_slot(self) -> None:
-        """Wait for a free evaluation slot: candidates prepared ahead queue here."""
+        """Wait for a free evaluation slot: candidates prepared ahead queue here. The
+        budget is checked again once the slot is had: preparing may have taken long."""
         while not self.slots.acquire(timeout=0.1):
             if self.cancel.is_set():
                 raise Cancelled("the run is stopping")
+        reason = self.budget_reason(starting=False)
+        if reason is not None:
+            self.slots.release()
+            raise BudgetExhausted(reason)
 
     def _record_eval(self, result: EvalResult) -> None:
         what = (
@@ -563,7 +571,7 @@ class Orchestrator:
             return None
         try:
             return self.team.analyse(node)
-        except (LLMError, BudgetExhausted) as e:
+        except Exception as e:  # the analysis is optional; the node's own reason stays
             self.store.add_event(
                 self.run_id, "error", f"node {node.id}: analysis failed: {e}", node.id
             )
@@ -581,11 +589,17 @@ class Orchestrator:
     def wall_used(self) -> float:
         return self.run.wall_used + time.monotonic() - self.started
 
-    def budget_reason(self) -> str | None:
+    def budget_reason(self, starting: bool = True) -> str | None:
+        """Why no new work may start, if a budget is spent. ``starting=False`` checks an
+        evaluation of a node that already exists (the node count does not apply)."""
         if self.team is not None and (spent := self.team.meter.exhausted()) is not None:
             return spent
         b = self.spec.budget
-        if b.max_nodes is not None and len(self.nodes) + len(self.unselected) >= b.max_nodes:
+        if (
+            starting
+            and b.max_nodes is not None
+            and len(self.nodes) + len(self.unselected) >= b.max_nodes
+        ):
             return f"budget: max_nodes={b.max_nodes} reached"
         if b.max_wall is not None and self.wall_used() >= b.max_wall:
             return f"budget: max_wall={b.max_wall:g}s reached"
@@ -617,24 +631,31 @@ class Orchestrator:
         except BudgetExhausted:
             return "budget"  # the node stays unfinished: a resume with more budget goes on
         except Exception as e:
-            node_id = self.by_ticket.get(ticket)
-            detail = "".join(traceback.format_exception_only(e)).strip()
-            self.store.add_event(
-                self.run_id,
-                "error",
-                f"candidate {ticket[:8]} (node {node_id}): {detail}",
-                node_id,
-                {"traceback": traceback.format_exc()[-4000:]},
-            )
-            if node_id is not None and not self.nodes[node_id].status.is_finished():
-                self._finish(
-                    node_id,
-                    NodeStatus.FAILED,
-                    f"node {node_id} failed: {detail}",
-                    error=detail,
-                    error_kind="internal",
-                )
+            try:
+                self._candidate_failed(ticket, e)
+            except Exception:  # the store itself is failing: stop the run, loudly
+                self.cancel.set()
+                raise
             return "error"
+
+    def _candidate_failed(self, ticket: str, e: Exception) -> None:
+        node_id = self.by_ticket.get(ticket)
+        detail = "".join(traceback.format_exception_only(e)).strip()
+        self.store.add_event(
+            self.run_id,
+            "error",
+            f"candidate {ticket[:8]} (node {node_id}): {detail}",
+            node_id,
+            {"traceback": traceback.format_exc()[-4000:]},
+        )
+        if node_id is not None and not self.nodes[node_id].status.is_finished():
+            self._finish(
+                node_id,
+                NodeStatus.FAILED,
+                f"node {node_id} failed: {detail}",
+                error=detail,
+                error_kind="internal",
+            )
 
     def drive(self, stop: threading.Event | None = None) -> RunInfo:
         """Run until the budget is spent, the search is exhausted or ``stop`` is set."""
@@ -654,7 +675,22 @@ class Orchestrator:
             f"sandbox {self.sandbox.name}, {len(resume)} candidate(s) to resume",
             None,
         )
-        reason = self._schedule([n.thread_id or "" for n in resume], stop)
+        try:
+            reason = self._schedule([n.thread_id or "" for n in resume], stop)
+        except BaseException as e:  # the orchestrator itself failed: say so, resumable
+            self.cancel.set()
+            detail = "".join(traceback.format_exception_only(e)).strip()
+            with contextlib.suppress(Exception):
+                self.store.update_run(
+                    self.run_id,
+                    ("run", f"run failed: {detail}", None),
+                    status=RunStatus.FAILED,
+                    reason=detail,
+                    pid=None,
+                    wall_used=self.wall_used(),
+                )
+            self.close()
+            raise
         return self._close(reason, stop.is_set())
 
     def _schedule(self, resume: list[str], stop: threading.Event) -> str | None:
@@ -677,10 +713,12 @@ class Orchestrator:
                     reason = reason or "search exhausted: the policy proposes nothing more"
                     break
                 finished, _ = wait(in_flight, timeout=0.5, return_when=FIRST_COMPLETED)
+                tickets = [in_flight.pop(fut) for fut in finished]
                 for fut in finished:
-                    ticket = in_flight.pop(fut)
                     fut.result()
-                    starved = ticket in self.idle
+                starved = all(t in self.idle for t in tickets)
+                with self.lock:
+                    self.unselected.difference_update(tickets)
                 if time.monotonic() - last_beat > HEARTBEAT:
                     last_beat = time.monotonic()
                     self.store.update_run(
@@ -696,7 +734,10 @@ class Orchestrator:
             status, reason = RunStatus.STOPPED, "stopped by the user; `revtree resume` continues"
         else:
             status = RunStatus.COMPLETED
-            self._final_holdout()
+            try:
+                self._final_holdout()
+            except Exception as e:  # e.g. the engine went away: the run is still done
+                self.store.add_event(self.run_id, "error", f"final holdout failed: {e}", None)
         best = self.best_id
         msg = f"run {status.value}: {reason}" + (f"; best node {best}" if best is not None else "")
         self.store.update_run(
@@ -757,7 +798,7 @@ class Orchestrator:
         mean = statistics.fmean(scores)
         std = statistics.stdev(scores) if len(scores) > 1 else None
         spread = f" ± {std:.3g}" if std is not None else ""
-        return self._set(
+        node = self._set(
             node_id,
             (
                 "verify",
@@ -768,6 +809,18 @@ class Orchestrator:
             score_std=std,
             n_evals=len(done),
         )
+        with self.lock:
+            best, self.best_id = self.best_id, self._best_id()
+        if self.best_id is not None and self.best_id != best:
+            top = self.nodes[self.best_id]
+            self.store.add_event(
+                self.run_id,
+                "best",
+                f"new best: node {top.id} scores {top.score:.6g} (after verification)",
+                top.id,
+                {"score": top.score},
+            )
+        return node
 
     def holdout(self, node_id: int) -> EvalResult | None:
         """Run the hidden holdout evaluation on a node and record it."""

@@ -43,6 +43,26 @@ class AnthropicChat:
                 messages=[{"role": "user", "content": prompt.user}],
                 extra_body={"temperature": temperature},  # not a typed argument in every SDK
             )
+            blocks = getattr(reply, "content", None)
+            if not isinstance(blocks, list):
+                raise LLMError(f"{self.model}: the answer has no content list")
+            text = "".join(getattr(b, "text", "") or "" for b in blocks)
+            u = reply.usage
+            usage = Usage(
+                input_tokens=(u.input_tokens or 0)
+                + (u.cache_read_input_tokens or 0)
+                + (u.cache_creation_input_tokens or 0),
+                output_tokens=u.output_tokens or 0,
+                cached_tokens=u.cache_read_input_tokens or 0,
+                cache_write_tokens=u.cache_creation_input_tokens or 0,
+            )
+            return Completion(
+                text,
+                reply.model or self.model,
+                usage,
+                time.monotonic() - t0,
+                reply.stop_reason or "stop",
+            )
         except anthropic.APIError as e:
             raise LLMError(f"{self.model}: {type(e).__name__}: {e}") from e
         except (ValueError, TypeError, KeyError, AttributeError) as e:
@@ -50,23 +70,3 @@ class AnthropicChat:
                 f"{self.model}: the server's answer is not valid JSON of the "
                 f"expected shape ({type(e).__name__}: {e})"
             ) from e
-        blocks = getattr(reply, "content", None)
-        if not isinstance(blocks, list):
-            raise LLMError(f"{self.model}: the answer has no content list")
-        text = "".join(getattr(b, "text", "") or "" for b in blocks)
-        u = reply.usage
-        usage = Usage(
-            input_tokens=(u.input_tokens or 0)
-            + (u.cache_read_input_tokens or 0)
-            + (u.cache_creation_input_tokens or 0),
-            output_tokens=u.output_tokens or 0,
-            cached_tokens=u.cache_read_input_tokens or 0,
-            cache_write_tokens=u.cache_creation_input_tokens or 0,
-        )
-        return Completion(
-            text,
-            reply.model or self.model,
-            usage,
-            time.monotonic() - t0,
-            reply.stop_reason or "stop",
-        )

@@ -43,6 +43,23 @@ class OpenAIChat:
                     {"role": "user", "content": prompt.user},
                 ],
             )
+            if not getattr(reply, "choices", None):
+                raise LLMError(f"{self.model}: the answer has no choices")
+            choice = reply.choices[0]
+            u = reply.usage
+            details = getattr(u, "prompt_tokens_details", None) if u else None
+            usage = Usage(
+                input_tokens=(u.prompt_tokens or 0) if u else 0,
+                output_tokens=(u.completion_tokens or 0) if u else 0,
+                cached_tokens=(getattr(details, "cached_tokens", 0) or 0) if details else 0,
+            )
+            return Completion(
+                choice.message.content or "",
+                reply.model or self.model,
+                usage,
+                time.monotonic() - t0,
+                choice.finish_reason or "stop",
+            )
         except openai.APIError as e:
             raise LLMError(f"{self.model}: {type(e).__name__}: {e}") from e
         except (ValueError, TypeError, KeyError, AttributeError) as e:
@@ -50,20 +67,3 @@ class OpenAIChat:
                 f"{self.model}: the server's answer is not valid JSON of the "
                 f"expected shape ({type(e).__name__}: {e})"
             ) from e
-        if not getattr(reply, "choices", None):
-            raise LLMError(f"{self.model}: the answer has no choices")
-        choice = reply.choices[0]
-        u = reply.usage
-        details = getattr(u, "prompt_tokens_details", None) if u else None
-        usage = Usage(
-            input_tokens=(u.prompt_tokens or 0) if u else 0,
-            output_tokens=(u.completion_tokens or 0) if u else 0,
-            cached_tokens=(getattr(details, "cached_tokens", 0) or 0) if details else 0,
-        )
-        return Completion(
-            choice.message.content or "",
-            reply.model or self.model,
-            usage,
-            time.monotonic() - t0,
-            choice.finish_reason or "stop",
-        )
