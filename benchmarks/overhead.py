@@ -41,7 +41,7 @@ from revtree.sandboxes.local import LocalSandbox
 from revtree.tasks import load_task
 
 ROOT = Path(__file__).resolve().parent.parent
-console = Console()
+console = Console(width=180)
 
 
 class TimedSandbox(LocalSandbox):
@@ -111,11 +111,13 @@ def overhead_row(tmp: Path, sleep: float, k: int, nodes: int) -> dict[str, float
     }
 
 
-def revtree_tsp(tmp: Path, seed: int, budget: int) -> tuple[float, float]:
-    home = tmp / f"tsp-home-{seed}"
+def revtree_tsp(tmp: Path, seed: int, budget: int, lookahead: int = 0) -> tuple[float, float]:
+    home = tmp / f"tsp-home-{seed}-{lookahead}"
     store = Store(f"sqlite:///{home / 'revtree.db'}")
     spec = load_task(ROOT / "examples" / "tsp-anneal").with_overrides(
-        search={"policy": "optuna", "seed": seed, "parallel": 1}, budget={"max_nodes": budget}
+        search={"policy": "optuna", "seed": seed, "parallel": 1, "lookahead": lookahead},
+        budget={"max_nodes": budget},
+        sandbox={"backend": "local"},  # like the plain loop: a subprocess in a temp folder
     )
     spec = spec.model_copy(update={"holdout": None})
     run = create_run(store, spec, home)
@@ -143,7 +145,7 @@ def optuna_tsp(tmp: Path, seed: int, budget: int, mirror: bool) -> tuple[float, 
     study.sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=8, multivariate=True)
     files = {p: (src / p).read_bytes() for p in ("solver.py", "evaluate.py")}
     t0 = time.monotonic()
-    baseline = _evaluate(tmp, files)
+    baseline = _evaluate(tmp, files, seed)
     if mirror:
         base = read_knobs(spec.knobs, files)
         study.add_trial(optuna.trial.create_trial(params=base, distributions=dists, value=baseline))
@@ -157,17 +159,23 @@ def optuna_tsp(tmp: Path, seed: int, budget: int, mirror: bool) -> tuple[float, 
             )
         trial = study.ask(dists)
         changed = coder.code(Proposal("", dict(trial.params)), files)
-        value = _evaluate(tmp, {**files, **{p: d for p, d in changed.items() if d is not None}})
+        value = _evaluate(
+            tmp, {**files, **{p: d for p, d in changed.items() if d is not None}}, seed
+        )
         study.tell(trial, value)
     wall = time.monotonic() - t0
     return min(baseline, study.best_value), wall
 
 
-def _evaluate(tmp: Path, files: dict[str, bytes]) -> float:
+def _evaluate(tmp: Path, files: dict[str, bytes], seed: int = 0) -> float:
     with tempfile.TemporaryDirectory(dir=tmp) as ws:
         for name, data in files.items():
             Path(ws, name).write_bytes(data)
-        env = {"PATH": os.environ["PATH"], "PYTHONDONTWRITEBYTECODE": "1"}
+        env = {
+            "PATH": os.environ["PATH"],
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "REVTREE_SEED": str(seed),
+        }  # as revtree's sandbox sets it (seed + repeat)
         out = subprocess.run(
             [sys.executable, "evaluate.py"],
             cwd=ws,
@@ -182,6 +190,7 @@ def _evaluate(tmp: Path, files: dict[str, bytes]) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer nodes and seeds")
+    parser.add_argument("--only", choices=["overhead", "optuna"], help="run one part")
     args = parser.parse_args()
     scale = 0.25 if args.quick else 1.0
     with tempfile.TemporaryDirectory(prefix="revtree-bench-") as d:
@@ -197,7 +206,7 @@ def main() -> None:
             "utilisation",
             title="orchestration overhead (local sandbox, SQLite, LangGraph checkpoints)",
         )
-        for sleep in (0.0, 0.5):
+        for sleep in (0.0, 0.5) if args.only != "optuna" else ():
             for k in (1, 2, 4):
                 nodes = int((200 if sleep == 0 else 60 * k) * scale)
                 r = overhead_row(tmp, sleep, k, nodes)
@@ -211,7 +220,10 @@ def main() -> None:
                     f"{r['overhead_ms']:.1f}",
                     f"{r['utilisation']:.3f}",
                 )
-        console.print(table)
+        if args.only != "optuna":
+            console.print(table)
+        if args.only == "overhead":
+            return
         seeds = [0, 1, 2] if not args.quick else [0]
         budget = 30
         cmp = Table(
@@ -220,8 +232,10 @@ def main() -> None:
             "same-sampling loop best",
             "plain TPE loop best",
             "revtree wall (s)",
-            "same-sampling loop wall (s)",
+            "loop wall (s)",
             "wall ratio",
+            "revtree wall, lookahead 1 (s)",
+            "ratio, lookahead 1",
             title=f"tsp-anneal, {budget} evaluations, parallel 1, policy optuna",
         )
         rows = []
@@ -229,12 +243,18 @@ def main() -> None:
             r_best, r_wall = revtree_tsp(tmp, seed, budget)
             m_best, m_wall = optuna_tsp(tmp, seed, budget, mirror=True)
             p_best, _ = optuna_tsp(tmp, seed, budget, mirror=False)
-            rows.append((r_best, m_best, p_best, r_wall, m_wall, r_wall / m_wall))
+            _, l_wall = revtree_tsp(tmp, seed, budget, lookahead=1)
+            rows.append(
+                (r_best, m_best, p_best, r_wall, m_wall, r_wall / m_wall, l_wall, l_wall / m_wall)
+            )
+            last = rows[-1]
             cmp.add_row(
                 str(seed),
-                *(f"{v:.4f}" for v in rows[-1][:3]),
-                *(f"{v:.2f}" for v in rows[-1][3:5]),
-                f"{rows[-1][5]:.3f}",
+                *(f"{v:.4f}" for v in last[:3]),
+                *(f"{v:.2f}" for v in last[3:5]),
+                f"{last[5]:.3f}",
+                f"{last[6]:.2f}",
+                f"{last[7]:.3f}",
             )
         means = [statistics.fmean(col) for col in zip(*rows, strict=True)]
         cmp.add_row(
@@ -242,6 +262,8 @@ def main() -> None:
             *(f"{v:.4f}" for v in means[:3]),
             *(f"{v:.2f}" for v in means[3:5]),
             f"{means[5]:.3f}",
+            f"{means[6]:.2f}",
+            f"{means[7]:.3f}",
         )
         console.print(cmp)
 
