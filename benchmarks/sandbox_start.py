@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import io
 import statistics
+import sys
 import tarfile
 import tempfile
 import time
@@ -23,11 +24,14 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from benchmarks.overhead import sleep_task
 from revtree.memory import Store
 from revtree.orchestrator import Orchestrator, create_run
 from revtree.sandboxes import ExecRequest, Limits, Sandbox
 from revtree.sandboxes.docker import DockerSandbox
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # runnable as a plain script
+from overhead import sleep_task
+
 from revtree.sandboxes.local import LocalSandbox
 from revtree.tasks import load_task
 from revtree.tasks.spec import SandboxConfig

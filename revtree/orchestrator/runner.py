@@ -37,7 +37,7 @@ from revtree.memory.db import revtree_home
 from revtree.memory.gitstore import HOLDOUT_REF, file_mode
 from revtree.orchestrator.gpus import GpuPool
 from revtree.orchestrator.pipeline import CandidateState, build_pipeline
-from revtree.orchestrator.policies import make_policy
+from revtree.orchestrator.policies import Selection, make_policy
 from revtree.orchestrator.team import Team, uses_llm
 from revtree.orchestrator.tree import Tree
 from revtree.sandboxes import Sandbox, make_sandbox
@@ -205,6 +205,7 @@ class Orchestrator:
         self.resumed = {n.id for n in self.nodes.values() if not n.status.is_finished()}
         self.proposer.rebuild(self.nodes.values())
         self.lock = threading.RLock()
+        self.policy_lock = threading.Lock()
         self._tree = Tree.of(list(self.nodes.values()), self.spec.maximize)
         self.idle: set[str] = set()  # tickets for which the policy chose nothing
         self.verifying: set[int] = set()
@@ -223,6 +224,9 @@ class Orchestrator:
         # generated protected files (compatibility shims of imported task formats)
         self.overlay.update({p: t.encode() for p, t in self.spec.support_files.items()})
         self.team = Team(self) if uses_llm(self.spec) else None
+        attach = getattr(self.policy, "attach", None)
+        if attach is not None and self.team is not None:
+            attach(self.team.ask_policy)
         self.checkpointer = make_checkpointer(store.url)
         self.durability = os.environ.get("REVTREE_DURABILITY", "async")
         self.graph = build_pipeline(self, self.checkpointer)
@@ -347,54 +351,69 @@ class Orchestrator:
 
     def _step_select(self, state: CandidateState) -> dict[str, Any]:
         ticket = state["ticket"]
-        with self.lock:
-            if ticket in self.by_ticket:
-                self.unselected.discard(ticket)
-                return {"node_id": self.by_ticket[ticket]}
-            before = self.policy.state()
-            choice = self.policy.select(self.snapshot())
-            if choice is None or (
-                choice.operator == "verify" and choice.parent_id in self.verifying
-            ):
-                self.unselected.discard(ticket)
-                self.idle.add(ticket)
-                return {"node_id": None}
-            if choice.operator == "verify":
-                self.unselected.discard(ticket)
-                self.verifying.add(choice.parent_id)
-                self.store.update_run(self.run_id, policy_state=self.policy.state())
-        if choice.operator == "verify":
-            self._verify_for_policy(choice.parent_id)
-            return {"node_id": None}
-        with self.lock:
-            parent = self.nodes[choice.parent_id]
-            node = Node(
-                self.run_id,
-                max(self.nodes) + 1,
-                parent.id,
-                choice.operator,
-                NodeStatus.PENDING,
-                depth=parent.depth + 1,
-                thread_id=ticket,
-                created_at=time.time(),
-                extra_parents=choice.extra_parents,
+        slow = bool(getattr(self.policy, "slow", False))
+        # A fast policy selects and its node is created in one critical section; a slow
+        # one (a model call) selects outside the tree lock, one select at a time.
+        with contextlib.nullcontext() if slow else self.lock:
+            with self.lock:
+                if ticket in self.by_ticket:
+                    self.unselected.discard(ticket)
+                    return {"node_id": self.by_ticket[ticket]}
+                snapshot = self.snapshot()
+            with self.policy_lock if slow else contextlib.nullcontext():
+                before = self.policy.state()
+                choice = self.policy.select(snapshot)
+                note = getattr(self.policy, "note", None)
+            with self.lock:
+                if choice is None or (
+                    choice.operator == "verify" and choice.parent_id in self.verifying
+                ):
+                    self.unselected.discard(ticket)
+                    self.idle.add(ticket)
+                    return {"node_id": None}
+                if choice.operator == "verify":
+                    self.unselected.discard(ticket)
+                    self.verifying.add(choice.parent_id)
+                    self.store.update_run(self.run_id, policy_state=self.policy.state())
+                else:
+                    node = self._add_selected(ticket, choice, before, note)
+                    return {"node_id": node.id}
+        self._verify_for_policy(choice.parent_id)
+        return {"node_id": None}
+
+    def _add_selected(
+        self, ticket: str, choice: Selection, before: dict[str, Any], note: str | None
+    ) -> Node:
+        parent = self.nodes[choice.parent_id]
+        node = Node(
+            self.run_id,
+            max(self.nodes) + 1,
+            parent.id,
+            choice.operator,
+            NodeStatus.PENDING,
+            depth=parent.depth + 1,
+            thread_id=ticket,
+            created_at=time.time(),
+            extra_parents=choice.extra_parents,
+        )
+        score = parent.score_of(self.spec.maximize)
+        msg = f"node {node.id}: {choice.operator} from node {parent.id} (score {score})"
+        if note:
+            msg += f"; {note}"
+        try:
+            self.store.add_node(
+                node,
+                ("select", msg, {"parent": parent.id, "operator": choice.operator, "note": note}),
+                policy_state=self.policy.state(),
             )
-            score = parent.score_of(self.spec.maximize)
-            msg = f"node {node.id}: {choice.operator} from node {parent.id} (score {score})"
-            try:
-                self.store.add_node(
-                    node,
-                    ("select", msg, {"parent": parent.id, "operator": choice.operator}),
-                    policy_state=self.policy.state(),
-                )
-            except BaseException:
-                self.policy.load_state(before)
-                raise
-            self.nodes[node.id] = node
-            self._changed.append(node.id)
-            self.by_ticket[ticket] = node.id
-            self.unselected.discard(ticket)
-        return {"node_id": node.id}
+        except BaseException:
+            self.policy.load_state(before)
+            raise
+        self.nodes[node.id] = node
+        self._changed.append(node.id)
+        self.by_ticket[ticket] = node.id
+        self.unselected.discard(ticket)
+        return node
 
     def _step_propose(self, state: CandidateState) -> None:
         node = self.nodes[state["node_id"] or 0]

@@ -14,7 +14,7 @@ from revtree.agents.base import Proposal, Verdict
 from revtree.agents.evaluator import HOLDOUT
 from revtree.agents.knobs import derive_seed
 from revtree.agents.lessons import render_memory
-from revtree.agents.llm import LLM, Ensemble, LLMError, detect_model, make_llm
+from revtree.agents.llm import LLM, Ensemble, LLMError, Prompt, detect_model, make_llm
 from revtree.agents.llm_agents import (
     Context,
     LLMAnalyst,
@@ -178,3 +178,17 @@ class Team:
             return None
         text: str = analyst.analyse(ctx, hypothesis, self._evaluation(node))
         return text
+
+    def ask_policy(self, summary: str) -> str:
+        """One metered call for the agentic policy (on the proposer's model)."""
+        llm = self.meter.bind("policy", None, self.models["proposer"])
+        prompt = Prompt(POLICY_RULES, self.prefix, summary)
+        return llm.complete(prompt, max_tokens=400, temperature=0.2).text
+
+
+POLICY_RULES = (
+    "You steer an automated research search over a tree of code revisions. Each step "
+    "you pick which node to expand next and how, to reach the best score within the "
+    "budget: exploit strong nodes, debug promising failures, verify a surprising score "
+    "before building on it, restart from the root when a line of work is exhausted."
+)

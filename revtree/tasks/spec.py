@@ -319,6 +319,16 @@ class ExtsSearch(_Verified):
     max_debug_depth: int = Field(3, ge=0, description="Longest chain of debug fixes.")
 
 
+class AgenticSearch(GreedySearch):
+    """An LLM agent reads a summary of the tree, memory and budget and picks the parent
+    and operator (or verifies a node, or restarts from the root). An answer it cannot
+    use falls back to greedy, with the reason recorded."""
+
+    policy: Literal["agentic"] = "agentic"  # type: ignore[assignment]
+    summary_nodes: int = Field(12, ge=3, le=200, description="Nodes shown to the agent.")
+    verify_repeats: int = Field(3, ge=2, le=50, description="Repeats when it asks to verify.")
+
+
 def _default_policy(value: Any) -> Any:
     """A ``[search]`` table without ``policy`` means the default policy, greedy."""
     if isinstance(value, dict) and "policy" not in value:
@@ -333,11 +343,12 @@ SearchConfig = Annotated[
     | MctsSearch
     | EvolutionSearch
     | BgmctsSearch
-    | ExtsSearch,
+    | ExtsSearch
+    | AgenticSearch,
     Field(discriminator="policy"),
     BeforeValidator(_default_policy),
 ]
-POLICIES = ("greedy", "random", "optuna", "mcts", "evolution", "bgmcts", "exts")
+POLICIES = ("greedy", "random", "optuna", "mcts", "evolution", "bgmcts", "exts", "agentic")
 
 
 class Budget(_Section):

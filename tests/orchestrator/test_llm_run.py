@@ -323,3 +323,35 @@ def test_cli_run_with_model_and_base_url(tmp_path: Path, home: Path) -> None:
     data = json.loads(shown)
     assert data["llm"]["calls"] >= 4 and data["llm"]["by_role"]["coder"]["usd"] > 0
     assert data["nodes"][1]["usd"] > 0 and data["best_score"] < data["baseline_score"]
+
+
+def test_agentic_policy_steers_and_falls_back_to_greedy(
+    tmp_path: Path, home: Path, store: Store
+) -> None:
+    task = make_task(tmp_path / "t", budget=6)
+    text = (task / "task.toml").read_text().replace('policy = "greedy"', 'policy = "agentic"')
+    (task / "task.toml").write_text(text)
+    scientist, answers = Scientist(), iter([
+        "ACTION: expand\nNODE: 0\nOPERATOR: improve\nREASON: start from the baseline",
+        "ACTION: verify\nNODE: 1\nREASON: check the gain",
+        "I think we should try harder.",
+        "ACTION: expand\nNODE: 99\nOPERATOR: improve\nREASON: ?",
+    ])
+
+    def answer(req: FakeRequest) -> FakeReply | str:
+        if "steer an automated research search" in req.system:
+            assert "Budget spent" in req.user and "Best nodes" in req.user
+            return next(answers, "ACTION: restart\nREASON: new idea")
+        return scientist(req)
+
+    with FakeLLMServer(answer) as srv:
+        run_id = drive(store, home, task, srv.openai_url)
+    events = [e.message for e in store.events_since(run_id) if e.kind == "select"]
+    assert any("agentic: improve node 0" in m for m in events)
+    assert any("agentic fell back to greedy: no usable ACTION" in m for m in events)
+    assert any("node 99 does not exist" in m for m in events)
+    assert any("agentic: restart from the root" in m for m in events)
+    assert store.node(run_id, 1).n_evals >= 3  # verified with repeats
+    assert "policy" in {c.role for c in store.llm_calls(run_id)}
+    assert store.get_run(run_id).status is RunStatus.COMPLETED
+    assert store.get_run(run_id).policy_state["fallbacks"] >= 2

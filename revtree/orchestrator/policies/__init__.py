@@ -15,6 +15,7 @@ POLICIES = {
     "bgmcts": "revtree.orchestrator.policies.mcts.BgmctsPolicy",
     "evolution": "revtree.orchestrator.policies.evolution.EvolutionPolicy",
     "exts": "revtree.orchestrator.policies.exts.ExtsPolicy",
+    "agentic": "revtree.orchestrator.policies.agentic.AgenticPolicy",
 }
 
 
