@@ -45,6 +45,9 @@ DbOpt = Annotated[
         "--db", help="SQLAlchemy URL (default $REVTREE_DB or sqlite at $REVTREE_HOME/revtree.db)."
     ),
 ]
+DetachOpt = Annotated[bool, typer.Option(help="Keep running in the background.")]
+QuietOpt = Annotated[bool, typer.Option(help="No live log lines, only the summary.")]
+ParallelOpt = Annotated[int | None, typer.Option(help="Evaluations running at once.")]
 RunArg = Annotated[str, typer.Argument(help="Run id, a unique prefix of it, or 'last'.")]
 STYLES = {
     "select": "cyan",
@@ -208,7 +211,7 @@ def run(
     policy: Annotated[
         str | None, typer.Option(help=f"Search policy: {', '.join(POLICIES)}.")
     ] = None,
-    parallel: Annotated[int | None, typer.Option(help="Candidates in flight at once.")] = None,
+    parallel: ParallelOpt = None,
     budget_nodes: Annotated[int | None, typer.Option(help="Nodes, root included.")] = None,
     budget_time: Annotated[str | None, typer.Option(help="Wall time, e.g. 600, '10m'.")] = None,
     budget_sandbox: Annotated[str | None, typer.Option(help="Sandbox-seconds, e.g. '1h'.")] = None,
@@ -225,8 +228,8 @@ def run(
     ] = None,
     budget_usd: Annotated[float | None, typer.Option(help="LLM spend cap in dollars.")] = None,
     db: DbOpt = None,
-    detach: Annotated[bool, typer.Option(help="Keep running in the background.")] = False,
-    quiet: Annotated[bool, typer.Option(help="No live log lines, only the summary.")] = False,
+    detach: DetachOpt = False,
+    quiet: QuietOpt = False,
 ) -> None:
     """Start a run of TASK and show its live log."""
     spec = _load(task)
@@ -277,10 +280,10 @@ def run(
 @app.command()
 def resume(
     run_id: RunArg,
-    parallel: Annotated[int | None, typer.Option(help="Candidates in flight at once.")] = None,
+    parallel: ParallelOpt = None,
     db: DbOpt = None,
-    detach: Annotated[bool, typer.Option(help="Keep running in the background.")] = False,
-    quiet: Annotated[bool, typer.Option(help="No live log lines, only the summary.")] = False,
+    detach: DetachOpt = False,
+    quiet: QuietOpt = False,
 ) -> None:
     """Continue a stopped or crashed run where it left off."""
     store = _store(db)

@@ -7,7 +7,7 @@ from typing import Any
 
 import anthropic
 
-from revtree.agents.llm.base import Completion, LLMError, Prompt, Usage
+from revtree.agents.llm.base import SHAPE_ERRORS, Completion, LLMError, Prompt, Usage, bad_answer
 
 
 class AnthropicChat:
@@ -65,8 +65,5 @@ class AnthropicChat:
             )
         except anthropic.APIError as e:
             raise LLMError(f"{self.model}: {type(e).__name__}: {e}") from e
-        except (ValueError, TypeError, KeyError, AttributeError) as e:
-            raise LLMError(
-                f"{self.model}: the server's answer is not valid JSON of the "
-                f"expected shape ({type(e).__name__}: {e})"
-            ) from e
+        except SHAPE_ERRORS as e:
+            raise bad_answer(self.model, e) from e

@@ -19,6 +19,17 @@ class LLMError(RevtreeError, RuntimeError):
     """A call failed after its retries (HTTP error, timeout, unusable answer)."""
 
 
+SHAPE_ERRORS = (ValueError, TypeError, KeyError, AttributeError)
+
+
+def bad_answer(model: str, e: Exception) -> LLMError:
+    """The error for an answer that is not JSON of the shape the SDK expects."""
+    return LLMError(
+        f"{model}: the server's answer is not valid JSON of the expected shape "
+        f"({type(e).__name__}: {e})"
+    )
+
+
 class BudgetExhausted(RevtreeError):
     """A call was refused because it could break the run's token or dollar budget."""
 

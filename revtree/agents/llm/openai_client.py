@@ -10,7 +10,7 @@ import time
 
 import openai
 
-from revtree.agents.llm.base import Completion, LLMError, Prompt, Usage
+from revtree.agents.llm.base import SHAPE_ERRORS, Completion, LLMError, Prompt, Usage, bad_answer
 
 
 class OpenAIChat:
@@ -62,8 +62,5 @@ class OpenAIChat:
             )
         except openai.APIError as e:
             raise LLMError(f"{self.model}: {type(e).__name__}: {e}") from e
-        except (ValueError, TypeError, KeyError, AttributeError) as e:
-            raise LLMError(
-                f"{self.model}: the server's answer is not valid JSON of the "
-                f"expected shape ({type(e).__name__}: {e})"
-            ) from e
+        except SHAPE_ERRORS as e:
+            raise bad_answer(self.model, e) from e
