@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
+from rich.tree import Tree as RichTree
 
 from revtree.errors import RevtreeError
 from revtree.memory import Event, GitStore, RunInfo, RunStatus, Store
@@ -322,12 +323,19 @@ def watch(
 
 
 @app.command("ls")
-def ls(db: DbOpt = None, as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+def ls(
+    db: DbOpt = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+    tree: Annotated[bool, typer.Option("--tree", help="Show forks as a family tree.")] = False,
+) -> None:
     """List runs."""
     store = _store(db)
     rows = [summarize(store, r) for r in store.list_runs()]
     if as_json:
         console.print_json(json.dumps(rows))
+        return
+    if tree:
+        console.print(_family_tree(rows))
         return
     table = Table("run", "task", "status", "policy", "nodes", "baseline", "best", "created")
     for s in rows:
@@ -418,6 +426,27 @@ def _load(task: Path) -> TaskSpec:
     return spec
 
 
+def _family_tree(rows: list[dict[str, Any]]) -> RichTree:
+    top = RichTree("runs")
+    by_parent: dict[str | None, list[dict[str, Any]]] = {}
+    ids = {r["run_id"] for r in rows}
+    for r in rows:
+        parent = r["parent_run"] if r["parent_run"] in ids else None
+        by_parent.setdefault(parent, []).append(r)
+
+    def add(branch: RichTree, parent: str | None) -> None:
+        for r in by_parent.get(parent, []):
+            where = f" (from node {r['parent_node']})" if r["parent_run"] else ""
+            sub = branch.add(
+                f"[bold]{r['run_id']}[/bold]{where} · {r['status']} · "
+                f"{r['policy']} · {r['n_nodes']} nodes · best {_fmt(r['best_score'])}"
+            )
+            add(sub, r["run_id"])
+
+    add(top, None)
+    return top
+
+
 def _node_or_best(store: Store, run: RunInfo, node: int | None) -> int:
     node_id: int | None = node if node is not None else summarize(store, run)["best_node"]
     if node_id is None:
@@ -499,6 +528,66 @@ def pilot(
     )
     for line in format_report(report):
         console.print(line)
+
+
+@app.command()
+def fork(
+    run_id: RunArg,
+    node: Annotated[int, typer.Option(help="The node to continue from.")],
+    set_: Annotated[
+        list[str] | None,
+        typer.Option("--set", help="Change a task key, e.g. search.policy=mcts (repeatable)."),
+    ] = None,
+    task: Annotated[Path | None, typer.Option(help="Use this task file instead.")] = None,
+    with_tree: Annotated[bool, typer.Option(help="Inherit the whole tree as history.")] = False,
+    db: DbOpt = None,
+    detach: DetachOpt = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """Start a new run from NODE of RUN, with a changed configuration."""
+    from revtree.orchestrator.fork import apply_sets, fork_run
+
+    store, home = _store(db), revtree_home()
+    parent = store.get_run(run_id)
+    spec = _load(task) if task else TaskSpec.model_validate(parent.spec)
+    spec = apply_sets(spec, set_ or [])
+    new = fork_run(store, parent.id, node, spec, home, with_tree)
+    console.print(
+        f"run [bold]{new.id}[/bold] forked from {parent.id} at node {node} "
+        f"({len(store.nodes(new.id))} nodes of history) · policy {new.policy}"
+    )
+    if detach:
+        _detach(new, db, home, None)
+        return
+    _drive(store, new, None, quiet, home)
+
+
+@app.command()
+def rm(
+    run_id: RunArg,
+    db: DbOpt = None,
+    yes: Annotated[bool, typer.Option("--yes", help="Do not ask.")] = False,
+) -> None:
+    """Delete a run: its rows, its git store and its logs (forks of it keep working)."""
+    import shutil
+
+    store = _store(db)
+    found = store.get_run(run_id)
+    if found.status is RunStatus.RUNNING and found.pid:
+        raise RevtreeError(f"run {found.id} is running (pid {found.pid}); stop it first")
+    children = [r.id for r in store.list_runs() if r.parent_run == found.id]
+    if not yes and not typer.confirm(f"delete run {found.id}?"):
+        raise typer.Exit(1)
+    path = RunPaths(revtree_home(), found.id).dir
+    if children:  # forks borrow this run's git objects: keep them, drop the rest
+        for sub in ("logs", "work"):
+            shutil.rmtree(path / sub, ignore_errors=True)
+    else:
+        shutil.rmtree(path, ignore_errors=True)
+    store.delete_run(found.id)
+    console.print(
+        f"deleted run {found.id}" + (f" (its git objects stay for {children})" if children else "")
+    )
 
 
 @app.command()

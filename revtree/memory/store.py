@@ -240,6 +240,21 @@ class Store:
             )
         return self.get_run(run_id)
 
+    def copy_history(
+        self, run_id: str, nodes: list[Node], evaluations: list[EvalResult], event: EventSpec
+    ) -> Event:
+        """Insert finished nodes and their evaluations into a (new) run, in one transaction."""
+        with self._write() as conn:
+            if nodes:
+                conn.execute(insert(NODES), [_node_values(n) for n in nodes])
+            if evaluations:
+                now = time.time()
+                conn.execute(
+                    insert(EVALS),
+                    [{**e.__dict__, "run_id": run_id, "created_at": now} for e in evaluations],
+                )
+            return self._event(conn, run_id, event, None)
+
     def delete_run(self, run_id: str) -> None:
         with self._write() as conn:
             for table in (EVENTS, EVALS, CALLS, NODES):
