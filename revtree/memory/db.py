@@ -2,7 +2,10 @@
 
 SQLite (the default) runs in WAL mode with a busy timeout; write transactions start
 with ``BEGIN IMMEDIATE`` so concurrent writers queue instead of failing on a lock
-upgrade. Any SQLAlchemy URL works (PostgreSQL for shared memory).
+upgrade. Any SQLAlchemy URL works; PostgreSQL (``postgresql+psycopg://``, psycopg 3) is
+the backend for memory shared by several processes or machines: a bare ``postgresql://``
+or ``postgres://`` URL means psycopg 3 too, and concurrent migrations queue on an advisory
+lock.
 """
 
 from __future__ import annotations
@@ -14,13 +17,14 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event, inspect
-from sqlalchemy.engine import Connection, make_url
+from sqlalchemy.engine import URL, Connection, make_url
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
 
 from revtree.errors import StoreError
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 HEAD = "0002"
+MIGRATION_LOCK = 0x72657674  # PostgreSQL advisory lock key ("revt") held while migrating
 
 
 def revtree_home() -> Path:
@@ -33,10 +37,24 @@ def default_url() -> str:
     return os.environ.get("REVTREE_DB") or f"sqlite:///{revtree_home() / 'revtree.db'}"
 
 
-def make_engine(url: str) -> Engine:
+def normalize_url(url: str) -> URL:
+    """The URL as SQLAlchemy reads it; PostgreSQL URLs without a driver use psycopg 3."""
+    if url.startswith("postgres://"):
+        url = "postgresql://" + url[len("postgres://") :]
     parsed = make_url(url)
+    if parsed.drivername == "postgresql":
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    return parsed
+
+
+def is_postgres_url(url: str) -> bool:
+    return normalize_url(url).get_backend_name() == "postgresql"
+
+
+def make_engine(url: str) -> Engine:
+    parsed = normalize_url(url)
     if parsed.get_backend_name() != "sqlite":
-        return create_engine(url, pool_pre_ping=True, future=True)
+        return create_engine(parsed, pool_pre_ping=True, pool_size=10, max_overflow=20)
     if parsed.database and parsed.database != ":memory:":
         Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
     engine = create_engine(url, connect_args={"timeout": 60, "check_same_thread": False})
@@ -104,6 +122,8 @@ def _upgrade(engine: Engine) -> None:
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS))
     with engine.execution_options(sqlite_immediate=True).begin() as conn:
+        if conn.dialect.name == "postgresql":  # another process may be migrating: queue
+            conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK})")
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, "head")
 

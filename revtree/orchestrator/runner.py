@@ -25,7 +25,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import URL
 
 from revtree.agents import Evaluator, KnobCoder, KnobProposer, Proposal, StaticReviewer, read_knobs
 from revtree.agents.evaluator import FULL, HOLDOUT, Outcome
@@ -33,7 +33,7 @@ from revtree.agents.lessons import lesson_for
 from revtree.agents.llm import BudgetExhausted
 from revtree.errors import Cancelled, EditError, RevtreeError, SandboxError
 from revtree.memory import EvalResult, Event, GitStore, Node, NodeStatus, RunInfo, RunStatus, Store
-from revtree.memory.db import revtree_home
+from revtree.memory.db import normalize_url, revtree_home
 from revtree.memory.gitstore import HOLDOUT_REF, file_mode
 from revtree.orchestrator.gpus import GpuPool
 from revtree.orchestrator.pipeline import CandidateState, build_pipeline
@@ -138,8 +138,11 @@ def _alive(pid: int, host: str | None) -> bool:
 
 
 def make_checkpointer(url: str) -> Any:
-    """LangGraph's SQLite saver on the run database; in memory for other backends."""
-    parsed = make_url(url)
+    """LangGraph's saver on the run database: SQLite's in the same file; on PostgreSQL,
+    ``PostgresSaver`` with its tables in their own schema (``langgraph``), apart from
+    revtree's; in memory for other backends. ``.conn`` is closed by ``Orchestrator.close``.
+    """
+    parsed = normalize_url(url)
     if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
         from langgraph.checkpoint.sqlite import SqliteSaver
 
@@ -149,9 +152,54 @@ def make_checkpointer(url: str) -> Any:
         saver = SqliteSaver(conn)
         saver.setup()
         return saver
+    if parsed.get_backend_name() == "postgresql":
+        return _postgres_checkpointer(parsed)
     from langgraph.checkpoint.memory import InMemorySaver
 
     return InMemorySaver()
+
+
+CHECKPOINT_SCHEMA = "langgraph"
+CHECKPOINT_LOCK = 0x6C677270  # advisory lock key ("lgrp") held while creating the tables
+
+
+def _postgres_checkpointer(parsed: URL) -> Any:
+    import psycopg
+    from langgraph.checkpoint.postgres import PostgresSaver
+    from psycopg.rows import dict_row
+
+    conninfo = parsed.set(drivername="postgresql").render_as_string(hide_password=False)
+    conn = psycopg.connect(
+        conninfo,
+        autocommit=True,  # as PostgresSaver requires (its migrations create indexes CONCURRENTLY)
+        prepare_threshold=0,
+        row_factory=dict_row,
+        options=f"-c search_path={CHECKPOINT_SCHEMA}",
+    )
+    try:
+        # Several runs (processes, machines) may start at once: set up one at a time. Poll
+        # for the lock rather than wait in a transaction: the holder's CREATE INDEX
+        # CONCURRENTLY waits for every open transaction, a waiting one included (deadlock).
+        deadline = time.monotonic() + 300
+        while not _try_lock(conn, CHECKPOINT_LOCK):
+            if time.monotonic() > deadline:
+                raise RevtreeError("timed out waiting to set up LangGraph's PostgreSQL tables")
+            time.sleep(0.05)
+        try:
+            conn.execute(f"CREATE SCHEMA IF NOT EXISTS {CHECKPOINT_SCHEMA}")
+            saver = PostgresSaver(conn)
+            saver.setup()
+        finally:
+            conn.execute("SELECT pg_advisory_unlock(%s)", (CHECKPOINT_LOCK,))
+    except BaseException:
+        conn.close()
+        raise
+    return saver
+
+
+def _try_lock(conn: Any, key: int) -> bool:
+    row = conn.execute("SELECT pg_try_advisory_lock(%s) AS ok", (key,)).fetchone()
+    return bool(row and row["ok"])
 
 
 class Orchestrator:

@@ -1,4 +1,5 @@
-"""The SQL Store on a real SQLite file: runs, nodes, evaluations, the event log, migrations."""
+"""The SQL Store on a real SQLite file and on a real PostgreSQL server (marker ``postgres``,
+a fresh database per test): runs, nodes, evaluations, the event log, migrations."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,15 +19,27 @@ from alembic.script import ScriptDirectory
 
 from revtree.errors import RunNotFound, StoreError
 from revtree.memory import EvalResult, Node, NodeStatus, RunStatus, Store
-from revtree.memory.db import HEAD, MIGRATIONS, table_names
+from revtree.memory.db import HEAD, MIGRATIONS, make_engine, normalize_url, table_names
 from revtree.memory.models import Base
+
+from ..pg import fresh_database
 
 BOUND = 60.0  # seconds a writer subprocess may take before the test gives up
 
 
 @pytest.fixture
-def url(tmp_path: Path) -> str:
+def sqlite_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path}/x.db"
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def url(request: pytest.FixtureRequest, sqlite_url: str) -> Iterator[str]:
+    """An empty database: a SQLite file, or a fresh database on the PostgreSQL server."""
+    if request.param == "sqlite":
+        yield sqlite_url
+        return
+    with fresh_database() as pg_url:
+        yield pg_url
 
 
 @pytest.fixture
@@ -247,15 +261,50 @@ def test_store_stamps_the_head_revision(store):
         assert MigrationContext.configure(conn).get_current_revision() == HEAD
 
 
-def test_wal_mode_is_on(store, tmp_path):
+def test_wal_mode_is_on(sqlite_url, tmp_path):
+    store = Store(sqlite_url)
     new_run(store)
     with store.engine.connect() as conn:
         assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+    store.close()
     raw = sqlite3.connect(tmp_path / "x.db")
     try:
         assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"  # persisted in the file
     finally:
         raw.close()
+
+
+def test_postgres_urls_use_psycopg_3():
+    for url in ("postgresql://u:p@h:5/db", "postgres://u:p@h:5/db", "postgresql+psycopg://u@h/db"):
+        assert normalize_url(url).drivername == "postgresql+psycopg"
+        assert make_engine(url).dialect.driver == "psycopg"
+    assert normalize_url("sqlite:///x.db").drivername == "sqlite"
+
+
+def test_stores_migrating_a_fresh_database_at_once_all_succeed(url):
+    errors: list[BaseException] = []
+    start = threading.Barrier(4)
+
+    def open_store() -> None:
+        try:
+            start.wait(timeout=BOUND)
+            Store(url).close()
+        except BaseException as e:  # surfaced below
+            errors.append(e)
+
+    threads = [threading.Thread(target=open_store) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=BOUND)
+    assert errors == []
+    store = Store(url)
+    try:
+        with store.engine.connect() as conn:
+            assert MigrationContext.configure(conn).get_current_revision() == HEAD
+        assert new_run(store) == "run-1"
+    finally:
+        store.close()
 
 
 @pytest.mark.parametrize("own_store", [False, True], ids=["shared-store", "store-per-thread"])
