@@ -1,0 +1,273 @@
+"""Housekeeping with real git, real SQLite and real runs: export to a branch, doctor, gc."""
+
+from __future__ import annotations
+
+import socket
+import sqlite3
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from revtree.errors import RevtreeError
+from revtree.memory import GitStore, Node, NodeStatus, RunStatus, Store
+from revtree.orchestrator import Orchestrator, RunPaths, create_run
+from revtree.orchestrator.fork import lineage
+from revtree.orchestrator.housekeeping import doctor, export_branch, gc
+from revtree.orchestrator.report import summarize
+from revtree.tasks import TaskSpec, load_task
+
+from .conftest import make_task, revtree
+
+
+def _finished_run(store: Store, home: Path, task: Path) -> str:
+    run = create_run(store, load_task(task), home)
+    Orchestrator(store, run.id, home=home).drive()
+    return run.id
+
+
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", "-C", str(repo), *args], check=True, capture_output=True, text=True
+    ).stdout
+
+
+def _user_repo(tmp_path: Path) -> Path:
+    """A git repository holding the task in the subfolder ``proj``, with local changes."""
+    repo = tmp_path / "user"
+    make_task(repo / "proj", budget=6)
+    (repo / "README").write_text("hello\n")
+    _git(repo.parent, "init", "-q", str(repo))
+    _git(repo, "config", "user.name", "Tester")
+    _git(repo, "config", "user.email", "tester@example.com")
+    _git(repo, "add", ".")
+    _git(repo, "commit", "-q", "-m", "initial")
+    (repo / "README").write_text("hello, edited\n")  # unstaged
+    (repo / "new.txt").write_text("staged\n")
+    _git(repo, "add", "new.txt")  # staged
+    return repo
+
+
+def _no_index(diff: str) -> list[str]:
+    """A diff's lines without its ``index`` lines (abbreviation lengths vary by repo)."""
+    return [line for line in diff.strip().splitlines() if not line.startswith("index ")]
+
+
+def _deepest(store: Store, run_id: str) -> Node:
+    nodes = store.nodes(run_id)
+    return max((n for n in nodes if n.commit and n.id), key=lambda n: (n.depth, n.id))
+
+
+def test_export_branch_commits_the_node_without_touching_the_work_tree(
+    tmp_path: Path, home: Path, store: Store
+) -> None:
+    repo = _user_repo(tmp_path)
+    run_id = _finished_run(store, home, repo / "proj")
+    node = _deepest(store, run_id)
+    nodes = {n.id: n for n in store.nodes(run_id)}
+    head = _git(repo, "rev-parse", "HEAD").strip()
+    status, staged = _git(repo, "status", "--porcelain"), _git(repo, "diff", "--cached")
+    assert status  # the user has local changes that must survive
+
+    done = export_branch(store, run_id, node.id, repo / "proj", "revtree/best", home)
+
+    assert _git(repo, "status", "--porcelain") == status
+    assert _git(repo, "diff", "--cached") == staged
+    assert (repo / "README").read_text() == "hello, edited\n"
+    assert _git(repo, "rev-parse", "HEAD").strip() == head  # HEAD did not move
+    assert _git(repo, "rev-parse", "revtree/best").strip() == done.commit
+    assert _git(repo, "rev-parse", "revtree/best^").strip() == head
+    assert _git(repo, "rev-list", "--count", f"{head}..revtree/best").strip() == "1"
+    git = GitStore(RunPaths(home, run_id).repo)
+    root = nodes[0].commit
+    assert root and node.commit
+    changed = git.changed_paths(root, node.commit)
+    assert changed
+    names = _git(repo, "diff", "--name-only", "HEAD", "revtree/best").split()
+    assert names == [f"proj/{p}" for p in changed] == done.files
+    for p in changed:
+        assert _git(repo, "show", f"revtree/best:proj/{p}") == git.read(node.commit, p).decode()
+    # the diff is exactly the run's diff of the node against its root, one folder down
+    ours = _git(repo, "diff", "--no-color", "--binary", "--relative=proj", "HEAD", "revtree/best")
+    assert _no_index(ours) == _no_index(git.diff(root, node.commit))
+    git.close()
+    message = _git(repo, "log", "-1", "--format=%B", "revtree/best")
+    assert f"node {node.id} of run {run_id}" in message.splitlines()[0]
+    chain = lineage(nodes, node.id)
+    assert len(chain) >= 2
+    lines = [line for line in message.splitlines() if line.startswith("- node ")]
+    assert [int(line.split()[2]) for line in lines] == [n.id for n in chain]
+    assert "[baseline]" in lines[0] and "baseline: the untouched source" in lines[0]
+    for n, line in zip(chain, lines, strict=True):
+        assert f"[{n.operator}]" in line
+        assert (n.proposal or {}).get("hypothesis", "").splitlines()[0] in line
+        if n.score is not None:
+            assert f"{n.score:.6g}" in line
+
+
+def test_export_branch_refuses_clearly(tmp_path: Path, home: Path, store: Store) -> None:
+    repo = _user_repo(tmp_path)
+    run_id = _finished_run(store, home, repo / "proj")
+    node = _deepest(store, run_id)
+    export_branch(store, run_id, node.id, repo, "taken", home)
+    with pytest.raises(RevtreeError, match="branch 'taken' already exists"):
+        export_branch(store, run_id, node.id, repo, "taken", home)
+    empty = tmp_path / "empty"
+    _git(tmp_path, "init", "-q", str(empty))
+    with pytest.raises(RevtreeError, match="has no HEAD commit"):
+        export_branch(store, run_id, node.id, empty, "x", home)
+    _git(empty, "-c", "user.name=a", "-c", "user.email=a@b", "commit", "-qm", "x", "--allow-empty")
+    with pytest.raises(RevtreeError, match="not inside the repository"):
+        export_branch(store, run_id, node.id, empty, "x", home)
+    store.add_node(Node(run_id, 99, 0, "improve", NodeStatus.PENDING), ("select", "n99", None))
+    with pytest.raises(RevtreeError, match=r"node 99 .* has no commit"):
+        export_branch(store, run_id, 99, repo, "y", home)
+    for name in ("x", "y"):  # nothing half-made
+        assert (
+            subprocess.run(
+                ["git", "-C", str(repo), "rev-parse", "--verify", "-q", name], capture_output=True
+            ).returncode
+            != 0
+        )
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+def test_doctor_finds_and_repairs(tmp_path: Path, home: Path, store: Store) -> None:
+    run_id = _finished_run(store, home, make_task(tmp_path / "t", budget=5))
+    assert doctor(store, home) == []
+    nodes = {n.id: n for n in store.nodes(run_id)}
+    repo = RunPaths(home, run_id).repo
+    _git(repo, "update-ref", "-d", "refs/revtree/nodes/1")
+    _git(repo, "update-ref", "refs/revtree/nodes/77", nodes[0].commit or "")
+    store.update_run(run_id, status=RunStatus.RUNNING, pid=_dead_pid(), host=socket.gethostname())
+    db = sqlite3.connect(home / "revtree.db")
+    db.execute("PRAGMA foreign_keys=OFF")
+    db.execute(
+        "INSERT INTO evaluations (run_id, node_id, stage, repeat, ok, duration, created_at) "
+        "VALUES (?, 555, 'full', 0, 1, 0.1, 0)",
+        (run_id,),
+    )
+    db.commit()
+    db.close()
+
+    expected = {"missing-ref", "stray-ref", "dead-run", "orphan-evaluation"}
+    for _ in range(2):  # without --repair nothing changes
+        found = doctor(store, home, run_id)
+        assert {f.kind for f in found} == expected, found
+        assert not any(f.repaired for f in found)
+        assert all(f.run == run_id for f in found)
+    fixed = doctor(store, home, repair=True)
+    assert {f.kind for f in fixed} == expected and all(f.repaired for f in fixed)
+    assert doctor(store, home) == []
+    run = store.get_run(run_id)
+    assert (run.status, run.reason, run.pid) == (
+        RunStatus.FAILED,
+        "crashed (found by doctor)",
+        None,
+    )
+    git = GitStore(repo)
+    assert git.node_refs() == {i: n.commit for i, n in nodes.items()}
+    git.close()
+    assert all(e.node_id in nodes for e in store.evaluations(run_id))
+
+
+def test_doctor_reports_what_it_cannot_repair(tmp_path: Path, home: Path, store: Store) -> None:
+    run_id = _finished_run(store, home, make_task(tmp_path / "t", budget=4))
+    done = [n for n in store.nodes(run_id) if n.status is NodeStatus.SUCCEEDED and n.id]
+    store.update_node(run_id, done[0].id, commit=None)
+    store.update_node(run_id, done[1].id, commit="ab" * 20)
+    found = doctor(store, home, repair=True)
+    assert {(f.kind, f.repaired) for f in found} == {
+        ("no-commit", False),
+        ("missing-commit", False),
+    }, found
+    # a run being driven by a live process is not touched
+    store.update_run(run_id, status=RunStatus.RUNNING, pid=_own_pid(), host=socket.gethostname())
+    assert "dead-run" not in {f.kind for f in doctor(store, home, repair=True)}
+
+
+def _own_pid() -> int:
+    import os
+
+    return os.getpid()
+
+
+def _thread_rows(home: Path) -> dict[str, int]:
+    db = sqlite3.connect(home / "revtree.db")
+    try:
+        rows = db.execute("SELECT thread_id, COUNT(*) FROM checkpoints GROUP BY thread_id")
+        return dict(rows.fetchall())
+    finally:
+        db.close()
+
+
+def test_gc_prunes_finished_checkpoints_and_the_run_resumes(
+    tmp_path: Path, home: Path, store: Store
+) -> None:
+    run_id = _finished_run(store, home, make_task(tmp_path / "t", budget=4))
+    finished = {f"{run_id}:{n.thread_id}" for n in store.nodes(run_id) if n.status.is_finished()}
+    before = _thread_rows(home)
+    assert finished & before.keys()
+    db = sqlite3.connect(home / "revtree.db")
+    cols = [r[1] for r in db.execute("PRAGMA table_info(checkpoints)")]
+    unfinished = create_run(store, load_task(tmp_path / "t"), home)  # its root is unfinished
+    keep = f"{unfinished.id}:root"
+    picked = ", ".join(f"'{keep}'" if c == "thread_id" else c for c in cols)
+    db.execute(
+        f"INSERT INTO checkpoints ({', '.join(cols)}) SELECT {picked} FROM checkpoints LIMIT 1"
+    )
+    db.commit()
+    db.close()
+
+    report = gc(store, home)
+    assert report["checkpoints"] == sum(before[t] for t in finished if t in before)
+    assert report["threads"] == len(finished & before.keys())
+    assert report["vacuumed"] and report["bytes_before"] > 0 and report["bytes_after"] > 0
+    after = _thread_rows(home)
+    assert not finished & after.keys()
+    assert after == {keep: 1}
+    assert gc(store, home)["checkpoints"] == 0
+
+    # the run is intact: shown, and resumed with a bigger budget
+    assert summarize(store, store.get_run(run_id))["n_nodes"] == 4
+    spec = TaskSpec.model_validate(store.get_run(run_id).spec)
+    bigger = spec.with_overrides(budget={"max_nodes": 6})
+    store.update_run(run_id, spec=bigger.model_dump(mode="json"))
+    run = Orchestrator(store, run_id, home=home).drive()
+    assert run.status is RunStatus.COMPLETED
+    nodes = store.nodes(run_id)
+    assert len(nodes) == 6 and all(n.status.is_finished() for n in nodes)
+    assert set(store.evaluation_counts(run_id).values()) == {1}
+    assert doctor(store, home) == []
+
+
+@pytest.mark.slow
+def test_cli_export_doctor_gc(tmp_path: Path, home: Path, store: Store) -> None:
+    repo = _user_repo(tmp_path)
+    revtree(home, "run", str(repo / "proj"), "--quiet")
+    run_id = store.list_runs()[0].id
+    assert "no problems found" in revtree(home, "doctor").stdout
+    out = revtree(home, "export", run_id, "--branch", "best", "--repo", str(repo)).stdout
+    assert "branch best" in out
+    assert _git(repo, "rev-parse", "best^").strip() == _git(repo, "rev-parse", "HEAD").strip()
+    both = revtree(home, "export", run_id, "--branch", "b2", "--patch", "p", check=False)
+    assert both.returncode == 2 and "exactly one" in both.stderr
+    assert revtree(home, "export", run_id, check=False).returncode == 2
+    again = revtree(home, "export", run_id, "--branch", "best", "--repo", str(repo), check=False)
+    assert again.returncode == 2 and "already exists" in again.stderr
+
+    _git(RunPaths(home, run_id).repo, "update-ref", "-d", "refs/revtree/nodes/1")
+    found = revtree(home, "doctor", run_id[:8], check=False)
+    assert found.returncode == 1 and "missing-ref" in found.stdout
+    fixed = revtree(home, "doctor", "--repair")
+    assert "missing-ref" in fixed.stdout and "yes" in fixed.stdout
+    assert "no problems found" in revtree(home, "doctor").stdout
+    out = revtree(home, "gc").stdout
+    assert "removed" in out and "checkpoint" in out
+    assert "0 checkpoint(s)" not in out
+    assert "completed" in revtree(home, "show", run_id).stdout
