@@ -106,7 +106,7 @@ class LiveLog:
 
     def __call__(self, ev: Event) -> None:
         if not self.quiet:
-            self.progress.console.print(format_event(ev))
+            self.progress.console.print(format_event(ev), soft_wrap=True)
         if ev.kind == "node":
             self.done += 1
             self.progress.update(self.task, completed=self.done)
@@ -310,7 +310,7 @@ def watch(
     while True:
         events = store.events_since(found.id, last)
         for ev in events:
-            console.print(format_event(ev))
+            console.print(format_event(ev), soft_wrap=True)
             last = ev.seq
         if not events:
             current = store.get_run(found.id)
@@ -457,14 +457,34 @@ def _node_or_best(store: Store, run: RunInfo, node: int | None) -> int:
 @app.command()
 def export(
     run_id: RunArg,
-    patch: Annotated[Path, typer.Option(help="Write a patch (against the root) to this file.")],
+    patch: Annotated[
+        Path | None, typer.Option(help="Write a patch (against the root) to this file.")
+    ] = None,
     node: Annotated[int | None, typer.Option(help="Node id (default: the best).")] = None,
+    branch: Annotated[
+        str | None, typer.Option(help="Commit the node onto a new branch of --repo instead.")
+    ] = None,
+    repo: Annotated[
+        Path, typer.Option(help="Your git repository (holding the task's source folder).")
+    ] = Path("."),
     db: DbOpt = None,
 ) -> None:
-    """Export a node (by default the best) as a patch that `git apply` takes."""
+    """Export a node (by default the best) as a patch, or as a branch of your repository."""
+    if (patch is None) == (branch is None):
+        raise typer.BadParameter("give exactly one of --patch FILE or --branch NAME")
     store = _store(db)
     found = store.get_run(run_id)
     node_id = _node_or_best(store, found, node)
+    if branch is not None:
+        from revtree.orchestrator.housekeeping import export_branch
+
+        done = export_branch(store, found.id, node_id, repo, branch, revtree_home())
+        console.print(
+            f"branch {done.branch} ({done.commit[:10]} on {done.parent[:10]}): node {node_id} "
+            f"of run {found.id}, {len(done.files)} file(s) changed"
+        )
+        return
+    assert patch is not None
     target, root = store.node(found.id, node_id), store.node(found.id, 0)
     if not (target.commit and root.commit):
         raise RevtreeError(f"node {node_id} of run {found.id} has no commit yet")
@@ -604,6 +624,40 @@ def stop(run_id: RunArg, db: DbOpt = None) -> None:
         console.print(f"run {found.id}: its process {found.pid} is gone; `revtree resume` it")
         return
     console.print(f"asked pid {found.pid} to stop run {found.id}")
+
+
+@app.command()
+def doctor(
+    run_id: Annotated[str | None, typer.Argument(help="Only this run (default: all).")] = None,
+    repair: Annotated[bool, typer.Option(help="Fix what can be fixed.")] = False,
+    db: DbOpt = None,
+) -> None:
+    """Check the database against the git stores and the run processes (--repair fixes)."""
+    from revtree.orchestrator.housekeeping import doctor as check
+
+    findings = check(_store(db), revtree_home(), run_id, repair)
+    if not findings:
+        console.print("no problems found")
+        return
+    table = Table("run", "problem", "details", "repaired")
+    for f in findings:
+        table.add_row(f.run, f.kind, f.message, "yes" if f.repaired else "[red]no[/red]")
+    console.print(table)
+    if any(not f.repaired for f in findings):
+        raise typer.Exit(1)
+
+
+@app.command("gc")
+def gc_(db: DbOpt = None) -> None:
+    """Delete the LangGraph checkpoints of finished candidates and compact the database."""
+    from revtree.orchestrator.housekeeping import gc as collect
+
+    r = collect(_store(db), revtree_home())
+    console.print(
+        f"removed {r['checkpoints']} checkpoint(s) and {r['writes']} write(s) of "
+        f"{r['threads']} finished candidate(s); database {r['bytes_before']} -> "
+        f"{r['bytes_after']} bytes" + ("" if r["vacuumed"] else " (not compacted)")
+    )
 
 
 if __name__ == "__main__":

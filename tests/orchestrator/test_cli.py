@@ -130,7 +130,7 @@ def test_watch_sees_events_while_they_are_written(tmp_path: Path, home: Path, st
         [sys.executable, "-m", "revtree", "watch", run_id, "--timeout", "120"],
         stdout=subprocess.PIPE,
         text=True,
-        env={**os.environ, "REVTREE_HOME": str(home)},
+        env={**os.environ, "REVTREE_HOME": str(home), "COLUMNS": "200"},
     )
     assert watcher.stdout is not None
     first = watcher.stdout.readline()

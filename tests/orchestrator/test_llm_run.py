@@ -331,12 +331,17 @@ def test_agentic_policy_steers_and_falls_back_to_greedy(
     task = make_task(tmp_path / "t", budget=6)
     text = (task / "task.toml").read_text().replace('policy = "greedy"', 'policy = "agentic"')
     (task / "task.toml").write_text(text)
-    scientist, answers = Scientist(), iter([
-        "ACTION: expand\nNODE: 0\nOPERATOR: improve\nREASON: start from the baseline",
-        "ACTION: verify\nNODE: 1\nREASON: check the gain",
-        "I think we should try harder.",
-        "ACTION: expand\nNODE: 99\nOPERATOR: improve\nREASON: ?",
-    ])
+    scientist, answers = (
+        Scientist(),
+        iter(
+            [
+                "ACTION: expand\nNODE: 0\nOPERATOR: improve\nREASON: start from the baseline",
+                "ACTION: verify\nNODE: 1\nREASON: check the gain",
+                "I think we should try harder.",
+                "ACTION: expand\nNODE: 99\nOPERATOR: improve\nREASON: ?",
+            ]
+        ),
+    )
 
     def answer(req: FakeRequest) -> FakeReply | str:
         if "steer an automated research search" in req.system:
