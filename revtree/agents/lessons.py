@@ -52,7 +52,9 @@ def render_memory(
     if budget_tokens <= 0:
         return "(memory disabled)"
     done = [n for n in nodes.values() if n.status.is_finished()]
-    lesson = {n.id: lesson_for(n, nodes.get(n.parent_id or -1), maximize) for n in done}
+    lesson = {  # stored when the node finished; derived only for older records
+        n.id: n.lesson or lesson_for(n, nodes.get(n.parent_id or -1), maximize) for n in done
+    }
     sections: list[tuple[str, list[int]]] = []
     good = [n for n in done if n.status is NodeStatus.SUCCEEDED and n.score is not None]
     good.sort(key=lambda n: n.score_of(maximize), reverse=True)

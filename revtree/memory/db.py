@@ -47,10 +47,6 @@ def normalize_url(url: str) -> URL:
     return parsed
 
 
-def is_postgres_url(url: str) -> bool:
-    return normalize_url(url).get_backend_name() == "postgresql"
-
-
 def make_engine(url: str) -> Engine:
     parsed = normalize_url(url)
     if parsed.get_backend_name() != "sqlite":
@@ -79,10 +75,6 @@ def _sqlite_connect(dbapi_conn: Any, _record: Any) -> None:
 def _sqlite_begin(conn: Connection) -> None:
     immediate = conn.get_execution_options().get("sqlite_immediate", False)
     conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
-
-
-def is_sqlite(engine: Engine) -> bool:
-    return engine.dialect.name == "sqlite"
 
 
 @contextmanager

@@ -74,12 +74,6 @@ class Score:
     def __hash__(self) -> int:
         return hash(self._key())
 
-    def gain_over(self, other: Score) -> float | None:
-        """How much better than ``other``, positive when better (None if either is invalid)."""
-        if not (self.is_valid and other.is_valid):
-            return None
-        return self._key() - other._key()
-
     def __str__(self) -> str:
         return "-" if self.value is None else f"{self.value:.6g}"
 
@@ -107,10 +101,6 @@ class Node:
     extra_parents: tuple[int, ...] = ()
     review: dict[str, Any] | None = None
     lesson: str | None = None
-
-    @property
-    def is_root(self) -> bool:
-        return self.parent_id is None
 
     def score_of(self, maximize: bool) -> Score:
         if self.status is not NodeStatus.SUCCEEDED:

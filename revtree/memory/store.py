@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any, cast
 
 from sqlalchemy import Engine, Table, delete, func, insert, select, update
@@ -478,7 +478,3 @@ def _run_info(r: Any) -> RunInfo:
         parent_run=r.parent_run,
         parent_node=r.parent_node,
     )
-
-
-def finished(nodes: Iterable[Node]) -> list[Node]:
-    return [n for n in nodes if n.status.is_finished()]

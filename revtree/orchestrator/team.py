@@ -8,6 +8,8 @@ the baseline, the parent's last evaluation, and memory (lessons of finished node
 from __future__ import annotations
 
 import json
+import threading
+from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
 from revtree.agents.base import Proposal, Verdict
@@ -58,6 +60,8 @@ class Team:
         assert root.commit is not None
         self.baseline = orch.git.read_files(root.commit)
         self.prefix = task_prefix(self.spec, self.baseline, self.spec.agents.context_tokens)
+        self._contexts: OrderedDict[int, Context] = OrderedDict()
+        self._lock = threading.Lock()
 
     def _model(self, name: str, role: Role) -> LLM:
         a = self.spec.agents
@@ -94,6 +98,19 @@ class Team:
 
     # -- the context ----------------------------------------------------------------
     def context(self, node: Node) -> Context:
+        """What every role sees of this candidate, built once (at its proposal) and shared
+        by the coder, reviewer and analyst of the same node."""
+        with self._lock:
+            cached = self._contexts.get(node.id)
+        if cached is None:
+            cached = self._build_context(node)
+            with self._lock:
+                self._contexts[node.id] = cached
+                while len(self._contexts) > 256:
+                    self._contexts.popitem(last=False)
+        return cached
+
+    def _build_context(self, node: Node) -> Context:
         orch = self.orch
         assert node.parent_id is not None
         parent = orch.nodes[node.parent_id]

@@ -8,7 +8,8 @@ receives exactly the same bytes and never sees the run's repository.
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -67,3 +68,29 @@ class Sandbox(Protocol):
     def close(self) -> None:
         """Release what the backend holds (pools, clients)."""
         ...
+
+
+def watchdog(
+    deadline: float,
+    done: threading.Event,
+    cancel: threading.Event | None,
+    kill: Callable[[], None],
+    why: list[str],
+    check: Callable[[], str | None] | None = None,
+) -> None:
+    """Until ``done`` is set: on cancel, at the deadline, or when ``check`` names a
+    reason, append the reason to ``why``, call ``kill`` and return. Run it in a thread
+    beside the blocking wait for the process, so a finished process is noticed at once."""
+    while not done.is_set():
+        now = time.monotonic()
+        if cancel is not None and cancel.is_set():
+            reason: str | None = "cancel"
+        elif now >= deadline:
+            reason = "timeout"
+        else:
+            reason = check() if check is not None else None
+        if reason is not None:
+            why.append(reason)
+            kill()
+            return
+        done.wait(min(0.05, deadline - now))

@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from revtree.errors import Cancelled, SandboxError
-from revtree.sandboxes.base import ExecRequest, ExecResult, Limits
+from revtree.sandboxes.base import ExecRequest, ExecResult, Limits, watchdog
 from revtree.sandboxes.env import sandbox_env
 from revtree.tasks.spec import SandboxConfig
 
@@ -398,23 +398,19 @@ class DockerSandbox:
         disk = Path(box.mountpoint) if box.mountpoint else None
         if disk is not None and not os.access(disk, os.R_OK | os.X_OK):
             disk = None  # a remote engine: only the per-file limit holds
-        next_disk = time.monotonic() + 0.2
-        while not done.is_set():
-            now = time.monotonic()
-            if cancel is not None and cancel.is_set():
-                why.append("cancel")
-            elif now >= deadline:
-                why.append("timeout")
-            elif disk is not None and now >= next_disk and _usage(disk) > self.config.disk:
-                why.append("disk")
-            else:
-                if now >= next_disk:
-                    next_disk = now + 0.2
-                done.wait(min(0.05, deadline - now))
-                continue
+        next_disk = [time.monotonic() + 0.2]
+
+        def over_disk() -> str | None:
+            if disk is None or time.monotonic() < next_disk[0]:
+                return None
+            next_disk[0] = time.monotonic() + 0.2
+            return "disk" if _usage(disk) > self.config.disk else None
+
+        def kill() -> None:
             with contextlib.suppress(Exception):
                 self.api.kill(box.cid)
-            return
+
+        watchdog(deadline, done, cancel, kill, why, over_disk)
 
     def _oom_killed(self, cid: str) -> bool:
         try:

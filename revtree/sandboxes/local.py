@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import IO
 
 from revtree.errors import Cancelled, SandboxError
-from revtree.sandboxes.base import ExecRequest, ExecResult, Limits
+from revtree.sandboxes.base import ExecRequest, ExecResult, Limits, watchdog
 from revtree.sandboxes.env import sandbox_env
 
 _PR_SET_PDEATHSIG = 1
@@ -164,10 +164,12 @@ def _run(
     for r in readers:
         r.start()
     done, why = threading.Event(), list[str]()
-    watchdog = threading.Thread(
-        target=_watch, args=(proc.pid, start + limits.timeout, done, cancel, why), daemon=True
+    guard = threading.Thread(
+        target=watchdog,
+        args=(start + limits.timeout, done, cancel, lambda: _kill_group(proc.pid), why),
+        daemon=True,
     )
-    watchdog.start()
+    guard.start()
     code = proc.wait()
     duration = time.monotonic() - start
     done.set()
@@ -176,7 +178,7 @@ def _run(
         r.join(timeout=2.0)
     proc.stdout.close()
     proc.stderr.close()
-    watchdog.join()
+    guard.join()
     if why == ["cancel"]:
         raise Cancelled("the evaluation was cancelled")
     return ExecResult(
@@ -187,23 +189,3 @@ def _run(
         timed_out=why == ["timeout"],
         truncated=any(r.total > limits.output_cap for r in readers),
     )
-
-
-def _watch(
-    pgid: int,
-    deadline: float,
-    done: threading.Event,
-    cancel: threading.Event | None,
-    why: list[str],
-) -> None:
-    while not done.is_set():
-        now = time.monotonic()
-        if cancel is not None and cancel.is_set():
-            why.append("cancel")
-        elif now >= deadline:
-            why.append("timeout")
-        else:
-            done.wait(min(0.05, deadline - now))
-            continue
-        _kill_group(pgid)
-        return
