@@ -139,7 +139,10 @@ def test_watch_sees_events_while_they_are_written(tmp_path: Path, home: Path, st
     # the run goes on while the watcher follows it; then it is stopped from outside
     wait_for(lambda: _finished(store, run_id) >= seen_at + 3, what="3 more nodes")
     revtree(home, "stop", run_id)
-    rest, _ = watcher.communicate(timeout=120)
+    # read the rest through the same buffered reader as the first line: communicate()
+    # would skip what readline() already buffered (the watcher prints in batches)
+    rest = watcher.stdout.read()
+    watcher.wait(timeout=120)
     runner.communicate(timeout=120)
     assert watcher.returncode == 0
     assert "run stopped" in rest
