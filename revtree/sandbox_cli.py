@@ -59,6 +59,10 @@ def build_image(
         str | None, typer.Option(help="Base image; default: bootstrapped or python:3.11-slim.")
     ] = None,
     tag: Annotated[str | None, typer.Option(help="Image tag to build.")] = None,
+    context: Annotated[
+        Path | None,
+        typer.Option(help="Build context: files a requirement may name (./x.whl)."),
+    ] = None,
 ) -> None:
     """Build a task's evaluation image from a Dockerfile or a requirements list."""
     from revtree.sandboxes import docker as sd
@@ -71,7 +75,7 @@ def build_image(
         tag = f"revtree-task-{task.resolve().name.lower()}:latest"
     try:
         client = sd.connect()
-        built = images.build_image(client, tag, base, dockerfile, reqs)
+        built = images.build_image(client, tag, base, dockerfile, reqs, context)
     except RevtreeError as e:
         _fail(e)
     typer.echo(built)

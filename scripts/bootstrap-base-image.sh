@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Build revtree's base evaluation image without a container registry:
-#   debootstrap --variant=minbase --include=python3 <suite> DIR, then tar | docker import.
+#   debootstrap --variant=minbase --include=python3,python3-pip,python3-venv <suite> DIR,
+#   then tar | docker import.
 # Usage: scripts/bootstrap-base-image.sh [--force] [TAG]
 # Needs root, Docker and a Debian mirror (the one apt uses). The tag caches the image:
 # nothing is done when it exists (unless --force). Same recipe as `revtree sandbox
@@ -10,7 +11,7 @@ force=0
 if [[ "${1:-}" == "--force" ]]; then force=1; shift; fi
 suite=$(. /etc/os-release 2>/dev/null && echo "${VERSION_CODENAME:-}")
 suite=${suite:-bookworm}
-tag=${1:-revtree-base:${suite}-v1}
+tag=${1:-revtree-base:${suite}-v2}
 if [[ $force == 0 ]] && docker image inspect "$tag" >/dev/null 2>&1; then
     echo "$tag exists"; exit 0
 fi
@@ -23,7 +24,7 @@ mirror=${mirror:-http://deb.debian.org/debian}
 dir=$(mktemp -d /tmp/revtree-rootfs-XXXXXX)
 trap 'rm -rf "$dir"' EXIT
 echo "debootstrap $suite from $mirror ..."
-debootstrap --variant=minbase --include=python3 "$suite" "$dir/rootfs" "$mirror" >"$dir/log" 2>&1 \
+debootstrap --variant=minbase --include=python3,python3-pip,python3-venv "$suite" "$dir/rootfs" "$mirror" >"$dir/log" 2>&1 \
     || { tail -n 30 "$dir/log"; echo "debootstrap failed" >&2; exit 1; }
 mkdir -p "$dir/rootfs/usr/local/bin"
 ln -sf /usr/bin/python3 "$dir/rootfs/usr/local/bin/python"

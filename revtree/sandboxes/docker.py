@@ -1,29 +1,49 @@
 """The Docker sandbox: every execution in a fresh, hardened container.
 
+How an execution runs: a container is created and started with an idle holding process
+(``sleep``) and a fresh workspace volume holding ``work/`` and ``out/``; the command
+runs in it through the exec API as the sandbox user, by a shell script that first
+unpacks the request's workspace from its stdin (``tar -x``, as that user); outputs are
+read back; the container and its volume are then removed by a background thread, so
+results never wait for removal. The warm pool (``warm_pool``, 2 by default) holds
+containers created and started ahead of use, refilled after each execution. When the
+engine keeps the volume on this host and this process may use its folder (root), the
+folders are made and outputs read there (never following a link); else with
+``put_archive`` / ``get_archive``, as for a remote engine.
+
 What is covered:
-- a new container per execution, never reused (a warm pool only holds containers that
-  have not run yet); it sees only the request's archive (the candidate's ``git
-  archive`` plus fresh protected files), copied in with ``put_archive`` into a fresh
-  volume (capped: ``RLIMIT_FSIZE`` per file, and a host-side watch of the volume's total
-  size that kills the container past ``disk`` when the engine is on this host). The
-  run's repository, its database, the host's home and other candidates' workspaces are
-  not mounted; task ``mounts`` are read-only;
+- a new container per execution, never reused (a warm-pool container has run nothing
+  but its holding process); it sees only the request's archive (the candidate's ``git
+  archive`` plus fresh protected files, filtered on the host: nothing escapes the
+  workspace), unpacked into a fresh volume (capped: ``RLIMIT_FSIZE`` per file, and a
+  host-side watch of the volume's total size that kills the container past ``disk``
+  when the engine is on this host). The run's repository, its database, the host's
+  home and other candidates' workspaces are not mounted; task ``mounts`` are read-only;
 - no network unless the task opts in; a read-only root file system with a size-capped
-  tmpfs ``/tmp``; all capabilities dropped, ``no-new-privileges``, a non-root user;
-  limits on processes, memory (swap included), CPUs, CPU time and address space;
-- the timeout and the cancel event enforced from the host (``kill``), with a backstop
-  inside the container (``timeout -s KILL``) should the orchestrator die;
-- the container and its volume removed after every execution, whatever happened; they
-  carry the label ``revtree.sandbox`` and their owner (host, pid, process start time),
-  so ``reap()`` (and ``revtree sandbox gc``) remove those of dead orchestrators;
-- declared outputs copied out with ``get_archive``: regular files only (no links,
+  tmpfs ``/tmp``; all capabilities dropped, ``no-new-privileges``, a non-root user
+  (the exec'd command inherits all of these from the container); limits on processes
+  (the holding process counts as one), memory (swap included, for the whole
+  container), CPUs, CPU time and address space;
+- the timeout and the cancel event enforced from the host by killing the whole
+  container, with a backstop inside it (``timeout -s KILL``) should the orchestrator
+  die; when the command ends, every other process of the sandbox user in the container
+  is killed (``kill -KILL -1``), so nothing it started outlives it;
+- a timeout is reported as ``timed_out``; an out-of-memory kill (the engine's ``oom``
+  event for the container) and the disk cap are named in ``stderr``;
+- the container and its volume removed after every execution, whatever happened
+  (``close()`` waits for the removals in flight); they carry the label
+  ``revtree.sandbox`` and their owner (host, pid, process start time), so ``reap()``
+  (and ``revtree sandbox gc``) remove those of dead orchestrators, warm ones included;
+- declared outputs and the metrics file copied out: regular files only (no links,
   devices or paths out of the workspace), each under a size cap;
 - engine and image failures raised as :class:`~revtree.errors.SandboxError` naming
   the engine, the image or the step.
 
 What is not covered: the container shares the host's kernel (a kernel exploit escapes
 it); GPUs handed to an evaluation are visible in full to it; with ``network`` set to
-``bridge`` or ``host`` the code can reach whatever that network reaches.
+``bridge`` or ``host`` the code can reach whatever that network reaches. If the
+orchestrator is killed, the backstop ends the candidate's processes, but the idle
+container (its holding process) stays until ``reap()`` or ``revtree sandbox gc``.
 """
 
 from __future__ import annotations
@@ -36,6 +56,7 @@ import os
 import queue
 import shlex
 import socket
+import stat
 import tarfile
 import threading
 import time
@@ -52,7 +73,6 @@ from revtree.tasks.spec import SandboxConfig
 
 UID = 10001  # the sandbox user; has no entry in the image and owns only the workspace
 ROOT, WORK, OUT = "/sandbox", "/sandbox/work", "/sandbox/out"
-RUNNER = f"{ROOT}/.run"
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 LABEL, OWNER, RUN, NODE, WARM = (
     "revtree.sandbox",
@@ -64,6 +84,7 @@ LABEL, OWNER, RUN, NODE, WARM = (
 METRICS_CAP = 1 << 20
 OUTPUT_CAP = 16 << 20
 GRACE = 5.0  # seconds the in-container backstop waits past the host's timeout
+HOLD = ["sleep", "2147483647"]  # the idle process a container runs until the exec
 _TYPE_BITS = (1 << 31) | (1 << 27) | (1 << 26) | (1 << 25) | (1 << 24) | (1 << 21) | (1 << 19)
 
 
@@ -141,12 +162,19 @@ def engine_answers(base_url: str | None = None, timeout: float = 2.0) -> Any | N
 
 @dataclass
 class _Box:
-    """A created, never-started container and its workspace volume."""
+    """A container (running only its holding process) and its workspace volume."""
 
     cid: str
     volume: str
     key: tuple[Any, ...]
     mountpoint: str = ""  # where the engine keeps the volume, if on this host
+
+    @property
+    def local(self) -> Path | None:
+        """The volume's folder when this process can use it (engine on this host, root)."""
+        if self.mountpoint and os.access(self.mountpoint, os.R_OK | os.W_OK | os.X_OK):
+            return Path(self.mountpoint)
+        return None
 
 
 class DockerSandbox:
@@ -166,7 +194,12 @@ class DockerSandbox:
         labels: Mapping[str, str] | None = None,
         pids_limit: int = 256,
         output_cap: int = OUTPUT_CAP,
+        host_volumes: bool = True,
     ) -> None:
+        """``host_volumes``: use a workspace volume's folder directly (set up the
+        workspace, read outputs, watch the disk cap) when the engine keeps it on this
+        host and this process may use it; else everything goes through the engine's
+        API, as with a remote engine."""
         from revtree.sandboxes.images import default_image, image_exists
 
         self.config = config or SandboxConfig()
@@ -174,14 +207,11 @@ class DockerSandbox:
         self.api = self.client.api
         self.image = self.config.image or default_image(self.client)
         if not image_exists(self.client, self.image):
-            raise SandboxError(
-                f"image {self.image!r} is not on this Docker engine; build it with "
-                "`revtree sandbox build-image`, or make the base image with "
-                "`revtree sandbox bootstrap-base` (no registry needed)"
-            )
+            raise SandboxError(_missing_image(self.image, self.config.image is None))
         if self.config.gpus and gpu_pool is None:
             raise SandboxError(f"gpus = {self.config.gpus} needs a GPU pool from the scheduler")
         self.gpu_pool, self.pids_limit, self.output_cap = gpu_pool, pids_limit, output_cap
+        self.host_volumes = host_volumes
         self.labels = {**(labels or {}), LABEL: "1", OWNER: owner_id()}
         self.mounts = _bind_mounts(self.config.mounts, task_root)
         self._lock = threading.Lock()
@@ -189,6 +219,10 @@ class DockerSandbox:
         self._warm: queue.Queue[_Box] = queue.Queue()
         self._filler: threading.Thread | None = None
         self._want_warm = threading.Event()
+        self._trash: queue.Queue[_Box | None] = queue.Queue()
+        self._phase = _Phases()
+        self._remover = threading.Thread(target=self._remove_loop, daemon=True, name="remover")
+        self._remover.start()
         if self.config.warm_pool and not self.config.gpus:
             self._filler = threading.Thread(target=self._fill, daemon=True, name="warm-pool")
             self._filler.start()
@@ -200,27 +234,30 @@ class DockerSandbox:
         if cancel is not None and cancel.is_set():
             raise Cancelled("the evaluation was cancelled before it started")
         t0 = time.monotonic()
-        payload = _workspace_tar(request.archive, _runner_script(request, self.config.disk))
+        payload = _workspace_tar(request.archive)
         gpus: list[str] = []
         if self.config.gpus:
             assert self.gpu_pool is not None
             gpus = self.gpu_pool.acquire(self.config.gpus, cancel)
         box: _Box | None = None
+        phase = self._phase.launching()
         try:
             box = self._take_warm(request.limits) if not gpus else None
             if box is not None:
-                self._rename(box, request.labels)
+                threading.Thread(target=self._rename, args=(box, request.labels)).start()
             else:
                 box = self._create(request.limits, request.labels, gpus)
-            try:
-                self.api.put_archive(box.cid, ROOT, payload)
-            except Exception as e:
-                raise _engine_error(f"copying the workspace into {box.cid[:12]}", e) from e
+                self._start(box)
+                self._skeleton(box)
             setup = time.monotonic() - t0
-            return self._run(box, request, cancel, setup)
+            return self._run(box, request, payload, cancel, setup, phase)
         finally:
-            if box is not None:
-                self._remove(box)
+            phase.end()
+            if box is not None and gpus:
+                self._remove(box)  # the devices are free only once the container is gone
+            elif box is not None:
+                self._trash.put(box)
+            self._want_warm.set()  # refill the pool, if any
             if gpus:
                 assert self.gpu_pool is not None
                 self.gpu_pool.release(gpus)
@@ -230,17 +267,24 @@ class DockerSandbox:
         containers were found."""
         return reap(self.client)
 
+    def drain(self) -> None:
+        """Wait until every container and volume handed to the remover is removed."""
+        self._trash.join()
+
     def close(self) -> None:
-        """Stop filling the warm pool and remove its containers."""
+        """Stop filling the warm pool; remove its containers and wait for every removal
+        in flight, so nothing of this sandbox is left on the engine."""
         self._closed.set()
         self._want_warm.set()
         if self._filler is not None:
             self._filler.join(timeout=30)
         while True:
             try:
-                self._remove(self._warm.get_nowait())
+                self._trash.put(self._warm.get_nowait())
             except queue.Empty:
                 break
+        self._trash.put(None)
+        self._remover.join()
         with contextlib.suppress(Exception):
             self.client.close()
 
@@ -286,7 +330,8 @@ class DockerSandbox:
         try:
             cid = self.api.create_container(
                 self.image,
-                command=["/bin/sh", RUNNER],
+                entrypoint=HOLD[:1],
+                command=HOLD[1:],
                 user=f"{UID}:{UID}",
                 working_dir=ROOT,
                 environment={"PATH": PATH},
@@ -301,10 +346,45 @@ class DockerSandbox:
             if "No such image" in str(e) or "not found" in str(e).lower():
                 raise SandboxError(f"image {self.image!r} is missing on the engine: {e}") from e
             raise _engine_error(f"creating a container of {self.image!r}", e) from e
-        return _Box(cid, volume, self._key(limits), info.get("Mountpoint") or "")
+        mountpoint = info.get("Mountpoint") or "" if self.host_volumes else ""
+        return _Box(cid, volume, self._key(limits), mountpoint)
+
+    def _start(self, box: _Box) -> None:
+        """Start the holding process; on failure the box is removed and an error raised."""
+        try:
+            self.api.start(box.cid)
+        except Exception as e:
+            self._remove(box)
+            raise _engine_error(f"starting container {box.cid[:12]} of {self.image!r}", e) from e
+
+    def _skeleton(self, box: _Box) -> None:
+        """Make ``work/`` and ``out/``, owned by the sandbox user, in the fresh volume:
+        directly in its folder when this host holds it, else with ``put_archive``."""
+        if (root := box.local) is not None:
+            for name, mode in (("work", 0o755), ("out", 0o700)):
+                os.mkdir(root / name, mode)
+                os.chown(root / name, UID, UID)
+                os.chmod(root / name, mode)
+            return
+        try:
+            self.api.put_archive(box.cid, ROOT, _skeleton_tar())
+        except Exception as e:
+            self._remove(box)
+            raise _engine_error(f"copying the workspace into {box.cid[:12]}", e) from e
+
+    def _remove_loop(self) -> None:
+        while (box := self._trash.get()) is not None:
+            try:
+                if not self._closed.is_set():
+                    self._phase.wait_quiet()
+                self._remove(box)
+            finally:
+                self._trash.task_done()
+        self._trash.task_done()
 
     def _rename(self, box: _Box, labels: Mapping[str, str]) -> None:
-        """A warm container takes the node in its name (labels are fixed at creation)."""
+        """A warm container takes the node in its name (labels are fixed at creation);
+        cosmetic, so run beside the execution."""
         with contextlib.suppress(Exception):
             self.api.rename(box.cid, _container_name(labels))
 
@@ -325,54 +405,55 @@ class DockerSandbox:
                 time.sleep(0.05 * (attempt + 1))
 
     def _run(
-        self, box: _Box, request: ExecRequest, cancel: threading.Event | None, setup: float
+        self,
+        box: _Box,
+        request: ExecRequest,
+        payload: bytes,
+        cancel: threading.Event | None,
+        setup: float,
+        phase: _Phase,
     ) -> ExecResult:
-        cap = request.limits.output_cap
         try:
-            stream = self.api.attach(
-                box.cid, stdout=True, stderr=True, stream=True, logs=False, demux=True
-            )
-            tails = _Tails(stream, cap)
+            eid = self.api.exec_create(
+                box.cid,
+                ["/bin/sh", "-c", _runner_script(request, self.config.disk)],
+                stdin=True,
+                user=f"{UID}:{UID}",
+                environment={"PATH": PATH},
+                workdir=ROOT,
+            )["Id"]
             start = time.monotonic()
-            self.api.start(box.cid)
+            sock = self.api.exec_start(eid, socket=True)
         except Exception as e:
-            raise _engine_error(f"starting container {box.cid[:12]} of {self.image!r}", e) from e
+            what = f"running the command in {box.cid[:12]} of {self.image!r}"
+            raise _engine_error(what, e) from e
+        tails = _Tails(sock, request.limits.output_cap)
         tails.start()
         done, why = threading.Event(), list[str]()
-        deadline = start + request.limits.timeout
         watchdog = threading.Thread(
-            target=self._watch, args=(box, deadline, done, cancel, why), daemon=True
+            target=self._watch,
+            args=(box, start + request.limits.timeout, done, cancel, why),
+            daemon=True,
         )
         watchdog.start()
-        try:
-            status = self.api.wait(box.cid, timeout=request.limits.timeout + 2 * GRACE + 30)
-        except Exception as e:
-            with contextlib.suppress(Exception):
-                self.api.kill(box.cid)
-            raise _engine_error(f"waiting for container {box.cid[:12]}", e) from e
-        finally:
-            done.set()
+        tails.send(payload)
+        phase.launched()
+        tails.join(timeout=request.limits.timeout + 2 * GRACE + 30)
+        done.set()
         duration = time.monotonic() - start
         watchdog.join()
-        tails.join(timeout=5)
+        if tails.is_alive():
+            self._kill(box)
+            raise _engine_error(f"waiting for the command in {box.cid[:12]}", TimeoutError())
         if why == ["cancel"]:
             raise Cancelled("the evaluation was cancelled")
-        code = int(status.get("StatusCode", -1))
-        stderr = tails.text(1)
-        if why == ["disk"]:
-            mb = self.config.disk // 2**20
-            stderr += (
-                f"\nrevtree: the evaluation was killed: workspace over its {mb} MiB disk cap\n"
-            )
-        if code == 137 and not why and self._oom_killed(box.cid):
-            mb = (request.limits.memory_bytes or 0) // 2**20
-            stderr += f"\nrevtree: the evaluation was killed: out of memory (limit {mb} MiB)\n"
-        metrics = self._read_file(box.cid, f"{OUT}/metrics.json", METRICS_CAP, "the metrics file")
+        code = self._exit_code(eid, 137 if why else -1)
+        stderr = tails.text(1) + self._why_killed(box, request.limits, why, code, start)
+        metrics = self._read_file(box, f"{OUT}/metrics.json", METRICS_CAP, "the metrics file")
         files = {
             name: data
             for name in self.config.outputs
-            if (data := self._read_file(box.cid, f"{WORK}/{name}", self.output_cap, name))
-            is not None
+            if (data := self._read_file(box, f"{WORK}/{name}", self.output_cap, name)) is not None
         }
         return DockerResult(
             exit_code=code,
@@ -386,6 +467,35 @@ class DockerSandbox:
             files=files,
             container=box.cid,
         )
+
+    def _exit_code(self, eid: str, default: int) -> int:
+        """The exec's exit code (polled: the engine records it just after the stream
+        ends), or ``default`` when the engine has none (the container was killed)."""
+        for _ in range(100):
+            try:
+                info = self.api.exec_inspect(eid)
+            except Exception:
+                return default
+            if not info.get("Running") and info.get("ExitCode") is not None:
+                return int(info["ExitCode"])
+            time.sleep(0.01)
+        return default
+
+    def _why_killed(
+        self, box: _Box, limits: Limits, why: list[str], code: int, start: float
+    ) -> str:
+        """A line for stderr naming why the host or the kernel killed the evaluation."""
+        if why == ["disk"]:
+            mb = self.config.disk // 2**20
+            return f"\nrevtree: the evaluation was killed: workspace over its {mb} MiB disk cap\n"
+        if code == 137 and not why and self._oom_killed(box.cid, start):
+            mb = (limits.memory_bytes or 0) // 2**20
+            return f"\nrevtree: the evaluation was killed: out of memory (limit {mb} MiB)\n"
+        return ""
+
+    def _kill(self, box: _Box) -> None:
+        with contextlib.suppress(Exception):
+            self.api.kill(box.cid)
 
     def _watch(
         self,
@@ -406,24 +516,38 @@ class DockerSandbox:
             next_disk[0] = time.monotonic() + 0.2
             return "disk" if _usage(disk) > self.config.disk else None
 
-        def kill() -> None:
-            with contextlib.suppress(Exception):
-                self.api.kill(box.cid)
+        watchdog(deadline, done, cancel, lambda: self._kill(box), why, over_disk)
 
-        watchdog(deadline, done, cancel, kill, why, over_disk)
+    def _oom_killed(self, cid: str, since_monotonic: float) -> bool:
+        """Whether the engine reported an ``oom`` event for the container since the
+        command started (the event may trail the exit a little: asked a few times)."""
+        since = time.time() - (time.monotonic() - since_monotonic) - 1
+        for _ in range(4):
+            try:
+                events = self.api.events(
+                    since=f"{since:.9f}",
+                    until=f"{time.time():.9f}",
+                    filters={"container": cid, "event": "oom"},
+                    decode=True,
+                )
+                if any(True for _ in events):
+                    return True
+            except Exception:
+                return False
+            time.sleep(0.05)
+        return False
 
-    def _oom_killed(self, cid: str) -> bool:
-        try:
-            return bool(self.api.inspect_container(cid)["State"].get("OOMKilled"))
-        except Exception:
-            return False
-
-    def _read_file(self, cid: str, path: str, cap: int, what: str) -> bytes | None:
-        """One regular file out of the stopped container, or None if it is absent.
+    def _read_file(self, box: _Box, path: str, cap: int, what: str) -> bytes | None:
+        """One regular file out of the container, or None if it is absent: read in the
+        volume's folder when this host holds it, else copied out with ``get_archive``.
 
         Links, devices, folders and files over ``cap`` are refused with a SandboxError.
         """
         import docker.errors
+
+        if (root := box.local) is not None:
+            return _read_beneath(root, path[len(ROOT) + 1 :], cap, what)
+        cid = box.cid
 
         try:  # stat first (HEAD): a refused file is never streamed
             head = self.api.head(
@@ -460,16 +584,18 @@ class DockerSandbox:
         )
 
     def _take_warm(self, limits: Limits) -> _Box | None:
+        """A pooled box for ``limits``, or None. The pool is refilled after the
+        execution (see ``execute``), so that container start-ups do not compete with
+        the command for the CPU, unless it ran dry."""
         if self._filler is None:
             return None
         try:
             box = self._warm.get_nowait()
         except queue.Empty:
-            return None
-        finally:
             self._want_warm.set()
+            return None
         if box.key != self._key(limits):
-            self._remove(box)
+            self._trash.put(box)
             return None
         return box
 
@@ -479,18 +605,30 @@ class DockerSandbox:
             self._want_warm.wait()
             self._want_warm.clear()
             while not self._closed.is_set() and self._warm.qsize() < self.config.warm_pool:
+                self._phase.wait_quiet()
                 try:
                     box = self._create(limits, {WARM: "1"}, ())
+                    self._start(box)
+                    self._skeleton(box)
                 except SandboxError:
                     time.sleep(1.0)
                     break
                 if self._closed.is_set():
-                    self._remove(box)
+                    self._trash.put(box)
                     return
                 self._warm.put(box)
 
+    def pooled(self) -> set[str]:
+        """Ids of the warm pool's containers and names of their volumes (none has run
+        any command), for tests that look for leftovers."""
+        with self._warm.mutex:
+            return {x for box in self._warm.queue for x in (box.cid, box.volume)}
+
     def warm_ready(self, timeout: float = 30.0) -> bool:
-        """Wait until the warm pool is full (for benchmarks and tests)."""
+        """Wait until the warm pool is full (for benchmarks and tests); True at once
+        when there is no pool."""
+        if self._filler is None:
+            return True
         end = time.monotonic() + timeout
         while time.monotonic() < end:
             if self._warm.qsize() >= self.config.warm_pool:
@@ -547,6 +685,22 @@ def _usage(root: Path, max_entries: int = 200_000) -> int:
     return total
 
 
+def _missing_image(image: str, default: bool) -> str:
+    from revtree.sandboxes.images import base_tag
+
+    if default:
+        return (
+            f"no evaluation image on this Docker engine: neither the base image "
+            f"{base_tag()!r} nor {image!r}; make the base with `revtree sandbox "
+            "bootstrap-base` (no registry needed), or set [sandbox] image"
+        )
+    return (
+        f"image {image!r} is not on this Docker engine; build it with "
+        "`revtree sandbox build-image`, or make the base image with "
+        "`revtree sandbox bootstrap-base` (no registry needed)"
+    )
+
+
 def _container_name(labels: Mapping[str, str]) -> str:
     parts = ["revtree", labels.get(RUN, ""), f"n{labels[NODE]}" if NODE in labels else ""]
     stem = "-".join(p for p in parts if p)
@@ -568,8 +722,10 @@ def _bind_mounts(mounts: Mapping[str, str], task_root: str | Path | None) -> lis
     return out
 
 
-def _runner_script(request: ExecRequest, disk: int) -> bytes:
-    """The container's entry: a clean environment, the workspace, the backstop timeout."""
+def _runner_script(request: ExecRequest, disk: int) -> str:
+    """The exec'd shell script: caps, the workspace unpacked from stdin, a clean
+    environment, the backstop timeout; afterwards every other process of the sandbox
+    user is killed (PID 1, the holding process, is spared by the kernel)."""
     env = sandbox_env(request.env, home=WORK, tmp="/tmp")
     env.update(PATH=PATH, REVTREE_METRICS=f"{OUT}/metrics.json")
     assigns = " ".join(shlex.quote(f"{k}={v}") for k, v in env.items())
@@ -578,33 +734,67 @@ def _runner_script(request: ExecRequest, disk: int) -> bytes:
     # RLIMIT_AS is set here, not by the engine: runc itself would not start under it
     limit_as = f"ulimit -v {mem // 1024} || exit 125\n" if mem else ""
     return (
-        f"cd {WORK} || exit 125\nulimit -f {disk // 512} || exit 125\n{limit_as}"
+        f"ulimit -f {disk // 512} || exit 125\n{limit_as}"
+        f"tar -xf - -C {WORK} || exit 125\ncd {WORK} || exit 125\n"
         f"if command -v timeout >/dev/null; then T='timeout -s KILL {backstop}'; else T=; fi\n"
-        f"exec env -i {assigns} $T /bin/sh -c {shlex.quote(request.command)}\n"
-    ).encode()
+        f"env -i {assigns} $T /bin/sh -c {shlex.quote(request.command)} </dev/null\n"
+        "rc=$?\nkill -KILL -1 2>/dev/null\nexit $rc\n"
+    )
 
 
-def _workspace_tar(archive: bytes, runner: bytes) -> bytes:
-    """The request's archive under ``work/``, owned by the sandbox user, plus ``out/`` and
-    the runner. Members escaping the workspace are refused (tarfile's data filter)."""
+def _skeleton_tar() -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as out:
+        for name, mode in (("work", 0o755), ("out", 0o700)):
+            out.addfile(_owned(tarfile.TarInfo(name), tarfile.DIRTYPE, mode))
+    return buf.getvalue()
+
+
+def _workspace_tar(archive: bytes) -> bytes:
+    """The request's archive, re-packed for ``tar -x`` in ``work/``. Members escaping the
+    workspace are refused (tarfile's data filter)."""
     buf = io.BytesIO()
     try:
         src = tarfile.open(fileobj=io.BytesIO(archive), mode="r:*")  # noqa: SIM115
     except (tarfile.TarError, OSError) as e:
         raise SandboxError(f"cannot unpack the workspace: {e}") from e
     with src, tarfile.open(fileobj=buf, mode="w") as out:
-        for name, mode in (("work", 0o755), ("out", 0o700)):
-            out.addfile(_owned(tarfile.TarInfo(name), tarfile.DIRTYPE, mode))
-        run = _owned(tarfile.TarInfo(".run"), tarfile.REGTYPE, 0o500)
-        run.size = len(runner)
-        out.addfile(run, io.BytesIO(runner))
         for member in _safe_members(src):
             data = src.extractfile(member) if member.isreg() else None
-            member.name = f"work/{member.name}"
-            if member.islnk():
-                member.linkname = f"work/{member.linkname}"
             out.addfile(_owned(member, member.type, member.mode), data)
     return buf.getvalue()
+
+
+def _read_beneath(root: Path, rel: str, cap: int, what: str) -> bytes | None:
+    """Read ``root/rel`` without following any link (``O_NOFOLLOW`` at every step), or
+    None if absent. Anything but a regular file within ``cap`` is refused."""
+    parts = rel.split("/")
+    fds = [os.open(root, os.O_RDONLY | os.O_DIRECTORY)]
+    try:
+        for i, part in enumerate(parts):
+            last = i == len(parts) - 1
+            flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
+            flags |= 0 if last else os.O_DIRECTORY
+            try:
+                fds.append(os.open(part, flags, dir_fd=fds[-1]))
+            except FileNotFoundError:
+                return None
+            except OSError as e:
+                raise SandboxError(f"output {what!r} refused: {e.strerror} at {part!r}") from e
+        st = os.fstat(fds[-1])
+        if not stat.S_ISREG(st.st_mode):
+            raise SandboxError(f"output {what!r} refused: not a regular file")
+        if st.st_size > cap:
+            raise SandboxError(f"output {what!r} refused: {st.st_size} bytes > cap {cap}")
+        data = b""
+        while len(data) <= cap and (chunk := os.read(fds[-1], cap + 1 - len(data))):
+            data += chunk
+        if len(data) > cap:
+            raise SandboxError(f"output {what!r} refused: larger than the cap {cap}")
+        return data
+    finally:
+        for fd in fds:
+            os.close(fd)
 
 
 def _safe_members(src: tarfile.TarFile) -> Iterator[tarfile.TarInfo]:
@@ -641,26 +831,94 @@ def _single_file(raw: bytes, what: str, cap: int) -> bytes:
         raise SandboxError(f"output {what!r} refused: unreadable archive: {e}") from e
 
 
-class _Tails(threading.Thread):
-    """Drains the attach stream, keeping the last ``cap`` bytes of stdout and stderr."""
+class _Phases:
+    """Counts executions launching (up to their command's start) and running, so that
+    background work (removals, pool refills: container start-ups and kills that load
+    the engine and the CPU) waits for none launching, and for one running or an idle
+    spell, rather than slowing the next launch. Never more than ``at_most`` seconds."""
 
-    def __init__(self, stream: Any, cap: int) -> None:
+    def __init__(self, idle: float = 0.3, at_most: float = 1.0) -> None:
+        self.cond = threading.Condition()
+        self.starting = self.running = 0
+        self.idle_since, self.idle, self.at_most = time.monotonic(), idle, at_most
+
+    def launching(self) -> _Phase:
+        with self.cond:
+            self.starting += 1
+        return _Phase(self)
+
+    def move(self, starting: int, running: int) -> None:
+        with self.cond:
+            self.starting += starting
+            self.running += running
+            if self.starting == self.running == 0:
+                self.idle_since = time.monotonic()
+            self.cond.notify_all()
+
+    def wait_quiet(self) -> None:
+        end = time.monotonic() + self.at_most
+        with self.cond:
+            while (now := time.monotonic()) < end:
+                idle = self.running == 0 and now - self.idle_since >= self.idle
+                if self.starting == 0 and (self.running > 0 or idle):
+                    return
+                self.cond.wait(min(0.05, end - now))
+
+
+@dataclass
+class _Phase:
+    """One execution's place in :class:`_Phases`: launching, then running, then ended."""
+
+    phases: _Phases
+    state: str = "starting"
+
+    def launched(self) -> None:
+        if self.state == "starting":
+            self.state = "running"
+            self.phases.move(-1, +1)
+
+    def end(self) -> None:
+        if self.state != "ended":
+            starting, running = (-1, 0) if self.state == "starting" else (0, -1)
+            self.state = "ended"
+            self.phases.move(starting, running)
+
+
+class _Tails(threading.Thread):
+    """Drains an exec's hijacked socket, keeping the last ``cap`` bytes of stdout and
+    stderr; :meth:`send` writes its stdin and closes it."""
+
+    def __init__(self, sock: Any, cap: int) -> None:
         super().__init__(daemon=True)
-        self.stream, self.cap = stream, cap
+        self.sock, self.cap = sock, cap
+        self.raw = getattr(sock, "_sock", sock)
+        with contextlib.suppress(AttributeError, OSError):
+            self.raw.settimeout(None)  # a quiet command is not a dead engine
         self.bufs = [bytearray(), bytearray()]
         self.totals = [0, 0]
 
+    def send(self, data: bytes) -> None:
+        """Write ``data`` then close the write side (errors: the container was killed)."""
+        with contextlib.suppress(OSError, AttributeError):
+            self.raw.sendall(data)
+            self.raw.shutdown(socket.SHUT_WR)
+
     def run(self) -> None:
+        from docker.utils.socket import frames_iter
+
         with contextlib.suppress(Exception):
-            for pair in self.stream:
-                for i, chunk in enumerate(pair):
-                    if not chunk:
-                        continue
-                    self.totals[i] += len(chunk)
-                    buf = self.bufs[i]
-                    buf += chunk
-                    if len(buf) > 2 * self.cap:
-                        del buf[: len(buf) - self.cap]
+            for kind, chunk in frames_iter(self.sock, False):
+                if kind not in (1, 2) or not chunk:
+                    continue
+                i = kind - 1
+                self.totals[i] += len(chunk)
+                buf = self.bufs[i]
+                buf += chunk
+                if len(buf) > 2 * self.cap:
+                    del buf[: len(buf) - self.cap]
+        for end in (self.sock, self.raw):
+            with contextlib.suppress(Exception):
+                end.close()
 
     @property
     def truncated(self) -> bool:

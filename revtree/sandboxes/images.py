@@ -1,11 +1,12 @@
 """Evaluation images: the registry-free base image and per-task images built on it.
 
 ``bootstrap_base`` makes ``revtree-base:<suite>-v<N>`` from Debian packages alone:
-``debootstrap --variant=minbase --include=python3`` into a folder, a ``python`` link to
-``python3``, then ``tar | docker import``. It needs root, ``debootstrap`` and a Debian
-mirror (the one apt uses is found in ``/etc/apt/sources.list*``); no container
-registry. ``build_image`` builds a task image from a Dockerfile or a requirements list
-on top of a base image.
+``debootstrap --variant=minbase --include=python3,python3-pip,python3-venv`` into a
+folder, a ``python`` link to ``python3``, then ``tar | docker import``. It needs root,
+``debootstrap`` and a Debian mirror (the one apt uses is found in
+``/etc/apt/sources.list*``); no container registry. ``build_image`` builds a task
+image from a Dockerfile or a requirements list on top of a base image; requirements are
+installed with the base's pip (the base image includes ``python3-pip`` for this).
 
 ``default_image`` is the image a task gets when it names none: the bootstrapped base if
 this engine has it, else ``python:3.11-slim`` (pulled as usual where a registry is
@@ -30,9 +31,10 @@ from typing import Any
 from revtree.errors import SandboxError
 
 BASE_REPO = "revtree-base"
-RECIPE_VERSION = 1  # bump when the bootstrap recipe changes: the tag caches the image
+RECIPE_VERSION = 2  # bump when the bootstrap recipe changes: the tag caches the image
 FALLBACK_IMAGE = "python:3.11-slim"
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
+PACKAGES = "python3,python3-pip,python3-venv"  # pip: task images install requirements
 
 
 def host_suite(os_release: Path = Path("/etc/os-release")) -> str:
@@ -110,7 +112,7 @@ def bootstrap_base(
         )
     with tempfile.TemporaryDirectory(prefix="revtree-rootfs-") as tmp:
         root = Path(tmp) / "rootfs"
-        argv = ["debootstrap", "--variant=minbase", "--include=python3", suite, str(root)]
+        argv = ["debootstrap", "--variant=minbase", f"--include={PACKAGES}", suite, str(root)]
         _run(f"building {tag}: debootstrap {suite}", [*argv, mirror or apt_mirror()])
         link = root / "usr/local/bin/python"
         link.parent.mkdir(parents=True, exist_ok=True)
@@ -146,12 +148,18 @@ def _import(client: Any, root: Path, tag: str) -> None:
 
 
 def dockerfile_for(base: str, requirements: Sequence[str]) -> str:
-    """A Dockerfile installing ``requirements`` (pip specifiers) on ``base``."""
+    """A Dockerfile installing ``requirements`` (pip specifiers) on ``base`` with the
+    base's ``python -m pip`` (system-wide, also on Debian's PEP 668 python). pip runs
+    in a copy of the build context, so a requirement may name a file in it
+    (``./wheels/x-1.0-py3-none-any.whl``)."""
     lines = [f"FROM {base}"]
     if requirements:
         lines += [
-            "COPY requirements.txt /tmp/revtree-requirements.txt",
-            "RUN python -m pip install --no-cache-dir -r /tmp/revtree-requirements.txt",
+            "COPY . /tmp/revtree-build",
+            # PEP 668: Debian's python refuses pip installs outside a venv unless told
+            "ENV PIP_BREAK_SYSTEM_PACKAGES=1 PIP_DISABLE_PIP_VERSION_CHECK=1",
+            "RUN cd /tmp/revtree-build && python -m pip install --no-cache-dir "
+            "-r requirements.txt && cd / && rm -rf /tmp/revtree-build",
         ]
     return "\n".join(lines) + "\n"
 
@@ -168,22 +176,24 @@ def build_image(
 
     With ``dockerfile``, its folder (or ``context``) is the build context and ``base``
     is passed as the build argument ``BASE``. Else a Dockerfile installing
-    ``requirements`` on ``base`` (default: :func:`default_image`) is generated. The tag
+    ``requirements`` on ``base`` (default: :func:`default_image`) is generated, with
+    ``context`` (if any) as the folder of files the requirements may name. The tag
     defaults to ``revtree-task:<hash of the inputs>``. A failure names the image and
     the step that failed.
     """
     import docker.errors
 
     base = base or default_image(client)
+    ctx: Path | None = context
     if dockerfile is not None:
         text = dockerfile.read_text()
         ctx = context or dockerfile.parent
     else:
-        text, ctx = dockerfile_for(base, requirements), None
-    digest = hashlib.sha256(f"{base}\n{text}\n{sorted(requirements)}".encode()).hexdigest()
-    tag = tag or f"revtree-task:{digest[:12]}"
+        text = dockerfile_for(base, requirements)
     fileobj = _context_tar(text, requirements, ctx)
-    step = "?"
+    digest = hashlib.sha256(f"{base}\n".encode() + fileobj.getvalue()).hexdigest()
+    tag = tag or f"revtree-task:{digest[:12]}"
+    step, logs = "?", list[str]()
     try:
         for chunk in client.api.build(
             fileobj=fileobj,
@@ -194,14 +204,31 @@ def build_image(
             forcerm=True,
             decode=True,
         ):
+            logs.append(str(chunk.get("stream", "")))
             if m := re.match(r"Step \d+/\d+ : (.*)", str(chunk.get("stream", ""))):
                 step = m.group(1).strip()
             if "error" in chunk:
-                msg = str(chunk.get("error", "")).strip()
+                msg = str(chunk.get("error", "")).strip() + _hint(logs, step, base)
                 raise SandboxError(f"building image {tag}: step {step!r} failed: {msg}")
     except docker.errors.DockerException as e:
         raise SandboxError(f"building image {tag}: step {step!r} failed: {e}") from e
     return tag
+
+
+def _hint(logs: Sequence[str], step: str, base: str) -> str:
+    """Advice for failures with a known cause, from the build's output."""
+    if step.startswith("FROM"):
+        return (
+            f" (the base image {base!r} is not on this engine and could not be pulled: "
+            "make it with `revtree sandbox bootstrap-base`, or name another with --base)"
+        )
+    if any("No module named pip" in line for line in logs[-20:]):
+        return (
+            " (the base image has no pip: use the current base image, "
+            "`revtree sandbox bootstrap-base`, which includes python3-pip)"
+        )
+    tail = "".join(logs[-5:]).strip()
+    return f"; last output: {tail[-500:]}" if tail else ""
 
 
 def _context_tar(dockerfile: str, requirements: Sequence[str], folder: Path | None) -> io.BytesIO:
@@ -210,7 +237,10 @@ def _context_tar(dockerfile: str, requirements: Sequence[str], folder: Path | No
         if folder is not None:
             for path in sorted(folder.rglob("*")):
                 if path.is_file() and not path.is_symlink():
-                    tar.add(path, arcname=os.path.relpath(path, folder), recursive=False)
+                    info = tar.gettarinfo(path, arcname=os.path.relpath(path, folder))
+                    info.mtime = 0  # the default tag hashes the context: content only
+                    with path.open("rb") as f:
+                        tar.addfile(info, f)
         for name, text in (
             ("Dockerfile", dockerfile),
             ("requirements.txt", "\n".join(requirements) + "\n"),

@@ -148,7 +148,11 @@ class SandboxConfig(_Section):
         "host paths are relative to task.toml), e.g. datasets.",
     )
     warm_pool: int = Field(
-        0, ge=0, le=64, description="Docker: containers created ahead, ready to start."
+        2,
+        ge=0,
+        le=64,
+        description="Docker: containers created and started ahead (running only an idle "
+        "process, never reused), so an evaluation skips container start-up; 0 turns it off.",
     )
     outputs: tuple[str, ...] = Field(
         (), description="Docker: workspace files copied out after each evaluation (size-capped)."

@@ -3,6 +3,7 @@ requests, warm pool, images, and clear errors when the engine or image is missin
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -10,6 +11,7 @@ import sys
 import textwrap
 import threading
 import time
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -18,7 +20,7 @@ from revtree.errors import SandboxError
 from revtree.orchestrator.gpus import GpuPool
 from revtree.sandboxes import ExecRequest, Limits
 from revtree.sandboxes.docker import LABEL, OWNER, DockerSandbox, reap
-from revtree.sandboxes.images import apt_mirror, base_tag, build_image, host_suite
+from revtree.sandboxes.images import PACKAGES, apt_mirror, base_tag, build_image, host_suite
 from revtree.tasks.spec import SandboxConfig
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -27,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_script_and_package_agree_on_the_base_tag():
     script = (ROOT / "scripts" / "bootstrap-base-image.sh").read_text()
     assert f"revtree-base:${{suite}}-v{base_tag().rsplit('-v', 1)[1]}" in script
+    assert f"--include={PACKAGES} " in script  # the same Debian packages
     assert base_tag("trixie").startswith("revtree-base:trixie-v")
     assert host_suite() and apt_mirror().startswith("http")
 
@@ -219,3 +222,67 @@ def test_build_image_from_dockerfile_and_a_failing_step(docker_client, tmp_path,
     (folder / "Dockerfile").write_text("ARG BASE\nFROM $BASE\nRUN exit 3\n")
     with pytest.raises(SandboxError, match=r"revtree-test-build:bad.*RUN exit 3"):
         build_image(docker_client, "revtree-test-build:bad", dockerfile=folder / "Dockerfile")
+
+
+@pytest.mark.docker
+def test_through_the_api_only_as_with_a_remote_engine(docker_client, tar_of):
+    box = DockerSandbox(SandboxConfig(outputs=("r.txt", "link.txt")), host_volumes=False)
+    write = (
+        'echo \'{"s": 1}\' > "$REVTREE_METRICS"; echo out > r.txt; cat in.txt; '
+        "ln -s /etc/passwd link.txt"
+    )
+    try:
+        with pytest.raises(SandboxError, match="refused"):
+            box.execute(ExecRequest(tar_of({"in.txt": "in\n"}), write, Limits(timeout=10)))
+        result = box.execute(
+            ExecRequest(tar_of({"in.txt": "in\n"}), write.split("; ln")[0], Limits(timeout=10))
+        )
+    finally:
+        box.close()
+    assert (result.exit_code, result.stdout, result.metrics_text) == (0, "in\n", '{"s": 1}\n')
+    assert result.files == {"r.txt": b"out\n"}  # type: ignore[attr-defined]
+    mine = {"label": [LABEL, f"{OWNER}={box.labels[OWNER]}"]}
+    assert docker_client.api.containers(all=True, filters=mine) == []
+
+
+def make_wheel(folder: Path, name: str, version: str, code: str) -> Path:
+    """A minimal pure-python wheel (a zip with the dist-info pip needs)."""
+    files = {
+        f"{name}/__init__.py": code,
+        f"{name}-{version}.dist-info/METADATA": (
+            f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+        ),
+        f"{name}-{version}.dist-info/WHEEL": (
+            "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+        ),
+    }
+    record = "".join(f"{path},,\n" for path in files) + f"{name}-{version}.dist-info/RECORD,,\n"
+    files[f"{name}-{version}.dist-info/RECORD"] = record
+    wheel = folder / f"{name}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as z:
+        for path, text in files.items():
+            z.writestr(path, text)
+    return wheel
+
+
+@pytest.mark.docker
+def test_build_image_cli_installs_a_requirements_list_with_pip(docker_client, tmp_path, tar_of):
+    """``revtree sandbox build-image -r`` on the bootstrapped base (Debian's PEP 668
+    python, pip from python3-pip); the requirement is a wheel in the build context, as
+    PyPI may not be trusted from inside a build here."""
+    wheel = make_wheel(tmp_path, "revtree_tiny", "0.1", "VALUE = 'tiny ok'\n")
+    tag = "revtree-test-build:reqs"
+    cli = [sys.executable, "-m", "revtree", "sandbox", "build-image", "--tag", tag]
+    cli += ["-r", f"./{wheel.name}", "--context", str(tmp_path)]
+    out = subprocess.run(cli, cwd=ROOT, capture_output=True, text=True, check=False)
+    try:
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.startswith(tag)
+        box = DockerSandbox(SandboxConfig(image=tag))
+        cmd = "python -c 'import revtree_tiny; print(revtree_tiny.VALUE)'"
+        result = box.execute(ExecRequest(tar_of({}), cmd, Limits(timeout=20)))
+        box.close()
+        assert (result.exit_code, result.stdout) == (0, "tiny ok\n"), result.stderr
+    finally:
+        with contextlib.suppress(Exception):
+            docker_client.api.remove_image(tag, force=True)

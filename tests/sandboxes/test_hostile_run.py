@@ -1,0 +1,216 @@
+"""Whole orchestrated runs on the Docker backend with hostile candidates: the run goes
+on, each hostile node fails with its reason stored, the others succeed, and no
+container or volume is left; a ``revtree run`` killed with SIGKILL mid-evaluation is
+cleaned up by ``revtree sandbox gc``. Real containers, real git, real SQLite."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from revtree.agents import Proposal
+from revtree.memory import NodeStatus, RunStatus, Store
+from revtree.orchestrator import Orchestrator, RunPaths, create_run
+from revtree.sandboxes.docker import LABEL, OWNER
+from revtree.tasks import load_task
+
+pytestmark = pytest.mark.docker
+
+ROOT = Path(__file__).resolve().parents[2]
+SECRET = "sk-revtree-test-secret-0123456789"
+MODES = ("ok", "forkbomb", "membomb", "network", "secret", "sigterm", "ok")
+
+EVALUATOR = """\
+import json, os, signal, socket, sys, time
+import sol
+mode = sol.MODE
+if mode == "forkbomb":
+    n = 0
+    try:
+        while True:
+            if os.fork() == 0:
+                time.sleep(60); os._exit(0)
+            n += 1
+    except OSError:
+        print("fork refused after", n, flush=True)
+    time.sleep(60)
+if mode == "membomb":  # the cgroup's limit is hit before any process's RLIMIT_AS
+    for _ in range(2):
+        if os.fork() == 0:
+            hog = bytearray(b"x" * (50 * 2**20)); time.sleep(60)
+    time.sleep(0.5)
+    open("/proc/self/oom_score_adj", "w").write("1000")  # be the one the kernel kills
+    chunks = []
+    while True:
+        chunks.append(bytearray(b"x" * 2**20))
+if mode == "network":
+    for host, port in (("1.1.1.1", 53), ("172.17.0.1", 2375), ("deb.debian.org", 80)):
+        try:
+            socket.create_connection((host, port), timeout=2)
+            print(json.dumps({"f": -1e9}))
+            raise SystemExit(0)
+        except OSError:
+            pass
+    raise SystemExit("no network: every connection refused")
+if mode == "sigterm":
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    time.sleep(600)
+seen = [k for k, v in os.environ.items() if "revtree-test-secret" in v or "HOSTILE" in k]
+print(json.dumps({"f": (sol.X - 1.2) ** 2, "seen": seen, "mode": mode}))
+"""
+
+
+def hostile_task(root: Path, budget: int, timeout: float, memory: str) -> Path:
+    root.mkdir(parents=True)
+    (root / "sol.py").write_text("X = 3.0\nMODE = 'ok'\n")
+    (root / "ev.py").write_text(EVALUATOR)
+    (root / "task.toml").write_text(
+        textwrap.dedent(f"""\
+        name = "hostile"
+        editable = ["sol.py"]
+        protected = ["ev.py"]
+        [evaluate]
+        command = "python ev.py"
+        metric = "f"
+        direction = "minimize"
+        timeout = {timeout}
+        [sandbox]
+        backend = "docker"
+        memory = "{memory}"
+        [search]
+        policy = "greedy"
+        parallel = 2
+        seed = 3
+        [budget]
+        max_nodes = {budget}
+        [[knobs]]
+        name = "X"
+        type = "float"
+        low = 0
+        high = 4
+        file = "sol.py"
+        """)
+    )
+    return root
+
+
+class HostileCoder:
+    """Writes the next hostile mode into each candidate (the proposal is ignored)."""
+
+    def __init__(self) -> None:
+        self.modes = itertools.cycle(MODES[1:])
+        self.lock = threading.Lock()
+
+    def code(self, proposal: Proposal, files: Mapping[str, bytes]) -> dict[str, bytes | None]:
+        with self.lock:
+            mode = next(self.modes)
+        return {"sol.py": f"X = 1.0\nMODE = {mode!r}\n".encode()}
+
+
+def revtree_objects(client: Any, label: str) -> list[str]:
+    """Containers and volumes carrying ``label`` (``key=value``)."""
+    filters = {"label": [LABEL, label]}
+    containers = [c["Id"][:12] for c in client.api.containers(all=True, filters=filters)]
+    volumes = [v["Name"] for v in client.api.volumes(filters=filters).get("Volumes") or []]
+    return containers + volumes
+
+
+def mode_of(repo: Path, commit: str) -> str:
+    text = subprocess.run(
+        ["git", "-C", str(repo), "show", f"{commit}:sol.py"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return text.split("MODE = ")[1].strip().strip("'")
+
+
+def test_hostile_candidates_fail_with_reasons_and_the_run_goes_on(
+    docker_client: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HOSTILE_TEST_SECRET_TOKEN", SECRET)
+    home = tmp_path / "home"
+    store = Store(f"sqlite:///{home / 'revtree.db'}")
+    task = hostile_task(tmp_path / "task", budget=len(MODES), timeout=4, memory="200m")
+    run = create_run(store, load_task(task), home)
+    orch = Orchestrator(store, run.id, home=home)
+    orch.coder = HostileCoder()  # type: ignore[assignment]
+    started = time.monotonic()
+    orch.drive()
+    assert time.monotonic() - started < 120
+    assert store.get_run(run.id).status is RunStatus.COMPLETED
+    repo = RunPaths(home, run.id).repo
+    nodes = {mode_of(repo, n.commit): n for n in store.nodes(run.id) if n.id > 0 and n.commit}
+    assert set(nodes) == set(MODES), nodes
+    for mode in ("forkbomb", "sigterm"):
+        assert nodes[mode].status is NodeStatus.FAILED and nodes[mode].error_kind == "timeout"
+    membomb = nodes["membomb"]
+    assert membomb.status is NodeStatus.FAILED and membomb.error_kind == "crash"
+    assert "exit code 137" in (membomb.error or "")
+    assert "out of memory (limit 200 MiB)" in (membomb.error or "")
+    assert nodes["network"].status is NodeStatus.FAILED
+    assert "no network" in (nodes["network"].error or "")
+    for mode in ("ok", "secret"):
+        assert nodes[mode].status is NodeStatus.SUCCEEDED, nodes[mode].error
+    evals = {e.node_id: e for e in store.evaluations(run.id)}
+    assert evals[nodes["secret"].id].metrics["seen"] == []
+    assert all(SECRET not in e.stdout_tail + e.stderr_tail for e in evals.values())
+    assert "fork refused after" in evals[nodes["forkbomb"].id].stdout_tail
+    store.close()
+    assert revtree_objects(docker_client, f"revtree.run={run.id}") == []
+
+
+def test_kill_9_of_revtree_run_then_gc_leaves_nothing(docker_client: Any, tmp_path: Path) -> None:
+    task = hostile_task(tmp_path / "task", budget=4, timeout=60, memory="200m")
+    (task / "ev.py").write_text("import time\ntime.sleep(60)\n")
+    env = {**os.environ, "REVTREE_HOME": str(tmp_path / "home")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "revtree", "run", str(task), "--quiet"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        owner = f"{OWNER}={socket.gethostname()}:{proc.pid}:{_start_time(proc.pid)}"
+        _wait_for_an_evaluation(docker_client, owner, proc)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+        assert revtree_objects(docker_client, owner)  # orphaned by the kill
+        gc = [sys.executable, "-m", "revtree", "sandbox", "gc"]
+        out = subprocess.run(gc, cwd=ROOT, capture_output=True, text=True, check=True)
+        assert out.stdout.startswith("removed ")
+        assert revtree_objects(docker_client, owner) == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def _start_time(pid: int) -> str:
+    from revtree.sandboxes.docker import _start_time as start_time
+
+    return start_time(pid)
+
+
+def _wait_for_an_evaluation(client: Any, owner: str, proc: subprocess.Popen[bytes]) -> None:
+    """Until a container of ``owner`` runs a command (an exec), or fail."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, "revtree run ended early"
+        for c in client.api.containers(filters={"label": [LABEL, owner]}):
+            if client.api.inspect_container(c["Id"]).get("ExecIDs"):
+                return
+        time.sleep(0.2)
+    raise AssertionError("no evaluation started within 60 s")
