@@ -17,6 +17,7 @@ class Tree:
     maximize: bool
     budget_used: float = 0.0  # fraction of the tightest budget spent, 0..1
     _children: dict[int, list[int]] = field(default_factory=dict, compare=False, repr=False)
+    _top_id: int | None = field(default=None, compare=False, repr=False)  # None: unknown
 
     @classmethod
     def of(cls, nodes: Iterable[Node], maximize: bool, budget_used: float = 0.0) -> Tree:
@@ -25,7 +26,7 @@ class Tree:
         for n in by_id.values():
             if n.parent_id is not None and n.parent_id in children:
                 children[n.parent_id].append(n.id)
-        return cls(by_id, maximize, budget_used, children)
+        return cls(by_id, maximize, budget_used, children, max(by_id, default=-1))
 
     def extend(self, nodes: Iterable[Node], budget_used: float | None = None) -> Tree:
         """A new snapshot with ``nodes`` added or replaced, without rebuilding the index.
@@ -34,18 +35,36 @@ class Tree:
         of untouched parents are shared (never mutated: a changed one is copied).
         """
         by_id, children = dict(self.nodes), dict(self._children)
+        top = self.top_id
         for n in nodes:
+            top = max(top, n.id)
             if n.id not in by_id:
                 children[n.id] = []
                 if n.parent_id is not None and n.parent_id in children:
                     children[n.parent_id] = [*children[n.parent_id], n.id]
             by_id[n.id] = n
         used = self.budget_used if budget_used is None else budget_used
-        return Tree(by_id, self.maximize, used, children)
+        return Tree(by_id, self.maximize, used, children, top)
 
     @property
     def root(self) -> Node:
         return self.nodes[0]
+
+    @property
+    def top_id(self) -> int:
+        """The highest node id (-1 for an empty tree)."""
+        return max(self.nodes, default=-1) if self._top_id is None else self._top_id
+
+    def newest(self, k: int) -> list[Node]:
+        """The ``k`` nodes with the highest ids, in id order (O(k) while ids are dense,
+        as the orchestrator numbers them)."""
+        out: list[Node] = []
+        i = self.top_id
+        while i >= 0 and len(out) < k:
+            if i in self.nodes:
+                out.append(self.nodes[i])
+            i -= 1
+        return out[::-1]
 
     def children(self, node_id: int) -> list[Node]:
         return [self.nodes[i] for i in self._children.get(node_id, ())]

@@ -16,16 +16,19 @@ is kept in ``note`` (shown in the live log) and counted in the saved state.
 
 Not deterministic when a model answers (the model is not); with the fallback alone it
 is greedy, seeded. The model call is slow, so the orchestrator calls ``select`` outside
-its tree lock (``slow = True``).
+its tree lock (``slow = True``): ``update`` only queues the node, and ``select`` learns
+the queued nodes first, so the index is only ever touched by the selecting thread.
 """
 
 from __future__ import annotations
 
+import bisect
 import re
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from revtree.memory.records import NodeStatus
+from revtree.memory.records import Node, NodeStatus
 from revtree.orchestrator.policies.base import Selection
 from revtree.orchestrator.policies.simple import GreedyPolicy
 from revtree.orchestrator.tree import Tree
@@ -36,6 +39,9 @@ _FIELD = re.compile(r"^\s*(ACTION|NODE|OPERATOR|OTHER|REASON)\s*:\s*(.+?)\s*$", 
 
 
 class AgenticPolicy(GreedyPolicy):
+    """See the module docstring. Its index (greedy's, plus the failed and the unscored
+    succeeded ids) also writes the summary in time independent of the tree's size."""
+
     name = "agentic"
     slow = True
 
@@ -46,17 +52,38 @@ class AgenticPolicy(GreedyPolicy):
         self.ask: Ask | None = None
         self.note: str | None = None
         self.fallbacks = 0
+        self._inbox: deque[Node] = deque()
+
+    def reset(self) -> None:
+        super().reset()
+        self.failures: list[int] = []  # failed nodes, in id order
+        self.unscored_ids: list[int] = []  # succeeded nodes without a finite score
 
     def attach(self, ask: Ask) -> None:
         """Give the policy its model (a metered call: prompt text in, answer out)."""
         self.ask = ask
 
+    def update(self, node: Node) -> None:
+        """Queue the node: ``select`` runs outside the orchestrator's tree lock, so updates
+        may arrive while it waits for the model; it learns them first thing."""
+        self._inbox.append(node)
+
+    def observe(self, node: Node) -> None:
+        super().observe(node)
+        assert self.index is not None
+        if node.status is NodeStatus.FAILED:
+            bisect.insort(self.failures, node.id)
+        elif node.status is NodeStatus.SUCCEEDED and node.id not in self.index.value:
+            bisect.insort(self.unscored_ids, node.id)
+
     def select(self, tree: Tree) -> Selection | None:
+        while self._inbox:
+            super().update(self._inbox.popleft())
         self.note = None
         if self.ask is None:
             return self._fallback(tree, "no model attached")
         try:
-            answer = self.ask(summarize(tree, self.agentic.summary_nodes))
+            answer = self.ask(self.summary(tree))
         except Exception as e:  # a failed call must not stop the search
             return self._fallback(tree, f"the model call failed: {e}")
         choice, problem = parse_choice(answer, tree)
@@ -64,7 +91,18 @@ class AgenticPolicy(GreedyPolicy):
             return self._fallback(tree, problem or "unusable answer")
         self.n_selects += 1  # keep the fallback's RNG stream moving like greedy's
         self.note = problem
+        if choice.operator != "verify":
+            self.record(choice)  # the fallback's index stays in step with the tree
         return choice
+
+    def summary(self, tree: Tree) -> str:
+        """``summarize(tree, summary_nodes)``, from the index instead of a scan."""
+        index, k = self.sync(tree), self.agentic.summary_nodes
+        m = max(3, k // 2)
+        good = [*index.top(m, 0.0), *self.unscored_ids][:m]
+        n_good = len(index.value) + len(self.unscored_ids)
+        failed = [tree.nodes[i] for i in self.failures[-5:]]
+        return render(tree, [tree.nodes[i] for i in good], tree.newest(k), failed, n_good)
 
     def _fallback(self, tree: Tree, why: str) -> Selection | None:
         self.fallbacks += 1
@@ -80,11 +118,20 @@ class AgenticPolicy(GreedyPolicy):
 
 
 def summarize(tree: Tree, k: int) -> str:
-    """The tree as the agent sees it, in a few hundred tokens."""
-    nodes = list(tree.nodes.values())
-    good = sorted(tree.succeeded, key=tree.score, reverse=True)[: max(3, k // 2)]
-    recent = sorted(nodes, key=lambda n: n.id)[-k:]
+    """The tree as the agent sees it, in a few hundred tokens: the ``max(3, k // 2)``
+    best nodes (ties: the lower id first), the ``k`` highest ids and the five
+    highest-id failures (a scan of the tree; :meth:`AgenticPolicy.summary` writes the
+    same text from its index)."""
+    nodes = sorted(tree.nodes.values(), key=lambda n: n.id)
+    good = sorted(tree.succeeded, key=lambda n: (tree.score(n), -n.id), reverse=True)
     failed = [n for n in nodes if n.status is NodeStatus.FAILED][-5:]
+    return render(tree, good[: max(3, k // 2)], nodes[-k:], failed, len(good))
+
+
+def render(
+    tree: Tree, good: list[Node], recent: list[Node], failed: list[Node], n_good: int
+) -> str:
+    """The summary's text (see :func:`summarize`)."""
     direction = "higher" if tree.maximize else "lower"
 
     def line(n: Any) -> str:
@@ -98,7 +145,7 @@ def summarize(tree: Tree, k: int) -> str:
 
     parts = [
         f"Budget spent: {tree.budget_used:.0%}. Scores: {direction} is better.",
-        f"Nodes: {len(nodes)}, succeeded {len(tree.succeeded)}, failed {len(failed)} recently.",
+        f"Nodes: {len(tree.nodes)}, succeeded {n_good}, failed {len(failed)} recently.",
         "Best nodes:",
         *map(line, good),
         "Most recent nodes:",

@@ -26,12 +26,17 @@
   ``crossover``. ``num_inspirations`` other elites go to the proposer as
   :attr:`EvolutionSelection.inspirations` (the orchestrator ignores them until it
   passes them on).
+- **Verification.** When a program's mean changes after it finished (the
+  orchestrator's verify repeats), it is re-ranked in the archive, in its cell and in
+  every island holding it, so a cell's elite, an island's best and the archive always
+  follow the current means. Past migrations are not redone (a rebuilt index replays
+  them with the current means).
 - Failed programs never enter an island; evolution does not debug.
 """
 
 from __future__ import annotations
 
-import bisect
+import heapq
 import importlib
 import math
 import random
@@ -88,26 +93,43 @@ def _lineage(node: Node, index: TreeIndex) -> int:
 
 
 class Island:
-    """One island: its programs, its MAP-Elites cells, its best."""
+    """One island: its programs, its MAP-Elites cells, its best.
+
+    The best of each cell and of the island come from heaps of (-value, id) whose
+    entries go stale when a program's value changes (verification): a changed program
+    is pushed again and stale entries are dropped when they reach the top.
+    """
 
     def __init__(self) -> None:
         self.members: list[int] = []
         self.ids: set[int] = set()
-        self.cells: dict[tuple[int, ...], int] = {}
+        self.cells: dict[tuple[int, ...], int] = {}  # cell -> its elite
         self.best: int | None = None
         self.born = 0  # programs bred here (migrants excluded)
+        self._heap: list[tuple[float, int]] = []
+        self._cell_heaps: dict[tuple[int, ...], list[tuple[float, int]]] = {}
 
     def add(self, node_id: int, cell: tuple[int, ...], index: TreeIndex) -> None:
         if node_id in self.ids:
             return
         self.ids.add(node_id)
         self.members.append(node_id)
-        value = index.value[node_id]
-        held = self.cells.get(cell)
-        if held is None or (value, -node_id) > (index.value[held], -held):
-            self.cells[cell] = node_id
-        if self.best is None or (value, -node_id) > (index.value[self.best], -self.best):
-            self.best = node_id
+        self.rerank(node_id, cell, index)
+
+    def rerank(self, node_id: int, cell: tuple[int, ...], index: TreeIndex) -> None:
+        """Rank a member at its current value: re-elect its cell's elite and the best."""
+        entry = (-index.value[node_id], node_id)
+        in_cell = self._cell_heaps.setdefault(cell, [])
+        heapq.heappush(in_cell, entry)
+        heapq.heappush(self._heap, entry)
+        self.cells[cell] = _top(in_cell, index)
+        self.best = _top(self._heap, index)
+
+
+def _top(heap: list[tuple[float, int]], index: TreeIndex) -> int:
+    while -heap[0][0] != index.value[heap[0][1]]:
+        heapq.heappop(heap)  # a stale entry: the program's value has changed since
+    return heap[0][1]
 
 
 class EvolutionPolicy(TreePolicy):
@@ -123,7 +145,6 @@ class EvolutionPolicy(TreePolicy):
 
     def reset(self) -> None:
         self.islands = [Island() for _ in range(self.config.num_islands)]
-        self.archive: list[tuple[float, int]] = []  # (-value, id), sorted, best first
         self.cells_of: dict[int, tuple[int, ...]] = {}
         self.n_programs = 0
 
@@ -144,12 +165,27 @@ class EvolutionPolicy(TreePolicy):
         island = self.islands[node.id % len(self.islands)]
         island.add(node.id, cell, index)
         island.born += 1
-        bisect.insort(self.archive, (-index.value[node.id], node.id))
-        del self.archive[self.config.archive_size :]
         self.n_programs += 1
         period = self.config.migration_interval * len(self.islands)
         if len(self.islands) > 1 and self.n_programs % period == 0:
             self.migrate(index)
+
+    def archive(self, index: TreeIndex) -> list[int]:
+        """The global elite archive: the ``archive_size`` best programs, best first."""
+        k = self.config.archive_size
+        return [i for i in index.top(k + 1, 0.0) if i != 0][:k]  # the root is no program
+
+    def revalued(self, node: Node, old: float) -> None:
+        """Re-rank a program whose mean changed in every island holding it (its cell's
+        elite and the island's best may change hands; the archive is read from the
+        index, which has re-ranked it already)."""
+        assert self.index is not None
+        cell = self.cells_of.get(node.id)
+        if cell is None:
+            return  # the root, never a program
+        for island in self.islands:
+            if node.id in island.ids:
+                island.rerank(node.id, cell, self.index)
 
     def migrate(self, index: TreeIndex) -> None:
         sends = []
@@ -172,7 +208,7 @@ class EvolutionPolicy(TreePolicy):
         if r < cfg.exploration_ratio:
             parent = rng.choice(elites)
         elif r < cfg.exploration_ratio + cfg.exploitation_ratio:
-            local = [i for _, i in self.archive if i in island.ids]
+            local = [i for i in self.archive(index) if i in island.ids]
             parent = rng.choice(local) if local else island.best or elites[0]
         else:
             parent = rng.choice(island.members)

@@ -6,7 +6,9 @@ Formulas (values are scores in the better direction; see :mod:`.indexed`):
   ``R(v) = pct(v) + tanh((value(v) - value(parent)) / spread)``, where pct is v's
   percentile rank among succeeded nodes, spread the standard deviation of their values
   (1 while it is 0), and the gain term is 0 when the parent has no value. A failed
-  node has ``R = -1``.
+  node has ``R = -1``. When verification changes v's mean, R(v) is computed again
+  (percentiles of that moment) and v's parent's statistics of children follow; v's
+  children keep the gain they were given.
 - **Virtual child.** v's children's rewards y_1..y_n are Normal with unknown mean and
   variance under a Normal-Inverse-Gamma prior with mean ``mu0 = R(v)``, strength
   ``k0 = prior_strength``, shape ``a0 = prior_alpha`` and scale
@@ -33,8 +35,9 @@ Formulas (values are scores in the better direction; see :mod:`.indexed`):
   a full node is never expanded, only descended through.
 
 Children statistics are sums over the children (O(1) per update); rewards use the
-percentiles of the moment the node finished (not recomputed later), in the same order
-on update and on rebuild.
+percentiles of the moment the node finished (recomputed only when its own mean
+changes), in the same order on update and on rebuild. A rebuild after a verification
+sees the verified mean from the start, so rewards given after it may differ.
 """
 
 from __future__ import annotations
@@ -57,6 +60,7 @@ class ExtsPolicy(TreePolicy):
 
     name = "exts"
     config: ExtsSearch
+    ranks_in_observe = True  # rewards use the percentile of the moment
 
     def __init__(self, config: ExtsSearch) -> None:
         super().__init__(config)
@@ -81,10 +85,7 @@ class ExtsPolicy(TreePolicy):
             r = FAILED_REWARD
             self.n_fail += 1
         else:
-            parent_value = index.value.get(node.parent_id) if node.parent_id is not None else None
-            gain = 0.0 if parent_value is None else value - parent_value
-            spread = index.spread() or 1.0
-            r = index.percentile(value) + math.tanh(gain / spread)
+            r = self._reward(node, value)
             for a in self.ancestors(node.id):
                 if self.sub_best.get(a, -math.inf) >= value:
                     break
@@ -98,15 +99,32 @@ class ExtsPolicy(TreePolicy):
             self.css[p] += r * r
             self.cbest[p] = max(self.cbest.get(p, -math.inf), r)
 
-    def revalued(self, node: Node, old: float) -> None:
+    def _reward(self, node: Node, value: float) -> float:
         index = self.index
         assert index is not None
-        value = index.value[node.id]
-        if value > old:
-            for a in self.ancestors(node.id):
-                if self.sub_best.get(a, -math.inf) >= value:
-                    break
-                self.sub_best[a] = value
+        parent_value = index.value.get(node.parent_id) if node.parent_id is not None else None
+        gain = 0.0 if parent_value is None else value - parent_value
+        spread = index.spread() or 1.0
+        return index.percentile(value) + math.tanh(gain / spread)
+
+    def revalued(self, node: Node, old: float) -> None:
+        """A node's mean changed (verification): its reward, its parent's statistics of
+        children and the subtree bests of its ancestors follow."""
+        index = self.index
+        assert index is not None
+        r, was = self._reward(node, index.value[node.id]), self.reward[node.id]
+        self.reward[node.id] = r
+        p = node.parent_id
+        if p is not None:
+            self.cs[p] += r - was
+            self.css[p] += r * r - was * was
+            self.cbest[p] = max(self.reward[c] for c in index.children[p])
+        for a in self.ancestors(node.id):
+            kids = (self.sub_best.get(c, -math.inf) for c in index.children.get(a, ()))
+            best = max(index.value.get(a, -math.inf), max(kids, default=-math.inf))
+            if self.sub_best.get(a) == best:
+                break  # the ancestors above keep theirs
+            self.sub_best[a] = best
 
     # -- the posterior -----------------------------------------------------------------
     def predictive(self, v: int) -> tuple[float, float, float]:

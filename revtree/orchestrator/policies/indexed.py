@@ -2,8 +2,9 @@
 
 A :class:`TreeIndex` holds what the policies need to choose in time independent of the
 tree's size: parents, depths, finished children, pending (selected, unfinished) children
-per parent, the better-direction value of each succeeded node, a sorted list of values
-(percentile ranks), the best node, the running spread, and a pooled noise estimate.
+per parent, which nodes have any child, the better-direction value of each succeeded
+node, a sorted list of values (percentile ranks, the lowest and highest value), the
+best node (a heap), the running spread, and a pooled noise estimate.
 
 Guarantees:
 - ``select`` and ``update`` cost O(depth x branching) (plus an O(n) memmove for the
@@ -13,10 +14,17 @@ Guarantees:
   snapshot's node count disagrees with what the index has seen. A run with one
   candidate in flight finishes nodes in id order, so a resumed run rebuilds exactly
   the index the uninterrupted run built incrementally.
+- A finished node's score may change afterwards (verification stores the mean of
+  several repeats): ``update`` with the new record re-ranks it (``revalue``) and the
+  policy's ``revalued`` hook adjusts what it derived from the old value. Any other
+  change to a finished node (its status, whether it has a finite score, its error
+  kind: a retried node) drops the index, and the next ``select`` rebuilds it.
 
 Not guaranteed: with several candidates in flight nodes finish out of id order, so a
 rebuilt index can differ from the incremental one in the last bits of float sums (and
-the run itself is not deterministic then anyway).
+the run itself is not deterministic then anyway). The same holds after a verification
+for what a policy fixes at the moment a node finishes (exts' rewards, evolution's
+migrations): a rebuild sees the verified mean from the start.
 
 Noise: a node's value is its mean score; ``lcb`` subtracts ``z`` standard errors, using
 the node's own ``score_std`` when it has several evaluations, else the pooled standard
@@ -37,6 +45,7 @@ from revtree.orchestrator.policies.base import SeededPolicy, Selection
 from revtree.orchestrator.tree import Tree
 
 DEBUGGABLE = ("crash", "timeout", "metrics")
+FINISHED = frozenset(s for s in NodeStatus if s.is_finished())  # a set lookup: fast
 ROOT_PARENT = -1  # the pending key of a parentless node
 
 
@@ -59,17 +68,19 @@ class TreeIndex:
         self.operator: dict[int, str] = {}
         self.children: defaultdict[int, list[int]] = defaultdict(list)  # finished ones
         self.pending: defaultdict[int, int] = defaultdict(int)
+        self.with_children: set[int] = set()  # any child, finished, pending or selected
         self.n_pending = self.n_finished = 0
-        self.finished: set[int] = set()
+        self.finished: dict[int, tuple[NodeStatus, str | None]] = {}  # status, error kind
         self._unfinished: set[int] = set()
         self.was_pending = False  # whether the last finished node had been pending
         self.value: dict[int, float] = {}
         self.noise: dict[int, tuple[float | None, int]] = {}
+        self.repeated: set[int] = set()  # valued nodes evaluated more than once
         self.failed: dict[int, str | None] = {}
         self.debug_depth: dict[int, int] = {}
         self.sorted_values: list[float] = []
-        self.best_id: int | None = None
-        self.lo, self.hi = math.inf, -math.inf
+        self._best: list[tuple[float, int]] = []  # heap of (-value, id); stale ones linger
+        self.deferred = False  # while True, values are appended, and rank() sorts them
         self.next_id = 0
         self.max_depth = 0
         self._sum = self._sumsq = 0.0
@@ -81,13 +92,15 @@ class TreeIndex:
         if node.id in self.parent:
             return
         self.parent[node.id] = node.parent_id
+        if node.parent_id is not None:
+            self.with_children.add(node.parent_id)
         self.depth[node.id] = node.depth
         self.operator[node.id] = node.operator
         parent_dd = self.debug_depth.get(node.parent_id, 0) if node.parent_id is not None else 0
         self.debug_depth[node.id] = parent_dd + 1 if node.operator == "debug" else 0
         self.next_id = max(self.next_id, node.id + 1)
         self.max_depth = max(self.max_depth, node.depth)
-        if not node.status.is_finished():
+        if node.status not in FINISHED:
             self._unfinished.add(node.id)
             self.pending[self._pkey(node.parent_id)] += 1
             self.n_pending += 1
@@ -95,12 +108,13 @@ class TreeIndex:
     def selected(self, parent_id: int) -> None:
         """A child of ``parent_id`` is about to be created (it is pending until it finishes)."""
         self.pending[parent_id] += 1
+        self.with_children.add(parent_id)
         self.n_pending += 1
         self.next_id += 1
 
     def finish(self, node: Node) -> bool:
         """Record a finished node; False if it was already recorded."""
-        if node.id in self.finished or not node.status.is_finished():
+        if node.id in self.finished or node.status not in FINISHED:
             return False
         self.was_pending = node.id in self._unfinished or node.id not in self.parent
         if self.was_pending:
@@ -110,7 +124,7 @@ class TreeIndex:
                 self.pending[key] -= 1
                 self.n_pending -= 1
         self.register(node)
-        self.finished.add(node.id)
+        self.finished[node.id] = (node.status, node.error_kind)
         self.n_finished += 1
         if node.parent_id is not None:
             self.children[node.parent_id].append(node.id)
@@ -122,8 +136,18 @@ class TreeIndex:
         self._add_noise(node)
         return True
 
+    def same_outcome(self, node: Node) -> bool:
+        """Whether a finished node's new record keeps its status, error kind and
+        whether it has a value (only its mean may change without a rebuild)."""
+        return self.finished.get(node.id) == (node.status, node.error_kind) and (
+            (node.id in self.value) == (key_of(node, self.maximize) is not None)
+        )
+
     def revalue(self, node: Node) -> float | None:
-        """Take a finished node's new mean (after more repeats); returns the old value."""
+        """Take a finished node's new mean (after more repeats); returns the old value,
+        or None if neither the value nor the count of evaluations changed.
+
+        Requires :meth:`same_outcome` (a node with a value keeps one)."""
         old = self.value.get(node.id)
         new = key_of(node, self.maximize)
         if old is None or new is None or (new == old and self.noise[node.id][1] == node.n_evals):
@@ -134,36 +158,62 @@ class TreeIndex:
         self._remove_noise(node.id)
         self._add_value(node.id, new)
         self._add_noise(node)
-        if self.best_id == node.id and new < old:
-            self.best_id = max(self.value, key=lambda i: (self.value[i], -i))  # rare: O(n)
         return old
+
+    def rank(self) -> None:
+        """Sort the values appended while ``deferred`` (a bulk build) and stop deferring."""
+        self.sorted_values.sort()
+        heapq.heapify(self._best)
+        self.deferred = False
 
     def _pkey(self, parent_id: int | None) -> int:
         return ROOT_PARENT if parent_id is None else parent_id
 
     def _add_value(self, node_id: int, value: float) -> None:
         self.value[node_id] = value
-        bisect.insort(self.sorted_values, value)
-        self.lo, self.hi = min(self.lo, value), max(self.hi, value)
+        if self.deferred:
+            self.sorted_values.append(value)
+            self._best.append((-value, node_id))
+        else:
+            bisect.insort(self.sorted_values, value)
+            heapq.heappush(self._best, (-value, node_id))
         self._sum += value
         self._sumsq += value * value
-        best = self.best_id
-        if best is None or (value, -node_id) > (self.value[best], -best):
-            self.best_id = node_id
 
     def _add_noise(self, node: Node) -> None:
         self.noise[node.id] = (node.score_std, node.n_evals)
+        if node.n_evals > 1:
+            self.repeated.add(node.id)
         if node.n_evals > 1 and node.score_std is not None:
             self._std_sum += node.score_std
             self._std_n += 1
 
     def _remove_noise(self, node_id: int) -> None:
         std, n = self.noise.pop(node_id)
+        self.repeated.discard(node_id)
         if n > 1 and std is not None:
             self._std_sum -= std
             self._std_n -= 1
 
     # -- derived views ---------------------------------------------------------------
+    @property
+    def best_id(self) -> int | None:
+        """The succeeded node with the best value (ties: the lowest id)."""
+        heap, value = self._best, self.value
+        while heap and value.get(heap[0][1]) != -heap[0][0]:
+            heapq.heappop(heap)  # left behind by a revalue
+        return heap[0][1] if heap else None
+
+    @property
+    def lo(self) -> float:
+        """The worst current value (inf while there is none)."""
+        return self.sorted_values[0] if self.sorted_values else math.inf
+
+    @property
+    def hi(self) -> float:
+        """The best current value (-inf while there is none)."""
+        return self.sorted_values[-1] if self.sorted_values else -math.inf
+
     def n_children(self, node_id: int) -> int:
         """Finished plus pending children."""
         return len(self.children.get(node_id, ())) + self.pending.get(node_id, 0)
@@ -213,8 +263,33 @@ class TreeIndex:
         )
 
     def top(self, k: int, z: float) -> list[int]:
-        """The k best succeeded nodes by lcb (O(n log k); used only when verifying)."""
-        return heapq.nlargest(k, self.value, key=lambda i: (self.lcb(i, z), -i))
+        """The k best succeeded nodes by lcb, best first (ties: the lower id); the same
+        as ranking every node, in O((k + r) log n) for r nodes evaluated more than once.
+
+        A node evaluated once has lcb = value - z * sigma: those rank as their values do
+        (up to rounding ties, which are taken too), so only the leading ones, popped
+        from the heap of values, compete with the repeated nodes.
+        """
+        heap = self._best
+        popped: list[tuple[float, int]] = []
+        leaders: list[int] = []
+        last = -math.inf  # the lcb of the k-th leader
+        while heap:
+            entry = heapq.heappop(heap)
+            if self.value.get(entry[1]) != -entry[0] or (popped and entry == popped[-1]):
+                continue  # stale (revalued) or a duplicate: dropped for good
+            popped.append(entry)
+            if entry[1] in self.repeated:
+                continue
+            bound = self.lcb(entry[1], z)
+            if len(leaders) >= k and bound < last:
+                break
+            leaders.append(entry[1])
+            last = bound if len(leaders) == k else last
+        for entry in popped:
+            heapq.heappush(heap, entry)
+        pool = [*leaders, *self.repeated]
+        return heapq.nlargest(k, pool, key=lambda i: (self.lcb(i, z), -i))
 
 
 class TreePolicy(SeededPolicy):
@@ -222,9 +297,16 @@ class TreePolicy(SeededPolicy):
 
     Subclasses implement ``choose(tree, index, rng)`` and may override ``observe``
     (called for each finished node, on update and on rebuild, in the same order),
-    ``revalued`` (a node's mean changed after more repeats) and ``reset`` (forget
-    everything derived from the tree before a rebuild).
+    ``revalued`` (a node's mean changed after more repeats), ``record`` (a selection
+    that creates a node) and ``reset`` (forget everything derived from the tree before
+    a rebuild). While the baseline is not scored, ``select`` drafts from the root
+    unless ``draft_unscored_root`` is False. A policy whose ``observe`` reads ranks
+    (percentiles, the best node, the lowest or highest value) sets
+    ``ranks_in_observe``; for the others a rebuild sorts the values once, at the end.
     """
+
+    draft_unscored_root = True
+    ranks_in_observe = False
 
     def __init__(self, config: Any) -> None:
         super().__init__(config.seed)
@@ -236,10 +318,14 @@ class TreePolicy(SeededPolicy):
         self.index = None
 
     def update(self, node: Node) -> None:
+        """Learn a finished node, or a finished node's new mean (verification)."""
         index = self.index
         if index is None:
             return  # the next select rebuilds from the tree, which holds this node
         if node.id in index.finished:
+            if not index.same_outcome(node):
+                self.index = None  # e.g. a retried node: rebuild from the tree
+                return
             old = index.revalue(node)
             if old is not None:
                 self.revalued(node, old)
@@ -249,6 +335,7 @@ class TreePolicy(SeededPolicy):
             self.observe(node)
 
     def sync(self, tree: Tree) -> TreeIndex:
+        """The index, rebuilt from ``tree`` if it is missing or out of step with it."""
         index = self.index
         if (
             index is None
@@ -256,28 +343,37 @@ class TreePolicy(SeededPolicy):
             or index.n_finished + index.n_pending != len(tree.nodes)
         ):
             index = self.index = TreeIndex(tree.maximize)
+            index.deferred = not self.ranks_in_observe
             self.reset()
             ordered = [tree.nodes[i] for i in sorted(tree.nodes)]
             for node in ordered:
                 index.register(node)
-                if not node.status.is_finished() and node.parent_id is not None:
+                if node.status not in FINISHED and node.parent_id is not None:
                     self.pending_changed(node.parent_id, +1)
             for node in ordered:
                 if index.finish(node):
                     self.observe(node)
+            index.rank()
         return index
 
     def select(self, tree: Tree) -> Selection | None:
         rng = self.rng()
         index = self.sync(tree)
-        if 0 in index.parent and 0 not in index.finished:
+        unscored = 0 in index.parent and 0 not in index.finished
+        if unscored and self.draft_unscored_root:
             choice: Selection | None = Selection(0, "draft")  # the baseline is not scored yet
         else:
             choice = self.choose(tree, index, rng)
         if choice is not None and choice.operator != "verify":
-            index.selected(choice.parent_id)
-            self.pending_changed(choice.parent_id, +1)
+            self.record(choice)
         return choice
+
+    def record(self, choice: Selection) -> None:
+        """``choice`` creates a child of its parent (pending until it finishes)."""
+        if self.index is None:
+            return  # dropped meanwhile (load_state): the next select rebuilds
+        self.index.selected(choice.parent_id)
+        self.pending_changed(choice.parent_id, +1)
 
     def exploit(self, index: TreeIndex, node_id: int, operator: str) -> Selection:
         """Expand ``node_id``, unless it is a top-k node that needs more repeats first."""

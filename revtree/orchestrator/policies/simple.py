@@ -1,58 +1,107 @@
-"""The baseline policies: greedy (AIDE), random, and optuna (the study decides)."""
+"""The baseline policies: greedy (AIDE), random, and optuna (the study decides).
+
+Greedy and random keep what they choose from up to date as nodes are selected and
+finish (a :class:`TreeIndex` plus a sorted list each), so ``select`` and ``update`` take
+time independent of the tree's size. They choose exactly as a scan of the whole tree
+at every select would: the same seed gives the same selections on the same trees,
+resumed or not (``tests/orchestrator/policies/test_simple.py`` checks this against
+that scan).
+"""
 
 from __future__ import annotations
 
-from revtree.memory.records import NodeStatus
+import bisect
+import random
+
+from revtree.memory.records import Node, NodeStatus
 from revtree.orchestrator.policies.base import SeededPolicy, Selection
+from revtree.orchestrator.policies.indexed import DEBUGGABLE, TreeIndex, TreePolicy
 from revtree.orchestrator.tree import Tree
-from revtree.tasks.spec import GreedySearch
+from revtree.tasks.spec import GreedySearch, RandomSearch
 
 
-class GreedyPolicy(SeededPolicy):
+class GreedyPolicy(TreePolicy):
     """AIDE's policy.
 
     1. While the root has fewer than ``num_drafts`` draft children, draft from the root.
     2. With probability ``debug_prob``, debug a failed leaf (a crash, timeout or bad
        metrics, not a gated or rejected one) whose debug chain is shorter than
-       ``max_debug_depth``.
-    3. Otherwise improve the best succeeded node (the root counts once evaluated).
+       ``max_debug_depth``, drawn uniformly (by its place in id order).
+    3. Otherwise improve the best succeeded node (the root counts once evaluated; ties:
+       the lowest id; a succeeded node without a finite score only if no node has one).
     """
 
     name = "greedy"
+    config: GreedySearch
+    draft_unscored_root = False
 
     def __init__(self, config: GreedySearch) -> None:
-        super().__init__(config.seed)
-        self.config = config
+        super().__init__(config)
+        self.reset()
 
-    def select(self, tree: Tree) -> Selection | None:
-        rng = self.rng()
-        drafts = [n for n in tree.children(0) if n.operator == "draft"]
-        if len(drafts) < self.config.num_drafts:
+    def reset(self) -> None:
+        self.drafts: int | None = None  # the root's draft children; counted on a rebuild
+        self.buggy: list[int] = []  # debuggable failed leaves, in id order
+        self.unscored: int | None = None  # lowest succeeded id without a finite score
+
+    def sync(self, tree: Tree) -> TreeIndex:
+        index = super().sync(tree)
+        if self.drafts is None:
+            self.drafts = sum(n.operator == "draft" for n in tree.children(0))
+        return index
+
+    def observe(self, node: Node) -> None:
+        index = self.index
+        assert index is not None
+        if node.status is NodeStatus.SUCCEEDED and node.id not in index.value:
+            self.unscored = node.id if self.unscored is None else min(self.unscored, node.id)
+        elif (
+            node.status is NodeStatus.FAILED
+            and node.error_kind in DEBUGGABLE
+            and node.id not in index.with_children
+            and index.debug_depth[node.id] < self.config.max_debug_depth
+        ):
+            bisect.insort(self.buggy, node.id)
+
+    def record(self, choice: Selection) -> None:
+        super().record(choice)
+        if choice.parent_id == 0 and choice.operator == "draft" and self.drafts is not None:
+            self.drafts += 1
+        at = bisect.bisect_left(self.buggy, choice.parent_id)
+        if at < len(self.buggy) and self.buggy[at] == choice.parent_id:
+            del self.buggy[at]  # no longer a leaf
+
+    def choose(self, tree: Tree, index: TreeIndex, rng: random.Random) -> Selection | None:
+        assert self.drafts is not None
+        if self.drafts < self.config.num_drafts:
             return Selection(0, "draft")
-        if rng.random() < self.config.debug_prob:
-            buggy = [
-                n
-                for n in tree.nodes.values()
-                if n.status is NodeStatus.FAILED
-                and n.error_kind in ("crash", "timeout", "metrics")
-                and not tree.children(n.id)
-                and tree.debug_depth(n) < self.config.max_debug_depth
-            ]
-            if buggy:
-                return Selection(rng.choice(sorted(buggy, key=lambda n: n.id)).id, "debug")
-        best = tree.best()
-        return Selection(best.id, "improve") if best else Selection(0, "draft")
+        if rng.random() < self.config.debug_prob and self.buggy:
+            return Selection(rng.choice(self.buggy), "debug")
+        best = index.best_id
+        best = self.unscored if best is None else best
+        return Selection(best, "improve") if best is not None else Selection(0, "draft")
 
 
-class RandomPolicy(SeededPolicy):
+class RandomPolicy(TreePolicy):
     """Improve a node drawn uniformly from the succeeded nodes and the root."""
 
     name = "random"
+    config: RandomSearch
+    draft_unscored_root = False
 
-    def select(self, tree: Tree) -> Selection | None:
-        rng = self.rng()
-        pool = sorted({0, *(n.id for n in tree.succeeded)})
-        return Selection(rng.choice(pool), "improve" if pool else "draft")
+    def __init__(self, config: RandomSearch) -> None:
+        super().__init__(config)
+        self.reset()
+
+    def reset(self) -> None:
+        self.pool = [0]  # the root and the succeeded nodes, in id order
+
+    def observe(self, node: Node) -> None:
+        if node.status is NodeStatus.SUCCEEDED and node.id != 0:
+            bisect.insort(self.pool, node.id)
+
+    def choose(self, tree: Tree, index: TreeIndex, rng: random.Random) -> Selection | None:
+        return Selection(rng.choice(self.pool), "improve")
 
 
 class OptunaPolicy(SeededPolicy):

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+import heapq
+import random
 from collections import Counter
 from typing import Any
 
@@ -55,7 +58,7 @@ def test_search_sections_parse_with_their_parameters() -> None:
         )
 
 
-@pytest.mark.parametrize("name", ["mcts", "evolution", "bgmcts", "exts"])
+@pytest.mark.parametrize("name", ["greedy", "random", "mcts", "evolution", "bgmcts", "exts"])
 def test_the_incremental_index_equals_a_rebuild(name: str) -> None:
     sim = Simulator(BY_NAME["failure_prone"], 0, 60)
     p: TreePolicy = build(name)
@@ -221,3 +224,87 @@ def test_tree_extend_equals_a_fresh_snapshot() -> None:
     assert all(grown.children(i) == fresh.children(i) for i in fresh.nodes)
     assert len(base.nodes) == 10 and all(c.id < 10 for i in base.nodes for c in base.children(i))
     assert grown.best() == fresh.best()
+    assert grown.top_id == fresh.top_id == max(fresh.nodes) and base.top_id == 9
+    assert [n.id for n in grown.newest(4)] == sorted(fresh.nodes)[-4:]
+    assert [n.id for n in Tree.of(nodes[::-1], True).newest(4)] == sorted(fresh.nodes)[-4:]
+
+
+def subtree_values(tree: Tree, node_id: int) -> list[float]:
+    """The better-direction values of the succeeded nodes in ``node_id``'s subtree."""
+    out, stack = [], [node_id]
+    while stack:
+        n = tree.nodes[stack.pop()]
+        if n.status is NodeStatus.SUCCEEDED and n.score is not None:
+            out.append(n.score if tree.maximize else -n.score)
+        stack.extend(c.id for c in tree.children(n.id))
+    return out
+
+
+@pytest.mark.parametrize("name", ["mcts", "bgmcts", "evolution", "exts"])
+@pytest.mark.parametrize("maximize", [True, False])
+def test_verified_means_are_reranked_everywhere(name: str, maximize: bool) -> None:
+    """After a run whose top nodes were verified (their means changed after they
+    finished), what each policy derived from the values equals a recomputation from the
+    final tree."""
+    sim = Simulator(BY_NAME["noisy"], 0, 90, maximize=maximize)
+    p: Any = build(name, verify_top_k=3, verify_repeats=3, noise_z=1.0)
+    sim.run(p)
+    tree, ix = sim.tree(), p.index
+    assert any(n.n_evals >= 3 for n in tree.nodes.values()), "some nodes were verified"
+    sign = 1 if maximize else -1
+    value = {n.id: sign * n.score for n in tree.succeeded if n.score is not None}
+    assert ix.value == value
+    assert (ix.lo, ix.hi) == (min(value.values()), max(value.values()))
+    best = tree.best()
+    assert best is not None and ix.best_id == best.id
+    key = {i: (v, -i) for i, v in value.items()}
+    if name in ("mcts", "bgmcts"):
+        for i in tree.nodes:
+            assert p.w[i] == pytest.approx(sum(subtree_values(tree, i)), abs=1e-9), i
+    if name == "exts":
+        for i in tree.nodes:
+            below = subtree_values(tree, i)
+            assert p.sub_best.get(i) == (max(below) if below else None), i
+            kids = [c.id for c in tree.children(i)]
+            if kids:
+                assert p.cbest[i] == max(p.reward[c] for c in kids), i
+                assert p.cs[i] == pytest.approx(sum(p.reward[c] for c in kids)), i
+    if name == "evolution":
+        programs = sorted(p.cells_of, key=lambda i: key[i], reverse=True)
+        assert p.archive(ix) == programs[: p.config.archive_size]
+        for island in p.islands:
+            assert island.best == max(island.members, key=key.__getitem__)
+            for cell, elite in island.cells.items():
+                held = [i for i in island.members if p.cells_of[i] == cell]
+                assert elite == max(held, key=key.__getitem__), (cell, held)
+
+
+def test_index_top_equals_ranking_every_node() -> None:
+    """``top`` (the heap's leaders plus the repeated nodes) equals a full ranking by lcb,
+    through ties, values a rounding apart, repeats with and without a spread, and
+    revaluations."""
+    rng = random.Random(0)
+    ix = TreeIndex(maximize=True)
+    grid = [1.0, 2.0, 3.0, 3.0 + 2**-51, 3.0 + 2**-50]  # z = 40: the top lcbs tie
+    for i in range(400):
+        n = rng.choice([1, 1, 1, 2, 3])
+        std = rng.choice([None, 0.0, 0.3, 1.0]) if n > 1 else None
+        score = rng.choice(grid) if rng.random() < 0.9 else rng.gauss(2, 1)
+        node = Node("r", i, None, "draft", NodeStatus.SUCCEEDED, score=score, n_evals=n)
+        ix.finish(dataclasses.replace(node, score_std=std))
+        if i > 10 and rng.random() < 0.2:  # a verification: the mean and the count change
+            j = rng.randrange(i)
+            if j in ix.value:
+                again = Node("r", j, None, "draft", NodeStatus.SUCCEEDED, score=rng.choice(grid))
+                ix.revalue(dataclasses.replace(again, score_std=0.2, n_evals=ix.noise[j][1] + 1))
+        for k in (1, 2, 5):
+            for z in (0.0, 1.0, 40.0):
+                scan = heapq.nlargest(k, ix.value, key=lambda i: (ix.lcb(i, z), -i))
+                assert ix.top(k, z) == scan, (i, k, z)
+    assert ix.best_id == max(ix.value, key=lambda i: (ix.value[i], -i))
+    ties = TreeIndex(maximize=True)  # lcbs a rounding apart tie: the lower id ranks first
+    for i, (score, n, std) in enumerate([(-99.0, 2, 1.0), (3.0, 1, None), (3.0 + 2**-50, 1, None)]):
+        ties.finish(
+            Node("r", i, None, "draft", NodeStatus.SUCCEEDED, score=score, score_std=std, n_evals=n)
+        )
+    assert ties.lcb(1, 40.0) == ties.lcb(2, 40.0) and ties.top(1, 40.0) == [1]
