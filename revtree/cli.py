@@ -61,6 +61,7 @@ STYLES = {
     "run": "bold magenta",
     "error": "bold red",
     "holdout": "yellow",
+    "retry": "bold yellow",
 }
 
 
@@ -580,6 +581,40 @@ def fork(
         _detach(new, db, home, None)
         return
     _drive(store, new, None, quiet, home)
+
+
+@app.command()
+def retry(
+    run_id: RunArg,
+    node: Annotated[int, typer.Argument(help="The node to re-run.")],
+    from_: Annotated[
+        str | None,
+        typer.Option(
+            "--from",
+            help="propose, code or evaluate (default: the first step whose work the node "
+            "lacks, else evaluate).",
+        ),
+    ] = None,
+    set_: Annotated[
+        list[str] | None,
+        typer.Option("--set", help="Change a run key, e.g. sandbox.memory=8g (repeatable)."),
+    ] = None,
+    db: DbOpt = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """Re-run NODE of RUN from a step as its next attempt (the earlier attempt is kept)."""
+    from revtree.orchestrator.retry import retry as run_retry
+
+    store = _store(db)
+    found = store.get_run(run_id)
+    show = None if quiet else (lambda ev: console.print(format_event(ev), soft_wrap=True))
+    done = run_retry(store, found.id, node, from_, set_ or [], revtree_home(), show)
+    what = (
+        f"scored {_fmt(done.score)}"
+        if done.status.value == "succeeded"
+        else f"{done.status.value} ({done.error_kind}): {done.error}"
+    )
+    console.print(f"node {node} of run {found.id}, attempt {done.attempt}: {what}")
 
 
 @app.command()

@@ -66,6 +66,7 @@ class NodeRow(Base):
     finished_at: Mapped[float | None] = mapped_column(Float)
     review: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     lesson: Mapped[str | None] = mapped_column(Text)
+    attempt: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
 
 
 class EvaluationRow(Base):
@@ -74,7 +75,7 @@ class EvaluationRow(Base):
         ForeignKeyConstraint(
             ["run_id", "node_id"], ["nodes.run_id", "nodes.id"], ondelete="CASCADE"
         ),
-        Index("ux_evaluations_key", "run_id", "node_id", "stage", "repeat", unique=True),
+        Index("ux_evaluations_key", "run_id", "node_id", "stage", "repeat", "attempt", unique=True),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
@@ -82,6 +83,7 @@ class EvaluationRow(Base):
     node_id: Mapped[int] = mapped_column(Integer)
     stage: Mapped[str] = mapped_column(String(64))
     repeat: Mapped[int] = mapped_column(Integer)
+    attempt: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
     ok: Mapped[bool] = mapped_column(Boolean)
     score: Mapped[float | None] = mapped_column(Float)
     metrics: Mapped[dict[str, Any] | None] = mapped_column(JSON)

@@ -101,6 +101,7 @@ class Node:
     extra_parents: tuple[int, ...] = ()
     review: dict[str, Any] | None = None
     lesson: str | None = None
+    attempt: int = 1  # raised by each `revtree retry` of the node
 
     def score_of(self, maximize: bool) -> Score:
         if self.status is not NodeStatus.SUCCEEDED:
@@ -110,7 +111,8 @@ class Node:
 
 @dataclass(frozen=True)
 class EvalResult:
-    """One run of one stage of the evaluator on one node. Unique by (node, stage, repeat)."""
+    """One run of one stage of the evaluator on one node. Unique by (node, stage, repeat,
+    attempt): a retried node's earlier attempts keep their rows."""
 
     node_id: int
     stage: str
@@ -125,6 +127,7 @@ class EvalResult:
     error: str | None = None
     error_kind: str | None = None
     log_path: str | None = None
+    attempt: int = 1
 
 
 @dataclass(frozen=True)

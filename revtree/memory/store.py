@@ -5,7 +5,8 @@ Guarantees:
   announces it (the ``events`` table *is* the live log), so nothing is shown that is
   not stored;
 - event ``seq`` numbers increase by one per run, allocated in the same transaction;
-- an evaluation is stored once per (node, stage, repeat); a second record is ignored;
+- an evaluation is stored once per (node, stage, repeat, attempt); a second record is
+  ignored;
 - methods are thread-safe; writes from one process are serialised;
 - ``listeners`` receive each event after its transaction committed, in ``seq`` order.
 """
@@ -150,7 +151,10 @@ class Store:
         spec: dict[str, Any],
         parent_run: str | None = None,
         parent_node: int | None = None,
+        root: tuple[Node, EventSpec] | None = None,
     ) -> RunInfo:
+        """Insert a run (and its ``root`` node, in the same transaction: a process killed
+        while creating a run leaves either nothing or a run that can be resumed)."""
         now = time.time()
         with self._write() as conn:
             conn.execute(
@@ -176,6 +180,9 @@ class Store:
                 ("run", f"run {run_id} created for task {task_name}", {"policy": policy}),
                 None,
             )
+            if root is not None:
+                conn.execute(insert(NODES).values(**_node_values(root[0])))
+                self._event(conn, run_id, root[1], root[0].id)
         return self.get_run(run_id)
 
     def get_run(self, run_id: str) -> RunInfo:
@@ -316,7 +323,8 @@ class Store:
     def record_evaluation(
         self, run_id: str, result: EvalResult, event: EventSpec | None = None
     ) -> Event | None:
-        """Store one evaluation; a duplicate (node, stage, repeat) is ignored (returns None)."""
+        """Store one evaluation; a duplicate (node, stage, repeat, attempt) is ignored
+        (returns None)."""
         values = {k: v for k, v in result.__dict__.items()}
         values.update(run_id=run_id, created_at=time.time())
         try:
@@ -414,6 +422,7 @@ def _node_values(node: Node) -> dict[str, Any]:
         "finished_at": node.finished_at,
         "review": node.review,
         "lesson": node.lesson,
+        "attempt": node.attempt,
     }
 
 
@@ -438,6 +447,7 @@ def _node(r: Any) -> Node:
         extra_parents=tuple(r.extra_parents or ()),
         review=r.review,
         lesson=r.lesson,
+        attempt=r.attempt,
     )
 
 
@@ -456,6 +466,7 @@ def _eval(r: Any) -> EvalResult:
         error=r.error,
         error_kind=r.error_kind,
         log_path=r.log_path,
+        attempt=r.attempt,
     )
 
 

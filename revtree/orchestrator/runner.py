@@ -96,14 +96,6 @@ def create_run(
         hfiles, hmodes = _read_source(spec, holdout_files(spec))
         git.set_ref(HOLDOUT_REF, git.commit_files(hfiles, "holdout files", hmodes))
     git.close()
-    run = store.create_run(
-        run_id,
-        spec.name,
-        spec.search.policy,
-        spec.evaluate.direction,
-        spec.search.seed,
-        spec.model_dump(mode="json"),
-    )
     root = Node(
         run_id,
         0,
@@ -117,8 +109,15 @@ def create_run(
             "baseline: the untouched source", read_knobs(spec.knobs, files)
         ).to_json(),
     )
-    store.add_node(root, ("select", "node 0: baseline (the untouched source)", None))
-    return run
+    return store.create_run(  # the run and its root node in one transaction
+        run_id,
+        spec.name,
+        spec.search.policy,
+        spec.evaluate.direction,
+        spec.search.seed,
+        spec.model_dump(mode="json"),
+        root=(root, ("select", "node 0: baseline (the untouched source)", None)),
+    )
 
 
 def _alive(pid: int, host: str | None) -> bool:
@@ -494,6 +493,8 @@ class Orchestrator:
         message = (
             f"node {node.id}: {node.operator} from node {parent.id}\n\n{proposal.hypothesis}\n"
         )
+        if node.attempt > 1:  # a retry: a distinct commit, the earlier one stays reachable
+            message += f"\n(attempt {node.attempt}, by `revtree retry`)\n"
         sha = self.git.commit(parent.commit, changes, message, when=node.created_at)
         self.git.set_node_ref(node.id, sha)
         self._set(
@@ -546,7 +547,7 @@ class Orchestrator:
             done = {
                 (e.stage, e.repeat): e
                 for e in self.store.evaluations(self.run_id, node.id)
-                if e.stage != HOLDOUT
+                if e.stage != HOLDOUT and e.attempt == node.attempt
             }
         archive = self.git.archive(node.commit, self.overlay)
         self._acquire_slot()
@@ -579,6 +580,7 @@ class Orchestrator:
             raise BudgetExhausted(reason)
 
     def _record_eval(self, result: EvalResult) -> None:
+        result = dataclasses.replace(result, attempt=self.nodes[result.node_id].attempt)
         what = (
             f"{result.score:.6g}"
             if result.ok and result.score is not None
@@ -821,7 +823,12 @@ class Orchestrator:
     def _final_holdout(self) -> None:
         if self.spec.holdout is None or self.best_id is None:
             return
-        done = {(e.node_id, e.stage) for e in self.store.evaluations(self.run_id, self.best_id)}
+        attempt = self.nodes[self.best_id].attempt
+        done = {
+            (e.node_id, e.stage)
+            for e in self.store.evaluations(self.run_id, self.best_id)
+            if e.attempt == attempt
+        }
         if (self.best_id, HOLDOUT) not in done:
             self.holdout(self.best_id)
 
@@ -843,7 +850,9 @@ class Orchestrator:
         assert node.commit is not None
         ev = self.spec.evaluate
         done = {
-            e.repeat: e for e in self.store.evaluations(self.run_id, node_id) if e.stage == FULL
+            e.repeat: e
+            for e in self.store.evaluations(self.run_id, node_id)
+            if e.stage == FULL and e.attempt == node.attempt
         }
         archive = self.git.archive(node.commit, self.overlay)
         for r in range(repeats):
@@ -899,6 +908,7 @@ class Orchestrator:
             overlay.update(self.git.read_files(self.git.resolve(HOLDOUT_REF)))
         result = self.evaluator.holdout(node_id, self.git.archive(node.commit, overlay))
         if result is not None:
+            result = dataclasses.replace(result, attempt=node.attempt)
             self.store.record_evaluation(self.run_id, result)
             what = f"{result.score:.6g}" if result.ok else f"failed: {result.error}"
             self.store.add_event(
