@@ -4,30 +4,32 @@ memory (``doctor``), and prune finished LangGraph checkpoints (``gc``).
 ``export_branch`` writes one commit on top of the user's HEAD through a temporary index
 file, so the user's working tree and index are never touched. ``doctor`` compares the
 SQL rows with the per-run git stores and the processes that claim runs. ``gc`` deletes
-the checkpoints of finished candidates (their state lives in the SQL rows) and
-compacts the SQLite file.
+the checkpoints of finished candidates (their state lives in the SQL rows) from
+LangGraph's tables, in the SQLite file or in PostgreSQL's ``langgraph`` schema, and
+compacts them (``VACUUM``); it also drops the checkpoints of runs deleted by ``rm``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-import sqlite3
 import subprocess
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import delete
-from sqlalchemy.engine import make_url
+from sqlalchemy import BindParameter, bindparam, delete, inspect, select, text
+from sqlalchemy.engine import Connection
 
 from revtree.errors import RevtreeError
 from revtree.memory import GitStore, Node, NodeStatus, RunInfo, RunStatus, Store
 from revtree.memory.db import transaction
 from revtree.memory.gitstore import NODE_REF
-from revtree.memory.store import EVALS
+from revtree.memory.store import EVALS, NODES
 from revtree.orchestrator.fork import lineage
-from revtree.orchestrator.runner import RunPaths, _alive
+from revtree.orchestrator.runner import CHECKPOINT_SCHEMA, RunPaths, _alive
 from revtree.tasks import TaskSpec
 from revtree.tasks.load import source_dir
 
@@ -38,7 +40,6 @@ HAS_COMMIT = (
     NodeStatus.SUCCEEDED,
 )
 CRASHED = "crashed (found by doctor)"
-CHECKPOINT_TABLES = ("checkpoints", "writes")
 
 
 # -- export ---------------------------------------------------------------------------
@@ -286,67 +287,164 @@ def _delete_evals(store: Store, run_id: str, node_id: int) -> None:
 
 
 # -- gc -------------------------------------------------------------------------------
-def _sqlite_path(store: Store) -> Path | None:
-    url = make_url(store.url)
-    if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
+SQLITE_TABLES = {"checkpoints": "checkpoints", "writes": "writes"}
+POSTGRES_TABLES = {
+    "checkpoints": "checkpoints",
+    "blobs": "checkpoint_blobs",
+    "writes": "checkpoint_writes",
+}
+CHUNK = 500  # thread ids per DELETE
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointTables:
+    """Where LangGraph's saver keeps its rows in the run database (see
+    ``runner.make_checkpointer``): report key -> table, qualified by ``schema``."""
+
+    dialect: str
+    schema: str | None
+    tables: dict[str, str]
+
+    def qualified(self, table: str) -> str:
+        return f"{self.schema}.{table}" if self.schema else table
+
+
+def checkpoint_tables(store: Store) -> CheckpointTables | None:
+    """The checkpoint tables that exist in the store's database; ``None`` where the
+    checkpoints live in memory (SQLite ``:memory:``, other backends) or none exist yet."""
+    url = store.engine.url
+    dialect = url.get_backend_name()
+    if dialect == "sqlite" and url.database not in (None, "", ":memory:"):
+        schema, wanted = None, SQLITE_TABLES
+    elif dialect == "postgresql":
+        schema, wanted = CHECKPOINT_SCHEMA, POSTGRES_TABLES
+    else:
         return None
-    return Path(url.database).expanduser()
+    present = set(inspect(store.engine).get_table_names(schema=schema))
+    tables = {k: t for k, t in wanted.items() if t in present}
+    return CheckpointTables(dialect, schema, tables) if tables else None
 
 
-def _size(path: Path) -> int:
-    return sum(p.stat().st_size for p in (path, Path(f"{path}-wal")) if p.exists())
+def finished_threads(conn: Connection) -> list[str]:
+    """The LangGraph thread ids (``run:ticket``) of every finished candidate, their node
+    rows locked (``FOR SHARE`` on PostgreSQL; SQLite's write transaction holds the whole
+    file) until the transaction ends. A finished node's checkpoints are read again only
+    by ``revtree retry``, which first resets the node to unfinished (and copes with
+    pruned checkpoints): the lock keeps that reset from interleaving with the delete."""
+    done = [s.value for s in NodeStatus if s.is_finished()]
+    rows = conn.execute(
+        select(NODES.c.run_id, NODES.c.thread_id)
+        .where(NODES.c.status.in_(done), NODES.c.thread_id.is_not(None))
+        .with_for_update(read=True)
+    )
+    return [f"{run_id}:{ticket}" for run_id, ticket in rows]
+
+
+ORPHAN = (  # a thread of no run: its run was deleted (``revtree rm``)
+    "NOT EXISTS (SELECT 1 FROM runs WHERE substr({t}.thread_id, 1, length(runs.id) + 1)"
+    " = runs.id || ':')"
+)
+
+
+def _prune(store: Store, where: CheckpointTables) -> dict[str, int]:
+    """Delete, in one write transaction, the rows of finished candidates' threads and of
+    threads whose run no longer exists from every checkpoint table; the counts per
+    report key, and ``threads``: how many threads had rows. A run's row is committed
+    before any of its checkpoints, so a run being created has no orphan threads."""
+    counts = dict.fromkeys(where.tables, 0)
+    pruned: set[str] = set()
+    ids: BindParameter[list[str]] = bindparam("ids", expanding=True)
+    with transaction(store.engine, write=True) as conn:
+        threads = finished_threads(conn)
+        for key, table in where.tables.items():
+            name = where.qualified(table)
+            for cond, params in _conditions(name, threads):
+                found = text(f"SELECT DISTINCT thread_id FROM {name} WHERE {cond}")
+                gone = text(f"DELETE FROM {name} WHERE {cond}")
+                if params:
+                    found, gone = found.bindparams(ids), gone.bindparams(ids)
+                pruned.update(conn.execute(found, params).scalars())
+                counts[key] += conn.execute(gone, params).rowcount
+    return {**counts, "threads": len(pruned)}
+
+
+def _conditions(name: str, threads: list[str]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """WHERE clauses (and their parameters) for the rows of table ``name`` to delete:
+    ``threads`` a chunk at a time, then the orphans."""
+    for i in range(0, len(threads), CHUNK):
+        yield "thread_id IN :ids", {"ids": threads[i : i + CHUNK]}
+    yield ORPHAN.format(t=name), {}
+
+
+@contextmanager
+def _autocommit(store: Store) -> Iterator[Any]:
+    """A DBAPI cursor outside any transaction block (VACUUM refuses to run in one). The
+    connection is dropped afterwards rather than handed back to the pool changed."""
+    raw = store.engine.raw_connection()
+    try:
+        driver = raw.driver_connection
+        if store.engine.dialect.name == "postgresql":
+            driver.autocommit = True  # type: ignore[union-attr]
+        # sqlite: revtree's engine already runs sqlite3 with isolation_level=None
+        cur = raw.cursor()
+        try:
+            yield cur
+        finally:
+            cur.close()
+    finally:
+        raw.invalidate()
+        raw.close()
+
+
+def _compact(store: Store, where: CheckpointTables) -> None:
+    """SQLite: ``VACUUM`` the file and truncate its WAL. PostgreSQL: ``VACUUM ANALYZE``
+    the checkpoint tables only (not ``FULL``: that would lock out running runs)."""
+    with _autocommit(store) as cur:
+        if where.dialect == "sqlite":
+            cur.execute("VACUUM")
+            cur.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            return
+        for table in where.tables.values():
+            cur.execute(f"VACUUM ANALYZE {where.qualified(table)}")
+
+
+def _bytes(store: Store, where: CheckpointTables) -> int:
+    """SQLite: the database file and its WAL. PostgreSQL: the checkpoint tables with
+    their indexes and TOAST."""
+    if where.dialect == "sqlite":
+        path = Path(str(store.engine.url.database)).expanduser()
+        return sum(p.stat().st_size for p in (path, Path(f"{path}-wal")) if p.exists())
+    with transaction(store.engine) as conn:
+        return sum(
+            int(conn.execute(text("SELECT pg_total_relation_size(:t)"), {"t": name}).scalar_one())
+            for name in map(where.qualified, where.tables.values())
+        )
 
 
 def gc(store: Store, home: Path) -> dict[str, Any]:
-    """Delete the checkpoints of finished candidates and compact the database."""
-    threads = [
-        f"{run.id}:{n.thread_id}"
-        for run in store.list_runs()
-        for n in store.nodes(run.id)
-        if n.thread_id and n.status.is_finished()
-    ]
+    """Delete the checkpoints of finished candidates (and of deleted runs) and compact,
+    on SQLite and on PostgreSQL alike. Safe while runs are going: an unfinished
+    candidate's thread is never touched. What running runs feel: the delete is one
+    write transaction (SQLite: the file's write lock; PostgreSQL: row locks); SQLite's
+    ``VACUUM`` rewrites the file under the write lock (writers wait, up to their 60 s
+    busy timeout: gc a big file between runs); PostgreSQL's ``VACUUM ANALYZE`` blocks
+    no reads or writes. ``bytes_*``: the SQLite file with its WAL, or on PostgreSQL the
+    checkpoint tables with their indexes."""
     report: dict[str, Any] = {
         "threads": 0,
         "checkpoints": 0,
         "writes": 0,
+        "blobs": 0,
         "vacuumed": False,
         "bytes_before": 0,
         "bytes_after": 0,
     }
-    path = _sqlite_path(store)
-    if path is None or not path.exists():
-        return report  # checkpoints live in memory on other backends: nothing to prune
-    report["bytes_before"] = _size(path)
-    conn = sqlite3.connect(path, timeout=60, isolation_level=None)
-    try:
-        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        present = [t for t in CHECKPOINT_TABLES if t in tables]
-        if present:
-            pruned: set[str] = set()
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                for i in range(0, len(threads), 500):
-                    chunk = threads[i : i + 500]
-                    marks = ",".join("?" * len(chunk))
-                    for table in present:
-                        rows = conn.execute(
-                            f"SELECT DISTINCT thread_id FROM {table} WHERE thread_id IN ({marks})",
-                            chunk,
-                        ).fetchall()
-                        pruned.update(r[0] for r in rows)
-                        cur = conn.execute(
-                            f"DELETE FROM {table} WHERE thread_id IN ({marks})", chunk
-                        )
-                        report[table] += cur.rowcount
-                conn.execute("COMMIT")
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            report["threads"] = len(pruned)
-        conn.execute("VACUUM")
-        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        report["vacuumed"] = True
-    finally:
-        conn.close()
-    report["bytes_after"] = _size(path)
+    where = checkpoint_tables(store)
+    if where is None:
+        return report  # checkpoints live in memory: nothing to prune
+    report["bytes_before"] = _bytes(store, where)
+    report.update(_prune(store, where))
+    _compact(store, where)
+    report["vacuumed"] = True
+    report["bytes_after"] = _bytes(store, where)
     return report

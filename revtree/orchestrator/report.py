@@ -1,4 +1,5 @@
-"""Summaries of runs for ``show``, ``ls`` and the end of ``run``."""
+"""Summaries of runs for ``show``, ``ls`` and the end of ``run``, and a side-by-side
+comparison of several runs (a fork against its parent, say)."""
 
 from __future__ import annotations
 
@@ -44,6 +45,7 @@ def summarize(store: Store, run: RunInfo, with_nodes: bool = False) -> dict[str,
         "created_at": run.created_at,
         "parent_run": run.parent_run,
         "parent_node": run.parent_node,
+        **_own_work(nodes, run),
     }
     calls = store.llm_calls(run.id)
     out["llm"] = llm_spend(calls)
@@ -57,6 +59,62 @@ def summarize(store: Store, run: RunInfo, with_nodes: bool = False) -> dict[str,
             {**node_json(n), **per_node.get(n.id, {"usd": 0.0, "tokens": 0})} for n in nodes
         ]
     return out
+
+
+def inherited(nodes: list[Node], run: RunInfo) -> set[int]:
+    """Ids of the nodes a fork copied from its parent run (none for a run that is not a
+    fork): copies keep their creation time, which predates the fork."""
+    if run.parent_run is None:
+        return set()
+    return {n.id for n in nodes if n.created_at < run.created_at}
+
+
+def _own_work(nodes: list[Node], run: RunInfo) -> dict[str, Any]:
+    """What this run added itself: its node count and best node, history left out."""
+    old = inherited(nodes, run)
+    own = [n for n in nodes if n.id not in old]
+    best = Tree.of(own, run.maximize).best()
+    return {
+        "n_inherited": len(old),
+        "n_new": len(own),
+        "best_new_score": best.score if best else None,
+        "best_new_node": best.id if best else None,
+    }
+
+
+COMPARE_KEYS = (
+    "task",
+    "status",
+    "policy",
+    "parent_run",
+    "parent_node",
+    "n_nodes",
+    "n_inherited",
+    "n_new",
+    "n_failed",
+    "baseline_score",
+    "best_score",
+    "best_node",
+    "best_new_score",
+    "best_new_node",
+    "improvement",
+    "holdout_score",
+    "wall_seconds",
+    "sandbox_seconds",
+    "usd",
+)
+
+
+def compare(store: Store, runs: list[RunInfo]) -> list[tuple[str, list[Any]]]:
+    """Runs side by side: one row per key of ``COMPARE_KEYS`` (``summarize``'s, plus
+    ``holdout_score``: the last holdout of the run's best node, and ``usd``), with one
+    value per run, in the order given. A table is ``Table("", *ids)`` and these rows."""
+    summaries = [summarize(store, r) for r in runs]
+    for s in summaries:
+        on_best = [h for h in s["holdout"] if h["node"] == s["best_node"] and h["ok"]]
+        s["holdout_score"] = on_best[-1]["score"] if on_best else None
+        s["usd"] = s["llm"]["usd"]
+    return [(k, [s[k] for s in summaries]) for k in COMPARE_KEYS]
 
 
 def llm_spend(calls: list[LLMCall]) -> dict[str, Any]:

@@ -1,13 +1,19 @@
-"""Housekeeping with real git, real SQLite and real runs: export to a branch, doctor, gc."""
+"""Housekeeping with real git, real databases and real runs: export to a branch, doctor, gc.
+
+gc is checked on SQLite and (marker ``postgres``) on PostgreSQL with the same test."""
 
 from __future__ import annotations
 
 import socket
 import sqlite3
 import subprocess
+import threading
+from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from sqlalchemy import text
 
 from revtree.errors import RevtreeError
 from revtree.memory import GitStore, Node, NodeStatus, RunStatus, Store
@@ -15,9 +21,11 @@ from revtree.orchestrator import Orchestrator, RunPaths, create_run
 from revtree.orchestrator.fork import lineage
 from revtree.orchestrator.housekeeping import doctor, export_branch, gc
 from revtree.orchestrator.report import summarize
+from revtree.orchestrator.retry import retry
 from revtree.tasks import TaskSpec, load_task
 
-from .conftest import make_task, revtree
+from ..pg import fresh_database
+from .conftest import make_task, revtree, wait_for
 
 
 def _finished_run(store: Store, home: Path, task: Path) -> str:
@@ -244,6 +252,140 @@ def test_gc_prunes_finished_checkpoints_and_the_run_resumes(
     assert len(nodes) == 6 and all(n.status.is_finished() for n in nodes)
     assert set(store.evaluation_counts(run_id).values()) == {1}
     assert doctor(store, home) == []
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def any_store(request: pytest.FixtureRequest, home: Path) -> Iterator[Store]:
+    """A Store on SQLite (in ``home``) or on a fresh PostgreSQL database."""
+    if request.param == "sqlite":
+        s = Store(f"sqlite:///{home / 'revtree.db'}")
+        yield s
+        s.close()
+        return
+    with fresh_database() as url:
+        s = Store(url)
+        yield s
+        s.close()
+
+
+CHECKPOINT_TABLES = {  # where LangGraph's savers keep their rows: gc's report key -> table
+    "sqlite": {"checkpoints": "checkpoints", "writes": "writes"},
+    "postgresql": {
+        "checkpoints": "langgraph.checkpoints",
+        "blobs": "langgraph.checkpoint_blobs",
+        "writes": "langgraph.checkpoint_writes",
+    },
+}
+
+
+def _checkpoint_rows(store: Store) -> dict[str, Counter[str]]:
+    """Rows per LangGraph thread, per checkpoint table."""
+    out: dict[str, Counter[str]] = {}
+    with store.engine.connect() as conn:
+        for table in CHECKPOINT_TABLES[store.engine.dialect.name].values():
+            rows = conn.execute(text(f"SELECT thread_id, COUNT(*) FROM {table} GROUP BY thread_id"))
+            out[table] = Counter({t: int(n) for t, n in rows})
+    return out
+
+
+def _threads(store: Store, run_id: str, finished: bool) -> set[str]:
+    return {
+        f"{run_id}:{n.thread_id}"
+        for n in store.nodes(run_id)
+        if n.thread_id and n.status.is_finished() is finished
+    }
+
+
+def _stopped_midway(store: Store, home: Path, task: Path, after: int) -> str:
+    """A run stopped (as by ``revtree stop``) once ``after`` nodes succeeded, with
+    candidates still in flight: their nodes stay unfinished, their checkpoints kept."""
+    run = create_run(store, load_task(task), home)
+    stop, errors = threading.Event(), []
+
+    def drive() -> None:
+        try:
+            Orchestrator(store, run.id, home=home).drive(stop)
+        except BaseException as e:  # surfaced below
+            errors.append(e)
+
+    driver = threading.Thread(target=drive)
+    driver.start()
+    try:
+        wait_for(
+            lambda: sum(n.status is NodeStatus.SUCCEEDED for n in store.nodes(run.id)) >= after,
+            120,
+            f"{after} succeeded nodes",
+        )
+    finally:
+        stop.set()
+        driver.join(timeout=120)
+    assert not driver.is_alive() and errors == []
+    assert store.get_run(run.id).status is RunStatus.STOPPED
+    return run.id
+
+
+def test_gc_mid_run_keeps_unfinished_candidates_and_resume_completes(
+    tmp_path: Path, home: Path, any_store: Store
+) -> None:
+    store = any_store
+    done = _finished_run(store, home, make_task(tmp_path / "a", budget=4))
+    task = make_task(tmp_path / "b", budget=10, parallel=2, sleep=0.4)
+    deleted = _finished_run(store, home, make_task(tmp_path / "c", budget=3))
+    stopped = _stopped_midway(store, home, task, after=3)
+    store.delete_run(deleted)  # as `revtree rm` does: its checkpoints are orphans now
+    before = _checkpoint_rows(store)
+    tables = CHECKPOINT_TABLES[store.engine.dialect.name]
+    main = tables["checkpoints"]
+    orphans = {t for t in before[main] if t.startswith(f"{deleted}:")}
+    finished = _threads(store, done, True) | _threads(store, stopped, True) | orphans
+    unfinished = _threads(store, stopped, False)
+    assert unfinished & before[main].keys()  # a stopped candidate with checkpoints to keep
+    assert finished & before[main].keys() and orphans
+
+    report = gc(store, home)
+
+    after = _checkpoint_rows(store)
+    for table, rows in before.items():
+        assert not finished & after[table].keys()
+        assert after[table] == Counter({t: n for t, n in rows.items() if t not in finished})
+    for key, table in tables.items():
+        assert report[key] == sum(n for t, n in before[table].items() if t in finished), key
+    assert report["threads"] == len(finished & set().union(*before.values()))
+    assert report["vacuumed"] and report["bytes_before"] > 0 and report["bytes_after"] > 0
+
+    run = Orchestrator(store, stopped, home=home).drive()  # resume after gc
+    assert run.status is RunStatus.COMPLETED, run.reason
+    nodes = store.nodes(stopped)
+    assert len(nodes) == 10 and all(n.status.is_finished() for n in nodes)
+    assert set(store.evaluation_counts(stopped).values()) == {1}
+    assert doctor(store, home) == []
+    assert gc(store, home)["threads"] > 0  # the resumed candidates, finished now
+    left = set().union(*_checkpoint_rows(store).values())
+    assert not left & (_threads(store, done, True) | _threads(store, stopped, True))
+
+
+def test_retry_after_gc_starts_the_pruned_thread_over(
+    tmp_path: Path, home: Path, any_store: Store
+) -> None:
+    """``revtree retry`` is the one reader of a finished candidate's checkpoints: after
+    gc pruned them, a retry starts the thread over and still completes the node."""
+    store = any_store
+    run_id = _finished_run(store, home, make_task(tmp_path / "t", budget=4))
+    leaf = _deepest(store, run_id)
+    assert gc(store, home)["threads"] == 4
+    thread = f"{run_id}:{leaf.thread_id}"
+    main = CHECKPOINT_TABLES[store.engine.dialect.name]["checkpoints"]
+    assert thread not in _checkpoint_rows(store)[main]
+
+    node = retry(store, run_id, leaf.id, "evaluate", home=home)
+
+    assert (node.status, node.attempt, node.commit) == (NodeStatus.SUCCEEDED, 2, leaf.commit)
+    evals = store.evaluations(run_id, leaf.id)
+    assert sorted(e.attempt for e in evals if e.stage == "full") == [1, 2]
+    assert store.get_run(run_id).status is RunStatus.COMPLETED
+    assert doctor(store, home) == []
+    assert thread in _checkpoint_rows(store)[main]  # the new attempt's thread
+    assert gc(store, home)["threads"] == 1
 
 
 @pytest.mark.slow
