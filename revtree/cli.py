@@ -25,6 +25,7 @@ from revtree.errors import RevtreeError
 from revtree.memory import Event, GitStore, RunInfo, RunStatus, Store
 from revtree.memory.db import revtree_home
 from revtree.orchestrator import Orchestrator, RunPaths, create_run
+from revtree.orchestrator.report import compare as compare_runs
 from revtree.orchestrator.report import node_json, summarize
 from revtree.sandbox_cli import sandbox_app
 from revtree.tasks import TaskSpec, load_task
@@ -392,6 +393,26 @@ def show(
         console.print(nt)
 
 
+@app.command()
+def compare(
+    run_ids: Annotated[list[str], typer.Argument(help="Two or more runs (ids, prefixes, 'last').")],
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+    db: DbOpt = None,
+) -> None:
+    """Runs side by side: a fork against its parent, say (what each added itself too)."""
+    store = _store(db)
+    runs = [store.get_run(r) for r in run_ids]
+    rows = compare_runs(store, runs)
+    if as_json:
+        data = {r.id: {k: v[i] for k, v in rows} for i, r in enumerate(runs)}
+        print(json.dumps(data, indent=2, default=str))
+        return
+    table = Table("", *(r.id for r in runs), title="runs compared")
+    for key, values in rows:
+        table.add_row(key, *(_fmt(v) if isinstance(v, float) else str(v) for v in values))
+    console.print(table)
+
+
 def _git(found: RunInfo) -> GitStore:
     return GitStore(RunPaths(revtree_home(), found.id).repo)
 
@@ -572,7 +593,7 @@ def fork(
     parent = store.get_run(run_id)
     spec = _load(task) if task else TaskSpec.model_validate(parent.spec)
     spec = apply_sets(spec, set_ or [])
-    new = fork_run(store, parent.id, node, spec, home, with_tree)
+    new = fork_run(store, parent.id, node, spec, home, with_tree, task_files=task is not None)
     console.print(
         f"run [bold]{new.id}[/bold] forked from {parent.id} at node {node} "
         f"({len(store.nodes(new.id))} nodes of history) · policy {new.policy}"
@@ -687,11 +708,14 @@ def gc_(db: DbOpt = None) -> None:
     """Delete the LangGraph checkpoints of finished candidates and compact the database."""
     from revtree.orchestrator.housekeeping import gc as collect
 
-    r = collect(_store(db), revtree_home())
+    store = _store(db)
+    r = collect(store, revtree_home())
     console.print(
-        f"removed {r['checkpoints']} checkpoint(s) and {r['writes']} write(s) of "
-        f"{r['threads']} finished candidate(s); database {r['bytes_before']} -> "
-        f"{r['bytes_after']} bytes" + ("" if r["vacuumed"] else " (not compacted)")
+        f"removed {r['checkpoints']} checkpoint(s), {r['writes']} write(s) and "
+        f"{r['blobs']} blob(s) of {r['threads']} finished candidate(s); "
+        f"{'database' if store.url.startswith('sqlite') else 'checkpoint tables'} "
+        f"{r['bytes_before']} -> {r['bytes_after']} bytes"
+        + ("" if r["vacuumed"] else " (not compacted)")
     )
 
 

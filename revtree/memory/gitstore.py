@@ -30,6 +30,7 @@ LINK_MODE = 0o120000
 ACTOR = git.Actor("revtree", "revtree@localhost")
 NODE_REF = "refs/revtree/nodes/{}"
 HOLDOUT_REF = "refs/revtree/holdout"
+PROTECTED_REF = "refs/revtree/protected"  # a fork's own evaluator files (``fork --task``)
 
 Entry = tuple[bytes, int, str]  # (binsha, mode, name) as git stores a tree row
 Change = bytes | None  # new content, or None to delete
@@ -199,6 +200,13 @@ class GitStore:
     def resolve(self, ref: str) -> str:
         with self._lock:
             return str(self.repo.commit(ref).hexsha)
+
+    def find(self, ref: str) -> str | None:
+        """The commit ``ref`` names, or None if there is no such ref."""
+        try:
+            return self.resolve(ref)
+        except (ValueError, git.BadName, git.BadObject):
+            return None
 
     def has_commit(self, sha: str) -> bool:
         with self._lock:

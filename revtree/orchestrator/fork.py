@@ -5,7 +5,9 @@ node) as its history: the same node ids, commits, proposals, scores and evaluati
 so nothing is evaluated again and the knob study and policies learn from it. Its git
 store borrows the parent run's objects through git alternates instead of copying
 them. The configuration may change: ``--set key=value`` on any task key, or a whole
-new task file. The new run records which run and node it came from.
+new task file, whose protected (evaluator) and holdout files then replace the parent's
+for every new evaluation (inherited nodes keep their scores). The new run records which
+run and node it came from.
 """
 
 from __future__ import annotations
@@ -21,10 +23,10 @@ from pydantic import ValidationError
 from revtree.errors import RevtreeError, TaskSpecError
 from revtree.memory import GitStore, Node, RunInfo, Store
 from revtree.memory.db import revtree_home
-from revtree.memory.gitstore import HOLDOUT_REF
-from revtree.orchestrator.runner import RunPaths
+from revtree.memory.gitstore import HOLDOUT_REF, PROTECTED_REF
+from revtree.orchestrator.runner import RunPaths, read_source
 from revtree.tasks import TaskSpec
-from revtree.tasks.load import format_validation_error
+from revtree.tasks.load import code_files, format_validation_error, holdout_files, matches
 
 KEEP_ON_POLICY_CHANGE = ("seed", "parallel", "lookahead")
 
@@ -71,8 +73,12 @@ def fork_run(
     spec: TaskSpec | None = None,
     home: Path | None = None,
     with_tree: bool = False,
+    task_files: bool = False,
 ) -> RunInfo:
-    """Record a new run that continues from ``node_id`` of run ``run_id``."""
+    """Record a new run that continues from ``node_id`` of run ``run_id``.
+
+    ``task_files``: ``spec`` comes from a task file, whose protected and holdout files
+    the new run evaluates with (else it keeps the parent's)."""
     home = home or revtree_home()
     parent = store.get_run(run_id)
     spec = spec or TaskSpec.model_validate(parent.spec)
@@ -90,6 +96,8 @@ def fork_run(
     keep_ids = {n.id for n in keep}
     new_id = f"{spec.name}-{uuid.uuid4().hex[:6]}"
     _share_git(RunPaths(home, parent.id).repo, RunPaths(home, new_id).repo, keep)
+    if task_files:
+        _commit_task_files(RunPaths(home, new_id).repo, spec)
     run = store.create_run(
         new_id,
         spec.name,
@@ -127,10 +135,24 @@ def _share_git(parent_repo: Path, new_repo: Path, keep: list[Node]) -> None:
             git.set_node_ref(n.id, n.commit)
         parent = GitStore(parent_repo)
         try:
-            git.set_ref(HOLDOUT_REF, parent.resolve(HOLDOUT_REF))
-        except Exception:  # the task has no holdout files
-            pass
+            for ref in (HOLDOUT_REF, PROTECTED_REF):
+                if (sha := parent.find(ref)) is not None:
+                    git.set_ref(ref, sha)
         finally:
             parent.close()
+    finally:
+        git.close()
+
+
+def _commit_task_files(repo: Path, spec: TaskSpec) -> None:
+    """The new task's protected files (and holdout files) as the fork's own refs."""
+    git = GitStore(repo)
+    try:
+        protected = [p for p in code_files(spec) if matches(p, spec.protected)]
+        files, modes = read_source(spec, protected)
+        git.set_ref(PROTECTED_REF, git.commit_files(files, "protected files of the task", modes))
+        if held := holdout_files(spec):
+            files, modes = read_source(spec, held)
+            git.set_ref(HOLDOUT_REF, git.commit_files(files, "holdout files", modes))
     finally:
         git.close()

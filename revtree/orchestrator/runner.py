@@ -34,7 +34,7 @@ from revtree.agents.llm import BudgetExhausted
 from revtree.errors import Cancelled, EditError, RevtreeError, SandboxError
 from revtree.memory import EvalResult, Event, GitStore, Node, NodeStatus, RunInfo, RunStatus, Store
 from revtree.memory.db import normalize_url, revtree_home
-from revtree.memory.gitstore import HOLDOUT_REF, file_mode
+from revtree.memory.gitstore import HOLDOUT_REF, PROTECTED_REF, file_mode
 from revtree.orchestrator.gpus import GpuPool
 from revtree.orchestrator.pipeline import CandidateState, build_pipeline
 from revtree.orchestrator.policies import Selection, make_policy
@@ -71,7 +71,7 @@ class RunPaths:
         return self.dir / "work"
 
 
-def _read_source(spec: TaskSpec, paths: list[str]) -> tuple[dict[str, bytes], dict[str, int]]:
+def read_source(spec: TaskSpec, paths: list[str]) -> tuple[dict[str, bytes], dict[str, int]]:
     src = source_dir(spec)
     files, modes = {}, {}
     for rel in paths:
@@ -89,11 +89,11 @@ def create_run(
     run_id = run_id or f"{spec.name}-{uuid.uuid4().hex[:6]}"
     paths = RunPaths(home, run_id)
     git = GitStore(paths.repo)
-    files, modes = _read_source(spec, code_files(spec))
+    files, modes = read_source(spec, code_files(spec))
     root_sha = git.commit_files(files, f"{spec.name}: baseline (untouched source)", modes)
     git.set_node_ref(0, root_sha)
     if spec.holdout and spec.holdout.files:
-        hfiles, hmodes = _read_source(spec, holdout_files(spec))
+        hfiles, hmodes = read_source(spec, holdout_files(spec))
         git.set_ref(HOLDOUT_REF, git.commit_files(hfiles, "holdout files", hmodes))
     git.close()
     root = Node(
@@ -263,9 +263,11 @@ class Orchestrator:
         self.sandbox_seconds = store.sandbox_seconds(self.run_id)
         root = self.nodes[0]
         assert root.commit is not None
+        # protected files: the task's own (a fork with --task), else the root's
+        protected_from = self.git.find(PROTECTED_REF) or root.commit
         self.overlay = {
             p: d
-            for p, d in self.git.read_files(root.commit).items()
+            for p, d in self.git.read_files(protected_from).items()
             if matches(p, self.spec.protected)
         }
         # generated protected files (compatibility shims of imported task formats)
