@@ -152,9 +152,11 @@ class Store:
         parent_run: str | None = None,
         parent_node: int | None = None,
         root: tuple[Node, EventSpec] | None = None,
+        history: tuple[list[Node], list[EvalResult], EventSpec] | None = None,
     ) -> RunInfo:
-        """Insert a run (and its ``root`` node, in the same transaction: a process killed
-        while creating a run leaves either nothing or a run that can be resumed)."""
+        """Insert a run, and its ``root`` node or a fork's ``history`` (see
+        :meth:`copy_history`) in the same transaction: a process killed while creating a
+        run leaves either nothing or a run that can be resumed."""
         now = time.time()
         with self._write() as conn:
             conn.execute(
@@ -183,6 +185,8 @@ class Store:
             if root is not None:
                 conn.execute(insert(NODES).values(**_node_values(root[0])))
                 self._event(conn, run_id, root[1], root[0].id)
+            if history is not None:
+                self._copy(conn, run_id, *history)
         return self.get_run(run_id)
 
     def get_run(self, run_id: str) -> RunInfo:
@@ -252,15 +256,25 @@ class Store:
     ) -> Event:
         """Insert finished nodes and their evaluations into a (new) run, in one transaction."""
         with self._write() as conn:
-            if nodes:
-                conn.execute(insert(NODES), [_node_values(n) for n in nodes])
-            if evaluations:
-                now = time.time()
-                conn.execute(
-                    insert(EVALS),
-                    [{**e.__dict__, "run_id": run_id, "created_at": now} for e in evaluations],
-                )
-            return self._event(conn, run_id, event, None)
+            return self._copy(conn, run_id, nodes, evaluations, event)
+
+    def _copy(
+        self,
+        conn: Connection,
+        run_id: str,
+        nodes: list[Node],
+        evaluations: list[EvalResult],
+        event: EventSpec,
+    ) -> Event:
+        if nodes:
+            conn.execute(insert(NODES), [_node_values(n) for n in nodes])
+        if evaluations:
+            now = time.time()
+            conn.execute(
+                insert(EVALS),
+                [{**e.__dict__, "run_id": run_id, "created_at": now} for e in evaluations],
+            )
+        return self._event(conn, run_id, event, None)
 
     def delete_run(self, run_id: str) -> None:
         with self._write() as conn:
@@ -345,6 +359,8 @@ class Store:
         return [_eval(r) for r in rows]
 
     def evaluation_counts(self, run_id: str) -> dict[tuple[int, str, int], int]:
+        """Evaluations per (node, stage, repeat), every attempt counted: 1 everywhere
+        means nothing was evaluated twice, unless ``retry`` asked for it."""
         with transaction(self.engine) as conn:
             rows = conn.execute(
                 select(EVALS.c.node_id, EVALS.c.stage, EVALS.c.repeat, func.count())

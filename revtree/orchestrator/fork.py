@@ -98,7 +98,15 @@ def fork_run(
     _share_git(RunPaths(home, parent.id).repo, RunPaths(home, new_id).repo, keep)
     if task_files:
         _commit_task_files(RunPaths(home, new_id).repo, spec)
-    run = store.create_run(
+    copies = [Node(**{**n.__dict__, "run_id": new_id}) for n in sorted(keep, key=lambda n: n.id)]
+    evals = [e for e in store.evaluations(parent.id) if e.node_id in keep_ids]
+    what = "its whole tree" if with_tree else f"the {len(keep)} nodes of its lineage"
+    event = (
+        "run",
+        f"forked from run {parent.id} at node {node_id}, with {what}",
+        {"parent_run": parent.id, "parent_node": node_id, "nodes": len(copies)},
+    )
+    run = store.create_run(  # the run and its history in one transaction
         new_id,
         spec.name,
         spec.search.policy,
@@ -107,19 +115,7 @@ def fork_run(
         spec.model_dump(mode="json"),
         parent_run=parent.id,
         parent_node=node_id,
-    )
-    copies = [Node(**{**n.__dict__, "run_id": new_id}) for n in sorted(keep, key=lambda n: n.id)]
-    evals = [e for e in store.evaluations(parent.id) if e.node_id in keep_ids]
-    what = "its whole tree" if with_tree else f"the {len(keep)} nodes of its lineage"
-    store.copy_history(
-        new_id,
-        copies,
-        evals,
-        (
-            "run",
-            f"forked from run {parent.id} at node {node_id}, with {what}",
-            {"parent_run": parent.id, "parent_node": node_id, "nodes": len(copies)},
-        ),
+        history=(copies, evals, event),
     )
     return store.get_run(run.id)
 

@@ -232,6 +232,8 @@ def _check_run(store: Store, home: Path, run: RunInfo, repair: bool) -> list[Fin
         )
 
     nodes = {n.id: n for n in store.nodes(run.id)}
+    if 0 not in nodes:  # cannot happen since runs are created in one transaction
+        found("no-root", "run has no root node (node 0): it cannot be resumed; `revtree rm` it")
     stray = sorted({e.node_id for e in store.evaluations(run.id)} - nodes.keys())
     for node_id in stray:
         found(

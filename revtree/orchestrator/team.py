@@ -146,8 +146,10 @@ class Team:
         )
 
     def _evaluation(self, node: Node) -> str:
-        evals = [
-            e for e in self.orch.store.evaluations(self.orch.run_id, node.id) if e.stage != HOLDOUT
+        evals = [  # this attempt's only: an earlier one (see ``retry``) is history
+            e
+            for e in self.orch.store.evaluations(self.orch.run_id, node.id)
+            if e.stage != HOLDOUT and e.attempt == node.attempt
         ]
         if not evals:
             return "(not evaluated yet)" if not node.error else f"failed: {node.error}"

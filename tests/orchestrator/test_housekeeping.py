@@ -198,6 +198,12 @@ def test_doctor_reports_what_it_cannot_repair(tmp_path: Path, home: Path, store:
     store.update_run(run_id, status=RunStatus.RUNNING, pid=_own_pid(), host=socket.gethostname())
     assert "dead-run" not in {f.kind for f in doctor(store, home, repair=True)}
 
+    # a run without its root node (as a kill between two transactions once left) is named
+    store.create_run("rootless", "t", "greedy", "minimize", 0, {})
+    store.update_run("rootless", status=RunStatus.STOPPED)
+    kinds = {(f.run, f.kind) for f in doctor(store, home, "rootless")}
+    assert kinds == {("rootless", "no-root"), ("rootless", "missing-repo")}
+
 
 def _own_pid() -> int:
     import os
