@@ -4,6 +4,18 @@ The proposer keeps an in-memory Optuna study, rebuilt from the run's own nodes o
 resume (an RDB-backed study costs ~70 ms a trial; this costs well under one). Each
 ``ask`` uses a sampler seeded from (run seed, node id), so given the same finished
 history a resumed run asks for the same values as an uninterrupted one.
+
+With ``sampler="local"`` an ``improve``, ``debug`` or ``crossover`` does not ask the
+study: it perturbs the parent's values (for crossover, the first parent's) with a
+``random.Random`` seeded from (run seed, node id), so it is as reproducible. Each knob
+changes with probability ``local_share`` (at least one always does, if any can): a
+number by a Gaussian step of std ``local_scale`` times its range, in log space for a log
+knob, then rounded to its int or step grid and clipped to the range; a categorical to
+another of its choices. A knob the parent lacks (the root's, unless ``baseline`` holds
+it) is drawn uniformly. Such a proposal enters the study as a RUNNING trial, exactly as
+``rebuild`` enters an unfinished node, and ``observe`` tells it, so the study learns
+from every node and a rebuilt study equals the live one. ``draft`` and ``tune`` (the
+``optuna`` policy's operator: the study alone decides) ask the TPE study as ``"tpe"``.
 """
 
 from __future__ import annotations
@@ -11,6 +23,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import math
+import random
 import threading
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -28,9 +41,12 @@ from revtree.agents.base import Proposal
 from revtree.errors import EditError
 from revtree.memory.records import Node, NodeStatus
 from revtree.tasks.load import knob_regex
-from revtree.tasks.spec import Knob
+from revtree.tasks.spec import Knob, KnobAgent
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+LOCAL_OPERATORS = frozenset({"improve", "debug", "crossover"})
+"""The operators that ``sampler="local"`` answers near the parent."""
 
 
 def derive_seed(seed: int, *parts: object) -> int:
@@ -118,14 +134,41 @@ class KnobProposer:
         seed: int,
         sampler: str = "tpe",
         n_startup_trials: int = 8,
+        *,
+        local_scale: float = 0.2,
+        local_share: float = 0.5,
+        baseline: Mapping[str, Any] | None = None,
     ) -> None:
         self.knobs = list(knobs)
         self.maximize, self.seed = maximize, seed
         self.sampler_name, self.n_startup = sampler, n_startup_trials
+        self.local_scale, self.local_share = local_scale, local_share
+        self.baseline: dict[str, Any] = dict(baseline or {})  # the root's values
         self.dists = {k.name: distribution(k) for k in self.knobs}
         self.study = optuna.create_study(direction="maximize" if maximize else "minimize")
         self._trials: dict[int, int] = {}  # node id -> trial number
         self._lock = threading.Lock()
+
+    @classmethod
+    def from_config(
+        cls,
+        knobs: Iterable[Knob],
+        maximize: bool,
+        seed: int,
+        config: KnobAgent,
+        baseline: Mapping[str, Any] | None = None,
+    ) -> KnobProposer:
+        """The proposer that a task's ``[agents.knobs]`` section describes."""
+        return cls(
+            knobs,
+            maximize,
+            seed,
+            config.sampler,
+            config.n_startup_trials,
+            local_scale=config.local_scale,
+            local_share=config.local_share,
+            baseline=baseline,
+        )
 
     def _sampler(self, node_id: int) -> optuna.samplers.BaseSampler:
         seed = derive_seed(self.seed, "knobs", node_id)
@@ -145,27 +188,51 @@ class KnobProposer:
                 if node.status.is_finished():
                     self._add(node, params)
                 else:
-                    self.study.add_trial(
-                        create_trial(
-                            params=params, distributions=self._d(params), state=TrialState.RUNNING
-                        )
-                    )
-                    self._trials[node.id] = self.study.trials[-1].number
+                    self._add_running(node.id, params)
 
     def propose(self, node_id: int, parent: Node, operator: str) -> Proposal:
         if not self.knobs:
             return Proposal(hypothesis="no knobs to tune: re-evaluate the parent unchanged")
-        with self._lock:
-            self.study.sampler = self._sampler(node_id)
-            trial = self.study.ask(self.dists)
-            self._trials[node_id] = trial.number
-            values = dict(trial.params)
         before = (parent.proposal or {}).get("knobs", {})
+        local = self.sampler_name == "local" and operator in LOCAL_OPERATORS
+        with self._lock:
+            if local:
+                before = self._start(parent)
+                values = self._perturb(node_id, before)
+                self._add_running(node_id, values)
+            else:
+                self.study.sampler = self._sampler(node_id)
+                trial = self.study.ask(self.dists)
+                self._trials[node_id] = trial.number
+                values = dict(trial.params)
         changes = [
             f"{k} {_fmt(before.get(k))}->{_fmt(v)}" for k, v in values.items() if before.get(k) != v
         ]
         text = f"{operator} from node {parent.id}: " + (", ".join(changes) or "same values")
         return Proposal(hypothesis=text, knobs=values)
+
+    def _start(self, parent: Node) -> dict[str, Any]:
+        """The parent's values, else the baseline's, put on each knob's range and grid."""
+        given = (parent.proposal or {}).get("knobs") or {}
+        start: dict[str, Any] = {}
+        for name, dist in self.dists.items():
+            for value in (given.get(name), self.baseline.get(name)):
+                value = _onto(dist, value)
+                if value is not None:
+                    start[name] = value
+                    break
+        return start
+
+    def _perturb(self, node_id: int, start: Mapping[str, Any]) -> dict[str, Any]:
+        rng = random.Random(derive_seed(self.seed, "local", node_id))
+        values = {n: start[n] if n in start else _uniform(d, rng) for n, d in self.dists.items()}
+        movable = [n for n, d in self.dists.items() if _movable(d)]
+        chosen = [n for n in movable if rng.random() < self.local_share]
+        if not chosen and movable:
+            chosen = [rng.choice(movable)]
+        for name in chosen:
+            values[name] = _step(self.dists[name], values[name], rng, self.local_scale)
+        return values
 
     def observe(self, node: Node) -> None:
         params = self._params(node)
@@ -190,6 +257,13 @@ class KnobProposer:
     def _d(self, params: Mapping[str, Any]) -> dict[str, BaseDistribution]:
         return {k: self.dists[k] for k in params}
 
+    def _add_running(self, node_id: int, params: dict[str, Any]) -> None:
+        """Enter values that no ``ask`` made as an in-flight trial, for ``observe``."""
+        self.study.add_trial(
+            create_trial(params=params, distributions=self._d(params), state=TrialState.RUNNING)
+        )
+        self._trials[node_id] = self.study.get_trials(deepcopy=False)[-1].number
+
     def _add(self, node: Node, params: dict[str, Any]) -> None:
         ok = node.status is NodeStatus.SUCCEEDED and _finite(node.score)
         self.study.add_trial(
@@ -200,6 +274,78 @@ class KnobProposer:
                 state=TrialState.COMPLETE if ok else TrialState.FAIL,
             )
         )
+
+
+# -- local moves (numbers in Optuna's internal space: the log for a log knob) ---------
+
+
+def _span(dist: IntDistribution | FloatDistribution) -> tuple[float, float]:
+    lo, hi = float(dist.low), float(dist.high)
+    return (math.log(lo), math.log(hi)) if dist.log else (lo, hi)
+
+
+def _internal(dist: IntDistribution | FloatDistribution, value: float) -> float:
+    return math.log(value) if dist.log else float(value)
+
+
+def _snap(dist: IntDistribution | FloatDistribution, x: float) -> int | float:
+    """The value at internal ``x``, on the knob's grid and within its range."""
+    value = math.exp(x) if dist.log else x
+    if dist.step is not None:
+        value = dist.low + round((value - dist.low) / dist.step) * dist.step
+    value = min(max(value, dist.low), dist.high)
+    return round(value) if isinstance(dist, IntDistribution) else float(value)
+
+
+def _onto(dist: BaseDistribution, value: Any) -> Any:
+    """``value`` as a valid value of ``dist`` (a number clipped and snapped), or None."""
+    if isinstance(dist, CategoricalDistribution):
+        return value if value is not None and _contains(dist, value) else None
+    assert isinstance(dist, IntDistribution | FloatDistribution)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return None
+    if _contains(dist, value):  # as it is: exp(log(x)) need not be x
+        return int(value) if isinstance(dist, IntDistribution) else float(value)
+    return _snap(dist, _internal(dist, min(max(value, dist.low), dist.high)))
+
+
+def _uniform(dist: BaseDistribution, rng: random.Random) -> Any:
+    if isinstance(dist, CategoricalDistribution):
+        return rng.choice(dist.choices)
+    assert isinstance(dist, IntDistribution | FloatDistribution)
+    return _snap(dist, rng.uniform(*_span(dist)))
+
+
+def _movable(dist: BaseDistribution) -> bool:
+    if isinstance(dist, CategoricalDistribution):
+        return len(set(dist.choices)) > 1
+    assert isinstance(dist, IntDistribution | FloatDistribution)
+    return dist.high > dist.low
+
+
+def _step(dist: BaseDistribution, value: Any, rng: random.Random, scale: float) -> Any:
+    """A different value near ``value`` (of a movable ``dist``)."""
+    if isinstance(dist, CategoricalDistribution):
+        return rng.choice([c for c in dist.choices if c != value])
+    assert isinstance(dist, IntDistribution | FloatDistribution)
+    lo, hi = _span(dist)
+    x = _internal(dist, value)
+    noise = rng.gauss(0.0, scale * (hi - lo))
+    new = _snap(dist, min(max(x + noise, lo), hi))
+    if new != value:
+        return new
+    # rounded or clipped back onto the value: the next grid point (or a reflected step)
+    # the noise's way, else the other way
+    for way in (1.0, -1.0) if noise > 0 else (-1.0, 1.0):
+        if (way > 0 and value >= dist.high) or (way < 0 and value <= dist.low):
+            continue
+        if dist.step is not None:
+            near = _snap(dist, _internal(dist, value + way * dist.step))
+        else:
+            near = _snap(dist, min(max(x + way * abs(noise), lo), hi))
+        if near != value:
+            return near
+    return value
 
 
 def _contains(dist: BaseDistribution, value: Any) -> bool:

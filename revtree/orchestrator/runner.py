@@ -27,10 +27,11 @@ from typing import Any
 
 from sqlalchemy.engine import URL
 
-from revtree.agents import Evaluator, KnobCoder, KnobProposer, Proposal, StaticReviewer, read_knobs
+from revtree.agents import Evaluator, KnobProposer, Proposal, StaticReviewer, read_knobs
 from revtree.agents.evaluator import FULL, HOLDOUT, Outcome
 from revtree.agents.lessons import lesson_for
 from revtree.agents.llm import BudgetExhausted
+from revtree.agents.mutate import offline_agents
 from revtree.errors import Cancelled, EditError, RevtreeError, SandboxError
 from revtree.memory import EvalResult, Event, GitStore, Node, NodeStatus, RunInfo, RunStatus, Store
 from revtree.memory.db import normalize_url, revtree_home
@@ -236,15 +237,7 @@ class Orchestrator:
         )
         self.policy = make_policy(self.spec.search)
         self.policy.load_state(self.run.policy_state or {})
-        k = self.spec.agents.knobs
-        self.proposer = KnobProposer(
-            self.spec.knobs,
-            self.spec.maximize,
-            self.spec.search.seed,
-            k.sampler,
-            k.n_startup_trials,
-        )
-        self.coder = KnobCoder(self.spec.knobs)
+        self.proposer, self.coder = offline_agents(self.spec)
         self.reviewer = StaticReviewer(self.spec)
         self.evaluator = Evaluator(self.spec, self.sandbox, self.paths.logs)
         self.nodes: dict[int, Node] = {n.id: n for n in store.nodes(self.run_id)}
@@ -263,6 +256,11 @@ class Orchestrator:
         self.sandbox_seconds = store.sandbox_seconds(self.run_id)
         root = self.nodes[0]
         assert root.commit is not None
+        if isinstance(self.proposer, KnobProposer):  # improve of the root starts here
+            knob_files = sorted({k.file for k in self.spec.knobs})
+            self.proposer.baseline = read_knobs(
+                self.spec.knobs, self.git.read_files(root.commit, knob_files)
+            )
         # protected files: the task's own (a fork with --task), else the root's
         protected_from = self.git.find(PROTECTED_REF) or root.commit
         self.overlay = {

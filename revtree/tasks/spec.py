@@ -422,10 +422,60 @@ class Knob(_Section):
 
 
 class KnobAgent(_Section):
-    """The Optuna knob proposer."""
+    """The Optuna knob proposer. With ``sampler = "local"``, a ``draft`` or ``tune`` asks
+    the TPE study as ``"tpe"`` does, while ``improve``, ``debug`` and ``crossover`` search
+    near the parent: they perturb its knob values (the first parent's, for crossover)."""
 
-    sampler: Literal["tpe", "random"] = Field("tpe", description="Optuna sampler.")
+    sampler: Literal["tpe", "random", "local"] = Field(
+        "tpe",
+        description="tpe, random (Optuna samplers), or local: tpe for drafts, "
+        "perturbations of the parent's values for improve, debug and crossover.",
+    )
     n_startup_trials: int = Field(8, ge=0, description="Random trials before TPE models.")
+    local_scale: float = Field(
+        0.2,
+        gt=0,
+        le=1,
+        description="local: std of a knob's Gaussian step as a fraction of its range, "
+        "in log space for a log knob; the result is rounded to the int or step grid "
+        "and clipped to the range.",
+    )
+    local_share: float = Field(
+        0.5,
+        gt=0,
+        le=1,
+        description="local: chance that each knob changes (at least one always does); "
+        "a categorical knob that changes takes another of its choices.",
+    )
+
+
+DEFAULT_SWAPS = (("+", "-"), ("*", "/"), ("<", ">"), ("<=", ">="), ("+=", "-="), ("min", "max"))
+
+
+class MutateAgent(_Section):
+    """The offline mutation proposer (``mode = "mutate"``): seeded random edits of the
+    code's number literals and of interchangeable tokens, no knobs and no model."""
+
+    max_edits: int = Field(2, ge=1, le=20, description="Most mutations in one candidate.")
+    draft_edits: int = Field(4, ge=1, le=50, description="Mutations in a draft from the root.")
+    scale: float = Field(
+        0.5, gt=0, description="Std of the log-factor that multiplies a float literal."
+    )
+    p_number: float = Field(
+        0.6, ge=0, le=1, description="Chance a mutation changes a number, else swaps a token."
+    )
+    swaps: tuple[tuple[str, ...], ...] = Field(
+        DEFAULT_SWAPS,
+        description="Groups of interchangeable tokens (operators or names, e.g. "
+        '["sin", "cos"]); a swap replaces a token by another of its group.',
+    )
+
+    @field_validator("swaps")
+    @classmethod
+    def _groups(cls, swaps: tuple[tuple[str, ...], ...]) -> tuple[tuple[str, ...], ...]:
+        if any(len(set(g)) < 2 for g in swaps):
+            raise ValueError("each swap group needs at least two different tokens")
+        return swaps
 
 
 class EnsembleMember(_Section):
@@ -460,7 +510,9 @@ class Agents(_Section):
     """Who proposes and codes. ``mode = "auto"`` uses LLM agents when a model is set or an
     OPENAI_API_KEY / ANTHROPIC_API_KEY is present, else the offline knob proposer."""
 
-    mode: Literal["auto", "llm", "knobs"] = Field("auto", description="auto, llm or knobs.")
+    mode: Literal["auto", "llm", "knobs", "mutate"] = Field(
+        "auto", description="auto, llm, knobs, or mutate (offline random code mutations)."
+    )
     model: str | None = Field(
         None,
         description="Default model: 'openai:NAME', 'anthropic:NAME', "
@@ -483,6 +535,7 @@ class Agents(_Section):
     reviewer: Role = Role(enabled=False)
     analyst: Role = Role(enabled=False)
     knobs: KnobAgent = KnobAgent()
+    mutate: MutateAgent = MutateAgent()
 
 
 def _is_workspace_path(path: str) -> bool:

@@ -2,17 +2,25 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from revtree.agents import KnobCoder, KnobProposer, Proposal, read_knobs
 from revtree.errors import EditError
+from revtree.memory import RunStatus, Store
 from revtree.memory.records import Node, NodeStatus
-from revtree.tasks.spec import Knob
+from revtree.orchestrator import Orchestrator, create_run
+from revtree.tasks import load_task
+from revtree.tasks.spec import Knob, KnobAgent
+from tests.orchestrator.conftest import make_task
 
 SOLVER = '''\
 """A solver with knobs."""
+import dataclasses
 import math
 
 LR_SCHEDULE = "cosine"
@@ -236,3 +244,288 @@ def test_proposal_text_names_the_changes_and_codes_cleanly():
 def test_proposer_without_knobs_proposes_no_change():
     prop = KnobProposer([], maximize=False, seed=0).propose(1, ROOT, "improve")
     assert prop.knobs == {}
+
+
+# -- the local sampler ----------------------------------------------------------------
+
+EDGES = [
+    Knob(name="pair", type="int", low=1, high=2, file="solver.py"),
+    Knob(name="grid", type="float", low=0.0, high=1.0, step=0.25, file="solver.py"),
+    Knob(name="one", type="categorical", choices=("only",), file="solver.py"),
+    Knob(name="single", type="int", low=0, high=1, step=2, file="solver.py"),  # just 0
+]
+ONE_VALUE = pytest.mark.filterwarnings("ignore:The distribution is specified by:UserWarning")
+ALL = KNOBS + EDGES
+SPANS = {  # a numeric knob's range in the sampler's internal space
+    "lr": (math.log(1e-4), 0.0),
+    "batch": (0.0, math.log(256)),
+    "width": (8.0, 512.0),
+    "pair": (1.0, 2.0),
+    "grid": (0.0, 1.0),
+}
+MID = {"lr": 0.01, "batch": 16, "mode": "fast", "width": 256, "act": "gelu"}
+
+
+def internal(name: str, value: float) -> float:
+    return math.log(value) if name in ("lr", "batch") else float(value)
+
+
+def distance(a: dict, b: dict) -> float:
+    """Root-mean-square distance over the numeric knobs, each range scaled to [0, 1]."""
+    d = [
+        (internal(k, a[k]) - internal(k, b[k])) / (hi - lo)
+        for k, (lo, hi) in SPANS.items()
+        if k in a
+    ]
+    return math.sqrt(sum(x * x for x in d) / len(d))
+
+
+def node(node_id: int, knobs: dict, parent_id: int = 0, op: str = "improve") -> Node:
+    return Node(
+        run_id="r",
+        id=node_id,
+        parent_id=parent_id,
+        operator=op,
+        status=NodeStatus.SUCCEEDED,
+        score=0.0,
+        proposal=Proposal("p", knobs=knobs).to_json(),
+    )
+
+
+def local(seed: int = 3, knobs: list[Knob] = KNOBS, **kw) -> KnobProposer:
+    return KnobProposer(knobs, maximize=True, seed=seed, sampler="local", n_startup_trials=3, **kw)
+
+
+def in_range(knobs: dict) -> None:
+    """Each value (of the knobs in ``knobs``) is of its type, in its range, on its grid."""
+    expect = {
+        "lr": lambda v: isinstance(v, float) and 1e-4 <= v <= 1.0,
+        "batch": lambda v: isinstance(v, int) and 1 <= v <= 256,
+        "width": lambda v: isinstance(v, int) and 8 <= v <= 512 and v % 8 == 0,
+        "mode": lambda v: v in ("fast", "slow"),
+        "act": lambda v: v in ("relu", "gelu", "tanh"),
+        "pair": lambda v: isinstance(v, int) and v in (1, 2),
+        "grid": lambda v: isinstance(v, float) and v in (0.0, 0.25, 0.5, 0.75, 1.0),
+        "one": lambda v: v == "only",
+        "single": lambda v: v == 0,
+    }
+    for name, value in knobs.items():
+        assert expect[name](value), (name, value)
+
+
+PARENTS = [  # the middle, then the low and the high end of every range
+    {**MID, "pair": 1, "grid": 0.5, "one": "only", "single": 0},
+    {"lr": 1e-4, "batch": 1, "mode": "fast", "width": 8, "act": "relu", "pair": 1, "grid": 0.0},
+    {"lr": 1.0, "batch": 256, "mode": "slow", "width": 512, "act": "tanh", "pair": 2, "grid": 1.0},
+]
+
+
+@pytest.mark.parametrize("share", [0.01, 0.3, 1.0])
+@pytest.mark.parametrize("parent", PARENTS, ids=["middle", "low", "high"])
+@ONE_VALUE
+def test_local_proposals_stay_in_range_and_differ_from_the_parent(parent, share):
+    p = local(knobs=ALL, local_share=share, local_scale=0.3)
+    for i in range(1, 61):
+        knobs = p.propose(i, node(0, parent), "improve").knobs
+        assert set(knobs) == {k.name for k in ALL}
+        in_range(knobs)
+        assert {k: v for k, v in knobs.items() if k in parent} != parent
+
+
+@ONE_VALUE
+def test_local_moves_each_kind_of_knob_and_only_some_at_a_time():
+    p = local(knobs=ALL, local_share=0.3)
+    start = PARENTS[0]
+    moved = {k.name: 0 for k in ALL}
+    for i in range(1, 401):
+        knobs = p.propose(i, node(0, start), "debug").knobs
+        for k, v in knobs.items():
+            moved[k] += v != start[k]
+    assert moved["one"] == moved["single"] == 0  # cannot change
+    for name in ("lr", "batch", "mode", "width", "act", "pair", "grid"):
+        assert 0.2 * 400 < moved[name] < 0.5 * 400, (name, moved[name])  # local_share 0.3
+
+
+@pytest.mark.parametrize("operator", ["improve", "debug", "crossover"])
+def test_local_proposals_are_near_the_parent(operator):
+    parent = node(0, MID)
+    near = local(seed=5)
+    far = proposer(seed=5, sampler="tpe")
+    d_local, d_global = [], []
+    for i in range(1, 81):
+        d_local.append(distance(near.propose(i, parent, operator).knobs, MID))
+        d_global.append(distance(far.propose(i, parent, operator).knobs, MID))
+    median = sorted(d_local)[40]  # about 0.09 against 0.31
+    assert 0 < median < 0.5 * sorted(d_global)[40]
+    assert max(d_local) < 0.6
+
+
+def test_local_scale_sets_the_size_of_a_step():
+    parent = node(0, MID)
+    medians = []
+    for scale in (0.03, 0.1, 0.3):
+        p = local(local_scale=scale, local_share=1.0)
+        d = sorted(distance(p.propose(i, parent, "improve").knobs, MID) for i in range(1, 61))
+        medians.append(d[30])
+    assert medians[0] < 0.5 * medians[1] < 0.25 * medians[2]
+
+
+def test_local_proposals_are_seeded_by_run_seed_and_node_id_only():
+    parent = node(4, MID)
+    a = [local().propose(i, parent, "improve").knobs for i in range(5, 25)]
+    assert a == [local().propose(i, parent, "improve").knobs for i in range(5, 25)]
+    assert a != [local(seed=4).propose(i, parent, "improve").knobs for i in range(5, 25)]
+    assert len({str(k) for k in a}) > len(a) // 2  # each node its own move
+    busy = local()
+    drive(busy, range(1, 5))  # a history in the study does not change a local move
+    assert busy.propose(5, parent, "improve").knobs == a[0]
+
+
+def test_local_drafts_and_tunes_ask_the_study_as_tpe_does():
+    straight, near = proposer(), local()
+    for i in range(1, 9):
+        op = "draft" if i % 2 else "tune"
+        a, b = straight.propose(i, ROOT, op), near.propose(i, ROOT, op)
+        assert a == b
+        straight.observe(finish(i, a))
+        near.observe(finish(i, b))
+    parent = finish(8, b)
+    a, b = straight.propose(9, parent, "improve"), near.propose(9, parent, "improve")
+    assert distance(b.knobs, parent.proposal["knobs"]) < distance(a.knobs, parent.proposal["knobs"])
+
+
+def local_history(p: KnobProposer, ids: range) -> list[Node]:
+    """Drafts from the root, then improves/debugs of earlier nodes, as a run would."""
+    nodes: list[Node] = [node(0, {}, parent_id=None, op="root")]
+    for i in ids:
+        op = "draft" if i <= 3 else ("debug" if i % 4 == 0 else "improve")
+        parent = nodes[0] if op == "draft" else nodes[-1 - i % 3]
+        prop = p.propose(i, parent, op)
+        done = finish(i, prop)
+        p.observe(done)
+        nodes.append(done)
+    return nodes[1:]
+
+
+def state(p: KnobProposer) -> list[tuple]:
+    return [(t.params, t.values, t.state) for t in p.study.trials]
+
+
+def test_a_rebuilt_local_proposer_equals_the_live_one():
+    live = local()
+    history = local_history(live, range(1, 13))
+    in_flight = live.propose(13, history[-1], "improve")  # proposed, not yet finished
+    pending = dataclasses.replace(
+        history[-1], id=13, status=NodeStatus.EVALUATING, score=None, proposal=in_flight.to_json()
+    )
+    resumed = local()
+    resumed.rebuild([ROOT, *reversed(history), pending])
+    assert state(resumed) == state(live)
+    assert [t.number for t in resumed.study.trials] == [t.number for t in live.study.trials]
+    for p in (live, resumed):
+        p.observe(finish(13, in_flight))
+    assert state(resumed) == state(live)
+    assert state(live)[12][1] == [objective(in_flight.knobs)]  # the local move was told
+    for i, op in [(14, "draft"), (15, "improve"), (16, "draft")]:
+        a, b = live.propose(i, history[5], op), resumed.propose(i, history[5], op)
+        assert a == b
+        live.observe(finish(i, a))
+        resumed.observe(finish(i, b))
+    assert state(resumed) == state(live)
+
+
+def test_local_from_the_root_starts_at_the_baseline_values():
+    base = read_knobs(KNOBS, FILES)
+    p = local(baseline=base)
+    moves = [p.propose(i, ROOT, "improve").knobs for i in range(1, 41)]
+    assert sorted(distance(m, base) for m in moves)[20] < 0.1
+    prop = local(baseline=base).propose(1, ROOT, "improve")
+    assert prop.hypothesis.count("->") == sum(prop.knobs[k] != base[k] for k in base) >= 1
+    # no baseline: missing values are drawn over the whole range
+    far = [local().propose(i, ROOT, "improve").knobs for i in range(1, 41)]
+    assert sorted(distance(m, base) for m in far)[20] > 0.15
+    for knobs in far:
+        in_range(knobs)
+
+
+def test_out_of_range_parent_values_are_clipped_first():
+    wild = {"lr": 50.0, "batch": 0, "mode": "medium", "width": 1000, "act": "relu"}
+    for i in range(1, 21):
+        knobs = local(local_scale=0.01).propose(i, node(0, wild), "improve").knobs
+        in_range(knobs)
+        assert knobs["lr"] > 0.8 and knobs["batch"] <= 2 and knobs["width"] >= 480
+
+
+def test_from_config_takes_the_task_settings():
+    cfg = KnobAgent(sampler="local", local_scale=0.2, local_share=0.5, n_startup_trials=2)
+    p = KnobProposer.from_config(KNOBS, True, 9, cfg, baseline={"lr": 0.1})
+    assert (p.sampler_name, p.local_scale, p.local_share, p.n_startup) == ("local", 0.2, 0.5, 2)
+    assert p.baseline == {"lr": 0.1}
+    with pytest.raises(ValueError, match="local_share"):
+        KnobAgent(local_share=0)
+    with pytest.raises(ValueError, match="sampler"):
+        KnobAgent(sampler="nearby")
+
+
+# -- a real run with the local sampler --------------------------------------------------
+
+LOCAL = 'agents = { knobs = { sampler = "local", local_scale = 0.1 } }'
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("REVTREE_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("REVTREE_DB", raising=False)
+    return tmp_path / "home"
+
+
+@pytest.fixture
+def store(home: Path) -> Iterator[Store]:
+    s = Store(f"sqlite:///{home / 'revtree.db'}")
+    yield s
+    s.close()
+
+
+def run_task(store: Store, home: Path, task: Path, max_nodes: int | None = None) -> Orchestrator:
+    run = create_run(store, load_task(task), home)
+    orch = Orchestrator(store, run.id, home=home)
+    if max_nodes is not None:  # a first session that ends early, as a stop would
+        orch.spec = orch.spec.with_overrides(budget={"max_nodes": max_nodes})
+    orch.drive()
+    return orch
+
+
+def test_a_local_run_improves_near_each_parent(tmp_path: Path, home: Path, store: Store) -> None:
+    orch = run_task(store, home, make_task(tmp_path / "t", budget=16, extra=LOCAL))
+    root = {"X": 3.0, "N": 2}  # make_task's sol.py; knobs X in [-5, 5], N in [1, 10]
+    assert orch.proposer.baseline == root  # an improve of the root starts there
+    assert (orch.proposer.sampler_name, orch.proposer.local_scale) == ("local", 0.1)
+    nodes = {n.id: n for n in store.nodes(orch.run_id)}
+    knobs = {i: (n.proposal or {}).get("knobs") or root for i, n in nodes.items()}
+    steps = []
+    for n in nodes.values():
+        if n.operator in ("improve", "debug"):
+            before, after = knobs[n.parent_id], knobs[n.id]
+            assert after != before
+            steps.append(max(abs(after["X"] - before["X"]) / 10, abs(after["N"] - before["N"]) / 9))
+    assert len(steps) >= 10
+    assert max(steps) < 0.5 and sorted(steps)[len(steps) // 2] < 0.15
+    assert any(n.operator == "draft" for n in nodes.values())
+
+
+def test_a_resumed_local_run_proposes_as_the_uninterrupted_one(
+    tmp_path: Path, home: Path, store: Store
+) -> None:
+    def tree(run_id: str) -> list[tuple]:
+        return [
+            (n.id, n.parent_id, n.operator, (n.proposal or {}).get("knobs"))
+            for n in store.nodes(run_id)
+        ]
+
+    straight = tree(run_task(store, home, make_task(tmp_path / "a", budget=9, extra=LOCAL)).run_id)
+    task = make_task(tmp_path / "b", budget=9, extra=LOCAL)
+    run_id = run_task(store, home, task, max_nodes=5).run_id
+    store.update_run(run_id, status=RunStatus.STOPPED)
+    Orchestrator(store, run_id, home=home).drive()
+    assert tree(run_id) == straight
+    assert sum(op in ("improve", "debug") for _, _, op, _ in straight) >= 4
