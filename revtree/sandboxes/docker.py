@@ -1,33 +1,47 @@
 """The Docker sandbox: every execution in a fresh, hardened container.
 
-How an execution runs: a container is created and started with an idle holding process
-(``sleep``) and a fresh workspace volume holding ``work/`` and ``out/``; the command
-runs in it through the exec API as the sandbox user, by a shell script that first
-unpacks the request's workspace from its stdin (``tar -x``, as that user); outputs are
-read back; the container and its volume are then removed by a background thread, so
-results never wait for removal. The warm pool (``warm_pool``, 2 by default) holds
-containers created and started ahead of use, refilled after each execution. When the
-engine keeps the volume on this host and this process may use its folder (root), the
-folders are made and outputs read there (never following a link); else with
-``put_archive`` / ``get_archive``, as for a remote engine.
+How an execution runs. A container gets a fresh workspace volume holding ``work/`` and
+``out/``; the warm pool (``warm_pool``, 2 by default) holds containers created and
+started ahead of use, refilled while the next command runs; the container and its volume
+are removed after the execution by a background thread, so results never wait for
+removal. Two ways to run the command, by where the volume lives:
+
+- *resident runner* (the engine keeps the volume on this host and this process may use
+  its folder: root). The container's only process, as the sandbox user, blocks opening
+  a FIFO in the volume's root (``.go``). To run, the host writes the workspace archive
+  and the runner script into that root (root's: the sandbox user cannot change them)
+  and opens the FIFO: the waiting process becomes the runner script, which unpacks the
+  archive as the sandbox user and runs the command. Its stdout and stderr arrive on an
+  attach stream opened before the container started; the exit code is the container's
+  (it exits with its runner), from the engine. No exec: about half the latency.
+- *exec* (a remote engine, or a folder this process cannot use): the container idles
+  in ``sleep``; the runner script runs through the exec API as the sandbox user and
+  unpacks the workspace from its stdin; ``out/`` and ``work/`` are made, and outputs
+  read, with ``put_archive`` / ``get_archive``.
+
+In both, outputs are read in the volume's folder when it is on this host (never
+following a link), else copied out through the API.
 
 What is covered:
 - a new container per execution, never reused (a warm-pool container has run nothing
-  but its holding process); it sees only the request's archive (the candidate's ``git
-  archive`` plus fresh protected files, filtered on the host: nothing escapes the
-  workspace), unpacked into a fresh volume (capped: ``RLIMIT_FSIZE`` per file, and a
-  host-side watch of the volume's total size that kills the container past ``disk``
-  when the engine is on this host). The run's repository, its database, the host's
+  but its idle process: ``sleep``, or the resident runner blocked on its FIFO, which
+  only the host can open for writing); it sees only the request's archive (the
+  candidate's ``git archive`` plus fresh protected files, filtered on the host: nothing
+  escapes the workspace), unpacked by the sandbox user inside the container, never by
+  the host, into a fresh volume (capped: ``RLIMIT_FSIZE`` per file, and a host-side
+  watch of the volume's total size that kills the container past ``disk`` when the
+  engine is on this host). The run's repository, its database, the host's
   home and other candidates' workspaces are not mounted; task ``mounts`` are read-only;
 - no network unless the task opts in; a read-only root file system with a size-capped
   tmpfs ``/tmp``; all capabilities dropped, ``no-new-privileges``, a non-root user
-  (the exec'd command inherits all of these from the container); limits on processes
-  (the holding process counts as one), memory (swap included, for the whole
-  container), CPUs, CPU time and address space;
+  (the command inherits all of these from the container); limits on processes (the
+  idle process or the resident runner counts as one), memory (swap included, for the
+  whole container), CPUs, CPU time and address space;
 - the timeout and the cancel event enforced from the host by killing the whole
   container, with a backstop inside it (``timeout -s KILL``) should the orchestrator
   die; when the command ends, every other process of the sandbox user in the container
-  is killed (``kill -KILL -1``), so nothing it started outlives it;
+  is killed (``kill -KILL -1``), so nothing it started outlives it (a resident
+  runner then exits, and its container with it);
 - a timeout is reported as ``timed_out``; an out-of-memory kill (the engine's ``oom``
   event for the container) and the disk cap are named in ``stderr``;
 - the container and its volume removed after every execution, whatever happened
@@ -42,14 +56,16 @@ What is covered:
 What is not covered: the container shares the host's kernel (a kernel exploit escapes
 it); GPUs handed to an evaluation are visible in full to it; with ``network`` set to
 ``bridge`` or ``host`` the code can reach whatever that network reaches. If the
-orchestrator is killed, the backstop ends the candidate's processes, but the idle
-container (its holding process) stays until ``reap()`` or ``revtree sandbox gc``.
+orchestrator is killed, the backstop ends the candidate's processes, but the container
+(stopped, or idle in the exec design) and its volume stay until ``reap()`` or
+``revtree sandbox gc``; so do idle warm-pool containers.
 """
 
 from __future__ import annotations
 
 import base64
 import contextlib
+import errno
 import io
 import json
 import os
@@ -85,6 +101,9 @@ METRICS_CAP = 1 << 20
 OUTPUT_CAP = 16 << 20
 GRACE = 5.0  # seconds the in-container backstop waits past the host's timeout
 HOLD = ["sleep", "2147483647"]  # the idle process a container runs until the exec
+GO, SCRIPT, PAYLOAD = ".go", ".run", ".workspace.tar"  # in the volume's root (root-owned)
+# the resident runner: blocks opening the trigger FIFO, then becomes the request's script
+RESIDENT = ["/bin/sh", "-c", f"read _ <{ROOT}/{GO} && exec /bin/sh {ROOT}/{SCRIPT}"]
 _TYPE_BITS = (1 << 31) | (1 << 27) | (1 << 26) | (1 << 25) | (1 << 24) | (1 << 21) | (1 << 19)
 
 
@@ -168,6 +187,8 @@ class _Box:
     volume: str
     key: tuple[Any, ...]
     mountpoint: str = ""  # where the engine keeps the volume, if on this host
+    resident: bool = False  # runs RESIDENT (volume folder usable here), not HOLD
+    sock: Any = None  # a resident box's attach stream (stdout, stderr), opened before start
 
     @property
     def local(self) -> Path | None:
@@ -219,10 +240,12 @@ class DockerSandbox:
         self._warm: queue.Queue[_Box] = queue.Queue()
         self._filler: threading.Thread | None = None
         self._want_warm = threading.Event()
+        self._refilling = threading.Event()  # the filler is making a box (not waiting)
         self._trash: queue.Queue[_Box | None] = queue.Queue()
         self._phase = _Phases()
         self._remover = threading.Thread(target=self._remove_loop, daemon=True, name="remover")
         self._remover.start()
+        self.pool_key = self._key(self._default_limits())
         if self.config.warm_pool and not self.config.gpus:
             self._filler = threading.Thread(target=self._fill, daemon=True, name="warm-pool")
             self._filler.start()
@@ -246,9 +269,7 @@ class DockerSandbox:
             if box is not None:
                 threading.Thread(target=self._rename, args=(box, request.labels)).start()
             else:
-                box = self._create(request.limits, request.labels, gpus)
-                self._start(box)
-                self._skeleton(box)
+                box = self._new_box(request.limits, request.labels, gpus)
             setup = time.monotonic() - t0
             return self._run(box, request, payload, cancel, setup, phase)
         finally:
@@ -272,19 +293,25 @@ class DockerSandbox:
         self._trash.join()
 
     def close(self) -> None:
-        """Stop filling the warm pool; remove its containers and wait for every removal
-        in flight, so nothing of this sandbox is left on the engine."""
+        """Stop filling the warm pool; remove its containers (side by side) and wait for
+        every removal in flight, so nothing of this sandbox is left on the engine."""
         self._closed.set()
+        self._phase.stop()  # background work waits for no execution any more
         self._want_warm.set()
         if self._filler is not None:
             self._filler.join(timeout=30)
+        removals = []
         while True:
             try:
-                self._trash.put(self._warm.get_nowait())
+                box = self._warm.get_nowait()
             except queue.Empty:
                 break
+            removals.append(threading.Thread(target=self._remove, args=(box,), daemon=True))
+            removals[-1].start()
         self._trash.put(None)
         self._remover.join()
+        for thread in removals:
+            thread.join()
         with contextlib.suppress(Exception):
             self.client.close()
 
@@ -304,6 +331,9 @@ class DockerSandbox:
             volume = info["Name"]
         except Exception as e:
             raise _engine_error("creating a workspace volume", e) from e
+        mountpoint = (info.get("Mountpoint") or "") if self.host_volumes else ""
+        box = _Box("", volume, self._key(limits), mountpoint)
+        box.resident = box.local is not None
         ulimits = [docker.types.Ulimit(name="core", soft=0, hard=0)]
         if limits.cpu_seconds:
             cpu = max(1, int(limits.cpu_seconds))
@@ -327,11 +357,12 @@ class DockerSandbox:
                 else None
             ),
         )
+        main = RESIDENT if box.resident else HOLD
         try:
-            cid = self.api.create_container(
+            box.cid = self.api.create_container(
                 self.image,
-                entrypoint=HOLD[:1],
-                command=HOLD[1:],
+                entrypoint=main[:1],
+                command=main[1:],
                 user=f"{UID}:{UID}",
                 working_dir=ROOT,
                 environment={"PATH": PATH},
@@ -346,12 +377,26 @@ class DockerSandbox:
             if "No such image" in str(e) or "not found" in str(e).lower():
                 raise SandboxError(f"image {self.image!r} is missing on the engine: {e}") from e
             raise _engine_error(f"creating a container of {self.image!r}", e) from e
-        mountpoint = info.get("Mountpoint") or "" if self.host_volumes else ""
-        return _Box(cid, volume, self._key(limits), mountpoint)
+        return box
+
+    def _new_box(self, limits: Limits, labels: Mapping[str, str], gpus: Sequence[str]) -> _Box:
+        """A created and started box whose volume holds ``work/`` and ``out/`` (and, for
+        a resident box, the trigger FIFO its main process waits on)."""
+        box = self._create(limits, labels, gpus)
+        if box.resident:
+            self._skeleton(box)  # in the folder, before the runner looks for its FIFO
+        self._start(box)
+        if not box.resident:
+            self._skeleton(box)
+        return box
 
     def _start(self, box: _Box) -> None:
-        """Start the holding process; on failure the box is removed and an error raised."""
+        """Open a resident box's attach stream, then start its main process; on failure
+        the box is removed and an error raised."""
         try:
+            if box.resident:
+                params = {"stdout": 1, "stderr": 1, "stream": 1}
+                box.sock = self.api.attach_socket(box.cid, params=params)
             self.api.start(box.cid)
         except Exception as e:
             self._remove(box)
@@ -359,12 +404,20 @@ class DockerSandbox:
 
     def _skeleton(self, box: _Box) -> None:
         """Make ``work/`` and ``out/``, owned by the sandbox user, in the fresh volume:
-        directly in its folder when this host holds it, else with ``put_archive``."""
+        directly in its folder when this host holds it (with a resident box's trigger
+        FIFO, root's, readable by the sandbox user), else with ``put_archive``."""
         if (root := box.local) is not None:
-            for name, mode in (("work", 0o755), ("out", 0o700)):
-                os.mkdir(root / name, mode)
-                os.chown(root / name, UID, UID)
-                os.chmod(root / name, mode)
+            try:
+                for name, mode in (("work", 0o755), ("out", 0o700)):
+                    os.mkdir(root / name, mode)
+                    os.chown(root / name, UID, UID)
+                    os.chmod(root / name, mode)
+                if box.resident:
+                    os.mkfifo(root / GO, 0o644)
+                    os.chmod(root / GO, 0o644)
+            except OSError as e:
+                self._remove(box)
+                raise SandboxError(f"cannot prepare the workspace volume {root}: {e}") from e
             return
         try:
             self.api.put_archive(box.cid, ROOT, _skeleton_tar())
@@ -384,7 +437,8 @@ class DockerSandbox:
 
     def _rename(self, box: _Box, labels: Mapping[str, str]) -> None:
         """A warm container takes the node in its name (labels are fixed at creation);
-        cosmetic, so run beside the execution."""
+        cosmetic, so done beside the execution once it runs (not while it launches)."""
+        self._phase.wait_quiet()
         with contextlib.suppress(Exception):
             self.api.rename(box.cid, _container_name(labels))
 
@@ -393,6 +447,8 @@ class DockerSandbox:
         Whatever fails here is left to ``reap``."""
         import docker.errors
 
+        if box.sock is not None:
+            _close_stream(box.sock)
         with contextlib.suppress(Exception):
             self.api.remove_container(box.cid, force=True, v=True)
         for attempt in range(20):
@@ -413,6 +469,38 @@ class DockerSandbox:
         setup: float,
         phase: _Phase,
     ) -> ExecResult:
+        """Launch the command, watch it (timeout, cancel, disk) until its output streams
+        end, then collect its exit code, output tails, metrics and declared files."""
+        launch = self._launch_resident if box.resident else self._launch_exec
+        tails, eid, start = launch(box, request, payload)
+        done, why = threading.Event(), list[str]()
+        watchdog = threading.Thread(
+            target=self._watch,
+            args=(box, start + request.limits.timeout, done, cancel, why),
+            daemon=True,
+        )
+        watchdog.start()
+        if not box.resident:
+            tails.send(payload)
+        phase.launched()
+        tails.join(timeout=request.limits.timeout + 2 * GRACE + 30)
+        done.set()
+        duration = time.monotonic() - start
+        watchdog.join()
+        if tails.is_alive():
+            self._kill(box)
+            raise _engine_error(f"waiting for the command in {box.cid[:12]}", TimeoutError())
+        if why == ["cancel"]:
+            raise Cancelled("the evaluation was cancelled")
+        code = 137 if why and box.resident else self._exit_code(box, eid, 137 if why else -1)
+        return self._result(box, request, tails, code, why, start, duration, setup)
+
+    def _launch_exec(
+        self, box: _Box, request: ExecRequest, payload: bytes
+    ) -> tuple[_Tails, str, float]:
+        """Start the runner script through the exec API (it unpacks the workspace from
+        its stdin, which the caller then writes). Returns the output reader, the exec's
+        id and the start time."""
         try:
             eid = self.api.exec_create(
                 box.cid,
@@ -429,25 +517,43 @@ class DockerSandbox:
             raise _engine_error(what, e) from e
         tails = _Tails(sock, request.limits.output_cap)
         tails.start()
-        done, why = threading.Event(), list[str]()
-        watchdog = threading.Thread(
-            target=self._watch,
-            args=(box, start + request.limits.timeout, done, cancel, why),
-            daemon=True,
-        )
-        watchdog.start()
-        tails.send(payload)
-        phase.launched()
-        tails.join(timeout=request.limits.timeout + 2 * GRACE + 30)
-        done.set()
-        duration = time.monotonic() - start
-        watchdog.join()
-        if tails.is_alive():
-            self._kill(box)
-            raise _engine_error(f"waiting for the command in {box.cid[:12]}", TimeoutError())
-        if why == ["cancel"]:
-            raise Cancelled("the evaluation was cancelled")
-        code = self._exit_code(eid, 137 if why else -1)
+        return tails, eid, start
+
+    def _launch_resident(
+        self, box: _Box, request: ExecRequest, payload: bytes
+    ) -> tuple[_Tails, str, float]:
+        """Write the workspace archive and the runner script into the volume's root
+        (root's, the sandbox user cannot change them), then open the trigger FIFO: the
+        waiting main process becomes the runner script. Its output arrives on the attach
+        stream opened before the container started."""
+        root = box.local
+        if root is None:
+            raise SandboxError(f"the volume of {box.cid[:12]} is no longer reachable here")
+        try:
+            _write_new(root / PAYLOAD, payload)
+            _write_new(root / SCRIPT, _runner_script(request, self.config.disk, PAYLOAD).encode())
+        except OSError as e:
+            raise SandboxError(f"cannot write the workspace into {root}: {e}") from e
+        tails = _Tails(box.sock, request.limits.output_cap)
+        box.sock = None  # the reader closes it
+        tails.start()
+        start = time.monotonic()
+        _trigger(root / GO, box.cid)
+        return tails, "", start
+
+    def _result(
+        self,
+        box: _Box,
+        request: ExecRequest,
+        tails: _Tails,
+        code: int,
+        why: list[str],
+        start: float,
+        duration: float,
+        setup: float,
+    ) -> DockerResult:
+        """The result of a finished command: the reason it was killed, if any, appended
+        to stderr; metrics and declared outputs read out of the volume."""
         stderr = tails.text(1) + self._why_killed(box, request.limits, why, code, start)
         metrics = self._read_file(box, f"{OUT}/metrics.json", METRICS_CAP, "the metrics file")
         files = {
@@ -468,9 +574,15 @@ class DockerSandbox:
             container=box.cid,
         )
 
-    def _exit_code(self, eid: str, default: int) -> int:
-        """The exec's exit code (polled: the engine records it just after the stream
-        ends), or ``default`` when the engine has none (the container was killed)."""
+    def _exit_code(self, box: _Box, eid: str, default: int) -> int:
+        """The command's exit code, or ``default`` when the engine has none (the
+        container was killed): a resident box's container status (it exits with its
+        runner), else the exec's (polled: recorded just after the stream ends)."""
+        if box.resident:
+            try:
+                return int(self.api.wait(box.cid, timeout=30)["StatusCode"])
+            except Exception:
+                return default
         for _ in range(100):
             try:
                 info = self.api.exec_inspect(eid)
@@ -583,17 +695,24 @@ class DockerSandbox:
             timeout=1.0, memory_bytes=self.config.memory, cpu_seconds=self.config.cpu_seconds
         )
 
-    def _take_warm(self, limits: Limits) -> _Box | None:
+    def _take_warm(self, limits: Limits, patience: float = 5.0) -> _Box | None:
         """A pooled box for ``limits``, or None. The pool is refilled after the
         execution (see ``execute``), so that container start-ups do not compete with
-        the command for the CPU, unless it ran dry."""
+        the command for the CPU. Should it run dry while the filler is making a box,
+        that box is awaited (up to ``patience`` seconds) rather than a second one made
+        beside it: under load two start-ups at once take longer than one."""
         if self._filler is None:
             return None
         try:
             box = self._warm.get_nowait()
         except queue.Empty:
             self._want_warm.set()
-            return None
+            if not self._refilling.is_set() or self._key(limits) != self.pool_key:
+                return None
+            try:
+                box = self._warm.get(timeout=patience)
+            except queue.Empty:
+                return None
         if box.key != self._key(limits):
             self._trash.put(box)
             return None
@@ -606,17 +725,17 @@ class DockerSandbox:
             self._want_warm.clear()
             while not self._closed.is_set() and self._warm.qsize() < self.config.warm_pool:
                 self._phase.wait_quiet()
+                if self._closed.is_set():
+                    return
+                self._refilling.set()
                 try:
-                    box = self._create(limits, {WARM: "1"}, ())
-                    self._start(box)
-                    self._skeleton(box)
+                    box = self._new_box(limits, {WARM: "1"}, ())
+                    (self._trash if self._closed.is_set() else self._warm).put(box)
                 except SandboxError:
                     time.sleep(1.0)
                     break
-                if self._closed.is_set():
-                    self._trash.put(box)
-                    return
-                self._warm.put(box)
+                finally:
+                    self._refilling.clear()
 
     def pooled(self) -> set[str]:
         """Ids of the warm pool's containers and names of their volumes (none has run
@@ -722,10 +841,12 @@ def _bind_mounts(mounts: Mapping[str, str], task_root: str | Path | None) -> lis
     return out
 
 
-def _runner_script(request: ExecRequest, disk: int) -> str:
-    """The exec'd shell script: caps, the workspace unpacked from stdin, a clean
-    environment, the backstop timeout; afterwards every other process of the sandbox
-    user is killed (PID 1, the holding process, is spared by the kernel)."""
+def _runner_script(request: ExecRequest, disk: int, archive: str = "-") -> str:
+    """The runner script (exec'd, or a resident box's main process): caps, the
+    workspace unpacked (as the sandbox user) from ``archive`` in the volume's root, or
+    stdin for ``-``, a clean environment, the backstop timeout; afterwards every other
+    process of the sandbox user is killed (PID 1, the holding process or the resident
+    runner itself, is spared by the kernel)."""
     env = sandbox_env(request.env, home=WORK, tmp="/tmp")
     env.update(PATH=PATH, REVTREE_METRICS=f"{OUT}/metrics.json")
     assigns = " ".join(shlex.quote(f"{k}={v}") for k, v in env.items())
@@ -735,11 +856,50 @@ def _runner_script(request: ExecRequest, disk: int) -> str:
     limit_as = f"ulimit -v {mem // 1024} || exit 125\n" if mem else ""
     return (
         f"ulimit -f {disk // 512} || exit 125\n{limit_as}"
-        f"tar -xf - -C {WORK} || exit 125\ncd {WORK} || exit 125\n"
+        f"tar -xf {shlex.quote(archive)} -C {WORK} || exit 125\ncd {WORK} || exit 125\n"
         f"if command -v timeout >/dev/null; then T='timeout -s KILL {backstop}'; else T=; fi\n"
         f"env -i {assigns} $T /bin/sh -c {shlex.quote(request.command)} </dev/null\n"
         "rc=$?\nkill -KILL -1 2>/dev/null\nexit $rc\n"
     )
+
+
+def _write_new(path: Path, data: bytes) -> None:
+    """Create ``path`` (never an existing file or link), readable by all, with ``data``."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    try:
+        os.fchmod(fd, 0o644)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)
+
+
+def _trigger(fifo: Path, cid: str, patience: float = 10.0) -> None:
+    """Release a resident runner blocked opening ``fifo``. Retried while nobody reads
+    it yet (a container just started); a SandboxError if its runner never comes."""
+    end = time.monotonic() + patience
+    while True:
+        try:
+            fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+            break
+        except OSError as e:
+            if e.errno != errno.ENXIO or time.monotonic() > end:
+                raise SandboxError(f"the runner of container {cid[:12]} is gone: {e}") from e
+            time.sleep(0.002)
+    try:
+        os.write(fd, b"\n")
+    except OSError as e:
+        raise SandboxError(f"the runner of container {cid[:12]} is gone: {e}") from e
+    finally:
+        os.close(fd)
+
+
+def _close_stream(sock: Any) -> None:
+    for end in (sock, getattr(sock, "_sock", None)):
+        with contextlib.suppress(Exception):
+            if end is not None:
+                end.close()
 
 
 def _skeleton_tar() -> bytes:
@@ -840,6 +1000,7 @@ class _Phases:
     def __init__(self, idle: float = 0.3, at_most: float = 1.0) -> None:
         self.cond = threading.Condition()
         self.starting = self.running = 0
+        self.stopped = False
         self.idle_since, self.idle, self.at_most = time.monotonic(), idle, at_most
 
     def launching(self) -> _Phase:
@@ -855,10 +1016,16 @@ class _Phases:
                 self.idle_since = time.monotonic()
             self.cond.notify_all()
 
+    def stop(self) -> None:
+        """From now on :meth:`wait_quiet` returns at once (the sandbox is closing)."""
+        with self.cond:
+            self.stopped = True
+            self.cond.notify_all()
+
     def wait_quiet(self) -> None:
         end = time.monotonic() + self.at_most
         with self.cond:
-            while (now := time.monotonic()) < end:
+            while not self.stopped and (now := time.monotonic()) < end:
                 idle = self.running == 0 and now - self.idle_since >= self.idle
                 if self.starting == 0 and (self.running > 0 or idle):
                     return

@@ -245,6 +245,50 @@ def test_through_the_api_only_as_with_a_remote_engine(docker_client, tar_of):
     assert docker_client.api.containers(all=True, filters=mine) == []
 
 
+PROBE = (
+    "tr '\\0' ' ' </proc/1/cmdline; echo; [ -w /sandbox/work ] && echo work-writable; "
+    "for f in .run .go .workspace.tar; do [ -e /sandbox/$f ] && echo has $f; "
+    "[ -w /sandbox/$f ] && echo writable $f; done; "
+    "touch /sandbox/new 2>/dev/null && echo created; rm -f /sandbox/.run 2>/dev/null; "
+    "[ -e /sandbox/.run ] || echo gone; exit 3"
+)
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("warm_pool", [0, 1])
+def test_resident_runner_is_the_only_process_and_its_files_are_the_hosts(
+    docker_client, tar_of, warm_pool
+):
+    """Engine on this host, and root: the container's main process becomes the runner
+    (no exec); the trigger FIFO, runner script and archive are beyond the command's
+    reach; the exit code is the container's."""
+    box = DockerSandbox(SandboxConfig(warm_pool=warm_pool))
+    try:
+        box.warm_ready(30)
+        result = box.execute(ExecRequest(tar_of({"a.txt": "a"}), PROBE, Limits(timeout=10)))
+        cid = result.container  # type: ignore[attr-defined]
+        execs = docker_client.api.inspect_container(cid)["ExecIDs"]
+    finally:
+        box.close()
+    assert result.exit_code == 3
+    lines = result.stdout.splitlines()
+    assert lines[0].strip() == "/bin/sh /sandbox/.run"
+    assert lines[1:] == ["work-writable", "has .run", "has .go", "has .workspace.tar"]
+    assert not execs
+
+
+@pytest.mark.docker
+def test_without_the_volume_folder_the_command_is_an_exec(docker_client, tar_of):
+    box = DockerSandbox(SandboxConfig(warm_pool=0), host_volumes=False)
+    try:
+        result = box.execute(ExecRequest(tar_of({"a.txt": "a"}), PROBE, Limits(timeout=10)))
+    finally:
+        box.close()
+    assert result.exit_code == 3
+    lines = [line.strip() for line in result.stdout.splitlines()]
+    assert lines == ["sleep 2147483647", "work-writable", "gone"]
+
+
 def make_wheel(folder: Path, name: str, version: str, code: str) -> Path:
     """A minimal pure-python wheel (a zip with the dist-info pip needs)."""
     files = {

@@ -5,6 +5,7 @@ cleaned up by ``revtree sandbox gc``. Real containers, real git, real SQLite."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import signal
@@ -205,12 +206,14 @@ def _start_time(pid: int) -> str:
 
 
 def _wait_for_an_evaluation(client: Any, owner: str, proc: subprocess.Popen[bytes]) -> None:
-    """Until a container of ``owner`` runs a command (an exec), or fail."""
+    """Until a container of ``owner`` runs a command (more processes than its idle main
+    process: an exec, or a resident runner and its command), or fail."""
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         assert proc.poll() is None, "revtree run ended early"
         for c in client.api.containers(filters={"label": [LABEL, owner]}):
-            if client.api.inspect_container(c["Id"]).get("ExecIDs"):
-                return
+            with contextlib.suppress(Exception):  # it may have just ended
+                if len(client.api.top(c["Id"])["Processes"]) > 1:
+                    return
         time.sleep(0.2)
     raise AssertionError("no evaluation started within 60 s")
