@@ -5,12 +5,13 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from revtree.memory import Store
+from tests.pg import fresh_database
 
 EVALUATOR = """\
 import json, math, os, sys, time
@@ -104,6 +105,17 @@ file = "sol.py"
         + mode_knob
     )
     return root
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def db_url(request: pytest.FixtureRequest, home: Path) -> Iterator[str]:
+    """The URL of the one database that every process of a test shares: SQLite in
+    ``home``, or a fresh PostgreSQL database (marker ``postgres``)."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{home / 'revtree.db'}"
+        return
+    with fresh_database() as url:
+        yield url
 
 
 @pytest.fixture

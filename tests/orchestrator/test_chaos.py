@@ -30,7 +30,6 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +40,6 @@ from revtree.orchestrator import Orchestrator, RunPaths, create_run
 from revtree.orchestrator.housekeeping import doctor
 from revtree.tasks import load_task
 
-from ..pg import fresh_database
 from .conftest import cli_env, make_task
 
 pytestmark = pytest.mark.slow
@@ -135,15 +133,6 @@ if DIR:
 '''
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def db(request: pytest.FixtureRequest, home: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite:///{home / 'revtree.db'}"
-        return
-    with fresh_database() as url:
-        yield url
-
-
 def _tree(store: Store, home: Path, run_id: str) -> list[tuple[Any, ...]]:
     """(id, parent, operator, knobs, git tree, score, status) per node."""
     repo = RunPaths(home, run_id).repo
@@ -164,8 +153,8 @@ def _git(repo: Path, *args: str) -> str:
 class Chaos:
     """Kills revtree sessions of one run and keeps the books."""
 
-    def __init__(self, home: Path, db: str, store: Store, tmp: Path) -> None:
-        self.home, self.db, self.store = home, db, store
+    def __init__(self, home: Path, db_url: str, store: Store, tmp: Path) -> None:
+        self.home, self.db, self.store = home, db_url, store
         self.dir = tmp / "chaos"
         self.dir.mkdir()
         (self.dir / "sitecustomize.py").write_text(SITECUSTOMIZE)
@@ -270,12 +259,12 @@ def _reference(tmp: Path, home: Path) -> list[tuple[Any, ...]]:
         store.close()
 
 
-def test_kill_9_at_random_moments_loses_nothing(tmp_path: Path, home: Path, db: str) -> None:
+def test_kill_9_at_random_moments_loses_nothing(tmp_path: Path, home: Path, db_url: str) -> None:
     started = time.monotonic()
     expected = _reference(tmp_path, home)
     reference_s = time.monotonic() - started
-    store = Store(db)
-    chaos = Chaos(home, db, store, tmp_path)
+    store = Store(db_url)
+    chaos = Chaos(home, db_url, store, tmp_path)
     task = make_task(tmp_path / "task", budget=BUDGET)
     kills, rounds, aimed = 0, 0, 0
     try:
@@ -305,7 +294,7 @@ def test_kill_9_at_random_moments_loses_nothing(tmp_path: Path, home: Path, db: 
         assert chaos.run_id is not None
         killing_s = time.monotonic() - started - reference_s
         final = subprocess.run(
-            [sys.executable, "-m", "revtree", "resume", chaos.run_id, "--db", db, "--quiet"],
+            [sys.executable, "-m", "revtree", "resume", chaos.run_id, "--db", db_url, "--quiet"],
             env=cli_env(home),
             capture_output=True,
             text=True,
@@ -320,7 +309,7 @@ def test_kill_9_at_random_moments_loses_nothing(tmp_path: Path, home: Path, db: 
         nodes = store.nodes(run.id)
         findings = doctor(store, home, run.id)
         cli_doctor = subprocess.run(
-            [sys.executable, "-m", "revtree", "doctor", run.id, "--db", db],
+            [sys.executable, "-m", "revtree", "doctor", run.id, "--db", db_url],
             env=cli_env(home),
             capture_output=True,
             text=True,
@@ -328,7 +317,7 @@ def test_kill_9_at_random_moments_loses_nothing(tmp_path: Path, home: Path, db: 
         )
         got = _tree(store, home, run.id)
         seconds = (reference_s, killing_s, time.monotonic() - started)
-        _report(db, kills, rounds, chaos.phases, lost, duplicated, seconds)
+        _report(db_url, kills, rounds, chaos.phases, lost, duplicated, seconds)
 
         assert lost == [] and duplicated == {} and findings == []
         assert cli_doctor.returncode == 0 and "no problems found" in cli_doctor.stdout
@@ -346,7 +335,7 @@ def test_kill_9_at_random_moments_loses_nothing(tmp_path: Path, home: Path, db: 
 
 
 def _report(
-    db: str,
+    db_url: str,
     kills: int,
     rounds: int,
     phases: collections.Counter[str],
@@ -354,7 +343,7 @@ def _report(
     duplicated: dict[Any, int],
     seconds: tuple[float, float, float],
 ) -> None:
-    backend = db.split(":", 1)[0]
+    backend = db_url.split(":", 1)[0]
     ref, killing, total = seconds
     print(
         textwrap.dedent(f"""

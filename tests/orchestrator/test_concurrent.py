@@ -12,14 +12,12 @@ from __future__ import annotations
 
 import re
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from revtree.memory import NodeStatus, RunStatus, Store
 
-from ..pg import fresh_database
 from .conftest import make_task, revtree, spawn, wait_for
 
 pytestmark = pytest.mark.slow
@@ -27,16 +25,6 @@ RUNS = 3
 NODES = 8
 BOUND = 300.0  # seconds any process of the test may take
 EVENT_LINE = re.compile(r"^\d\d:\d\d:\d\d\s+(\d+) ")  # cli.format_event: time, seq, kind
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def db_url(request: pytest.FixtureRequest, home: Path) -> Iterator[str]:
-    """The URL of the one database that every process of the test writes into."""
-    if request.param == "sqlite":
-        yield f"sqlite:///{home / 'revtree.db'}"
-        return
-    with fresh_database() as url:
-        yield url
 
 
 def _finish(procs: list[subprocess.Popen[str]]) -> list[str]:

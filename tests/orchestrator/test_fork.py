@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,6 @@ from revtree.orchestrator.fork import apply_sets, fork_run, lineage
 from revtree.orchestrator.report import COMPARE_KEYS, compare, summarize
 from revtree.tasks import load_task
 
-from ..pg import fresh_database
 from .conftest import make_task, revtree, spawn, wait_for
 
 
@@ -202,16 +200,6 @@ _gate, _until = _os.environ.get("GATE"), _time.time() + 120
 while _gate and _os.path.exists(_gate) and _time.time() < _until:
     _time.sleep(0.05)
 """
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def db_url(request: pytest.FixtureRequest, home: Path) -> Iterator[str]:
-    """The URL of the run database that every process of the test shares."""
-    if request.param == "sqlite":
-        yield f"sqlite:///{home / 'revtree.db'}"
-        return
-    with fresh_database() as url:
-        yield url
 
 
 def _succeeded(store: Store, run_id: str) -> list[Node]:

@@ -23,7 +23,6 @@ from revtree.orchestrator.housekeeping import doctor
 from revtree.orchestrator.runner import _alive
 from revtree.tasks import load_task
 
-from ..pg import fresh_database
 from .conftest import make_task, revtree, spawn, wait_for
 
 FLAKY = """\
@@ -35,18 +34,9 @@ if (sol.X, sol.N) != (3.0, 2) and not os.path.exists(os.environ["MARKER"]):
 """
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def db(request: pytest.FixtureRequest, home: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite:///{home / 'revtree.db'}"
-        return
-    with fresh_database() as url:
-        yield url
-
-
 @pytest.fixture
-def st(db: str) -> Iterator[Store]:
-    s = Store(db)
+def st(db_url: str) -> Iterator[Store]:
+    s = Store(db_url)
     yield s
     s.close()
 
@@ -73,8 +63,10 @@ def _failed_run(st: Store, home: Path, task: Path) -> str:
     return run.id
 
 
-def _retry(home: Path, db: str, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    return revtree(home, "retry", *args, "--db", db, check=check)
+def _retry(
+    home: Path, db_url: str, *args: str, check: bool = True
+) -> subprocess.CompletedProcess[str]:
+    return revtree(home, "retry", *args, "--db", db_url, check=check)
 
 
 def _git(repo: Path, *args: str) -> str:
@@ -92,14 +84,14 @@ def _assert_healthy(st: Store, home: Path, run_id: str) -> None:
 
 
 def test_retry_from_evaluate_after_an_infrastructure_failure(
-    tmp_path: Path, home: Path, db: str, st: Store
+    tmp_path: Path, home: Path, db_url: str, st: Store
 ) -> None:
     task, marker = _flaky_task(tmp_path / "t")
     run_id = _failed_run(st, home, task)
     before = st.node(run_id, 1)
     marker.touch()  # the infrastructure is fixed
 
-    out = _retry(home, db, run_id, "1").stdout  # default step: evaluate
+    out = _retry(home, db_url, run_id, "1").stdout  # default step: evaluate
     assert "retry of node 1 from evaluate (attempt 2)" in out
 
     node = st.node(run_id, 1)
@@ -115,7 +107,7 @@ def test_retry_from_evaluate_after_an_infrastructure_failure(
     assert retry_ev.data["previous"]["error_kind"] == "crash"
     assert st.node(run_id, 2).status is NodeStatus.FAILED  # untouched
     _assert_healthy(st, home, run_id)
-    assert "no problems found" in revtree(home, "doctor", run_id, "--db", db).stdout
+    assert "no problems found" in revtree(home, "doctor", run_id, "--db", db_url).stdout
 
     # the knob study and the policy see the new outcome; the thread was forked (time
     # travel) at the checkpoint that was about to evaluate
@@ -135,14 +127,14 @@ def test_retry_from_evaluate_after_an_infrastructure_failure(
 
 
 def test_retry_from_code_makes_a_new_commit_and_keeps_the_old(
-    tmp_path: Path, home: Path, db: str, st: Store
+    tmp_path: Path, home: Path, db_url: str, st: Store
 ) -> None:
     task, marker = _flaky_task(tmp_path / "t")
     run_id = _failed_run(st, home, task)
     old = st.node(run_id, 2)
     marker.touch()
 
-    _retry(home, db, run_id, "2", "--from", "code")
+    _retry(home, db_url, run_id, "2", "--from", "code")
 
     node = st.node(run_id, 2)
     assert node.status is NodeStatus.SUCCEEDED and node.attempt == 2
@@ -159,13 +151,15 @@ def test_retry_from_code_makes_a_new_commit_and_keeps_the_old(
     _assert_healthy(st, home, run_id)
 
 
-def test_retry_from_propose_proposes_again(tmp_path: Path, home: Path, db: str, st: Store) -> None:
+def test_retry_from_propose_proposes_again(
+    tmp_path: Path, home: Path, db_url: str, st: Store
+) -> None:
     task, marker = _flaky_task(tmp_path / "t")
     run_id = _failed_run(st, home, task)
     old = st.node(run_id, 1)
     marker.touch()
 
-    _retry(home, db, run_id, "1", "--from", "propose")
+    _retry(home, db_url, run_id, "1", "--from", "propose")
 
     node = st.node(run_id, 1)
     assert node.status is NodeStatus.SUCCEEDED and node.attempt == 2
@@ -179,17 +173,17 @@ def test_retry_from_propose_proposes_again(tmp_path: Path, home: Path, db: str, 
 
 
 def test_retry_with_set_changes_the_run_config(
-    tmp_path: Path, home: Path, db: str, st: Store
+    tmp_path: Path, home: Path, db_url: str, st: Store
 ) -> None:
     task, marker = _flaky_task(tmp_path / "t")
     run_id = _failed_run(st, home, task)
     marker.touch()
     # on SQLite, gc deletes the finished threads' checkpoints: the retry then starts the
     # thread over, each step skipping the work the node holds
-    pruned = revtree(home, "gc", "--db", db).stdout
-    assert db.startswith("postgresql") or "removed 0 checkpoint" not in pruned
+    pruned = revtree(home, "gc", "--db", db_url).stdout
+    assert db_url.startswith("postgresql") or "removed 0 checkpoint" not in pruned
 
-    _retry(home, db, run_id, "2", "--set", "sandbox.memory=8g", "--set", "evaluate.timeout=30")
+    _retry(home, db_url, run_id, "2", "--set", "sandbox.memory=8g", "--set", "evaluate.timeout=30")
 
     spec = st.get_run(run_id).spec
     assert spec["sandbox"]["memory"] == 8 * 2**30 and spec["evaluate"]["timeout"] == 30
@@ -197,18 +191,20 @@ def test_retry_with_set_changes_the_run_config(
     node = st.node(run_id, 2)
     assert node.status is NodeStatus.SUCCEEDED and node.attempt == 2 and len(st.nodes(run_id)) == 3
     assert [e.attempt for e in st.evaluations(run_id, 2)] == [1, 2]
-    refused = _retry(home, db, run_id, "1", "--set", "search.policy=mcts", check=False)
+    refused = _retry(home, db_url, run_id, "1", "--set", "search.policy=mcts", check=False)
     assert refused.returncode == 2 and "revtree fork" in refused.stderr
     assert st.get_run(run_id).spec["search"]["policy"] == "greedy"
     _assert_healthy(st, home, run_id)
 
 
-def test_retry_refuses_what_it_cannot_do(tmp_path: Path, home: Path, db: str, st: Store) -> None:
+def test_retry_refuses_what_it_cannot_do(
+    tmp_path: Path, home: Path, db_url: str, st: Store
+) -> None:
     task, _ = _flaky_task(tmp_path / "t")
     run_id = _failed_run(st, home, task)
 
     def refused(*args: str) -> str:
-        proc = _retry(home, db, run_id, *args, check=False)
+        proc = _retry(home, db_url, run_id, *args, check=False)
         assert proc.returncode == 2, proc.stdout + proc.stderr
         return proc.stderr
 
@@ -226,32 +222,32 @@ def test_retry_refuses_what_it_cannot_do(tmp_path: Path, home: Path, db: str, st
 
 
 def test_a_retry_of_the_baseline_and_a_node_with_children(
-    tmp_path: Path, home: Path, db: str, st: Store
+    tmp_path: Path, home: Path, db_url: str, st: Store
 ) -> None:
     task = make_task(tmp_path / "t", budget=4)
     run = create_run(st, load_task(task), home)
     Orchestrator(st, run.id, home=home).drive()
     parents = {n.parent_id for n in st.nodes(run.id)}
     assert 0 in parents
-    proc = _retry(home, db, run.id, "0", "--from", "code", check=False)
+    proc = _retry(home, db_url, run.id, "0", "--from", "code", check=False)
     assert proc.returncode == 2 and "baseline" in proc.stderr
-    _retry(home, db, run.id, "0")  # the baseline, with children, from evaluate
+    _retry(home, db_url, run.id, "0")  # the baseline, with children, from evaluate
     root = st.node(run.id, 0)
     assert root.status is NodeStatus.SUCCEEDED and root.attempt == 2
     assert [e.attempt for e in st.evaluations(run.id, 0)] == [1, 2]
     for parent in sorted(p for p in parents if p)[:1]:
-        proc = _retry(home, db, run.id, str(parent), "--from", "propose", check=False)
+        proc = _retry(home, db_url, run.id, str(parent), "--from", "propose", check=False)
         assert proc.returncode == 2 and "has children" in proc.stderr
     _assert_healthy(st, home, run.id)
 
 
 def test_a_killed_retry_is_finished_by_resume(
-    tmp_path: Path, home: Path, db: str, st: Store
+    tmp_path: Path, home: Path, db_url: str, st: Store
 ) -> None:
     task, marker = _flaky_task(tmp_path / "t")
     run_id = _failed_run(st, home, task)
     marker.touch()
-    proc = spawn(home, "retry", run_id, "1", "--set", 'sandbox.env.SLEEP="2"', "--db", db)
+    proc = spawn(home, "retry", run_id, "1", "--set", 'sandbox.env.SLEEP="2"', "--db", db_url)
     try:
         wait_for(
             lambda: st.node(run_id, 1).status is NodeStatus.EVALUATING,
@@ -264,9 +260,9 @@ def test_a_killed_retry_is_finished_by_resume(
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    refused = _retry(home, db, run_id, "1", check=False)
+    refused = _retry(home, db_url, run_id, "1", check=False)
     assert refused.returncode == 2 and "still evaluating" in refused.stderr
-    revtree(home, "resume", run_id, "--db", db)
+    revtree(home, "resume", run_id, "--db", db_url)
     node = st.node(run_id, 1)
     assert node.status is NodeStatus.SUCCEEDED and node.attempt == 2
     assert sorted(st.evaluation_counts(run_id).values()) == [1, 1, 2]  # node 1: two attempts
