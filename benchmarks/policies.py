@@ -69,7 +69,6 @@ from pydantic import TypeAdapter
 from rich.console import Console
 from rich.table import Table
 
-from revtree.agents.mutate import offline_agents
 from revtree.memory import Store
 from revtree.memory.records import Node, NodeStatus
 from revtree.orchestrator import Orchestrator, create_run
@@ -289,24 +288,43 @@ def pyplot() -> Any:
 
 
 def plot(rows: list[tuple[Any, ...]], budgets: list[int], out: Path) -> None:
+    cells: dict[tuple[str, str, int], list[float]] = {}
+    for r in rows:
+        cells.setdefault((r[1], r[0], r[2]), []).append(r[4])
+    panels = [(land.name, land.name) for land in LANDSCAPES]
+    draw(cells, panels, budgets, out / "policies.png", "budget (evaluations)", "normalised best")
+
+
+def draw(
+    cells: dict[tuple[str, str, int], list[float]],
+    panels: list[tuple[str, str]],
+    budgets: list[int],
+    path: Path,
+    xlabel: str,
+    ylabel: str,
+) -> None:
+    """One panel per (key, title), one line per policy: mean and 95% CI of
+    ``cells[key, policy, budget]`` over the budgets that have values."""
     plt = pyplot()
     if plt is None:
         return
-    fig, axes = plt.subplots(1, len(LANDSCAPES), figsize=(4 * len(LANDSCAPES), 3.5), sharey=True)
-    for ax, land in zip(axes, LANDSCAPES, strict=True):
+    width = 4 if len(panels) > 2 else 5
+    fig, axes = plt.subplots(1, len(panels), figsize=(width * len(panels), 3.5), sharey=True)
+    for ax, (key, title) in zip(axes, panels, strict=True):
         for p in NAMES:
-            stats = [ci([r[4] for r in rows if r[:3] == (p, land.name, b)]) for b in budgets]
-            ax.errorbar(budgets, [m for m, _ in stats], [h for _, h in stats], label=p, capsize=2)
-        ax.set_title(land.name)
+            have = [b for b in budgets if cells.get((key, p, b))]
+            stats = [ci(cells[key, p, b]) for b in have]
+            ax.errorbar(have, [m for m, _ in stats], [h for _, h in stats], label=p, capsize=2)
+        ax.set_title(title)
         ax.set_xscale("log")
         ax.set_xticks(budgets, [str(b) for b in budgets], minor=False)
         ax.minorticks_off()
-        ax.set_xlabel("budget (evaluations)")
-    axes[0].set_ylabel("normalised best")
+        ax.set_xlabel(xlabel)
+    axes[0].set_ylabel(ylabel)
     axes[-1].legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(out / "policies.png", dpi=110)
-    console.print(f"wrote {out / 'policies.png'}")
+    fig.savefig(path, dpi=110)
+    console.print(f"wrote {path}")
 
 
 # -- part 4: real tasks through the real orchestrator ------------------------------------
@@ -387,7 +405,6 @@ def real_one(args: tuple[str, str, int, int, tuple[int, ...]]) -> list[tuple[Any
         store = Store(f"sqlite:///{home}/revtree.db")
         run = create_run(store, spec, Path(home))
         orch = Orchestrator(store, run.id, home=Path(home))
-        orch.proposer, orch.coder = offline_agents(orch.spec)  # type: ignore[assignment]
         model = None
         if isinstance(orch.policy, AgenticPolicy):
             model = SimulatedPolicyModel(seed)
@@ -516,25 +533,9 @@ def cell(values: list[float]) -> str:
 
 
 def plot_real(norm: dict[tuple[str, str, int], list[float]], budgets: list[int], out: Path) -> None:
-    plt = pyplot()
-    if plt is None:
-        return
-    fig, axes = plt.subplots(1, len(REAL_TASKS), figsize=(5 * len(REAL_TASKS), 3.5), sharey=True)
-    for ax, task in zip(axes, REAL_TASKS, strict=True):
-        for p in NAMES:
-            have = [b for b in budgets if norm.get((task, p, b))]
-            stats = [ci(norm[task, p, b]) for b in have]
-            ax.errorbar(have, [m for m, _ in stats], [h for _, h in stats], label=p, capsize=2)
-        ax.set_title(f"{task} (real orchestrator)")
-        ax.set_xscale("log")
-        ax.set_xticks(budgets, [str(b) for b in budgets], minor=False)
-        ax.minorticks_off()
-        ax.set_xlabel("budget (nodes)")
-    axes[0].set_ylabel("normalised best (1 = best known)")
-    axes[-1].legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(out / "policies_real.png", dpi=110)
-    console.print(f"wrote {out / 'policies_real.png'}")
+    panels = [(task, f"{task} (real orchestrator)") for task in REAL_TASKS]
+    ylabel = "normalised best (1 = best known)"
+    draw(norm, panels, budgets, out / "policies_real.png", "budget (nodes)", ylabel)
 
 
 def main() -> int:

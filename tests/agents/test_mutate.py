@@ -106,8 +106,6 @@ def test_curve_fit_runs_end_to_end(tmp_path: Path) -> None:
     try:
         run = create_run(store, spec, tmp_path)
         orch = Orchestrator(store, run.id, home=tmp_path)
-        # until the runner selects them itself:
-        orch.proposer, orch.coder = offline_agents(orch.spec)  # type: ignore[assignment]
         orch.drive()
         nodes = store.nodes(run.id)
     finally:
