@@ -67,6 +67,7 @@ class NodeRow(Base):
     review: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     lesson: Mapped[str | None] = mapped_column(Text)
     attempt: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
+    alarm: Mapped[dict[str, Any] | None] = mapped_column(JSON)
 
 
 class EvaluationRow(Base):
@@ -131,3 +132,5 @@ class LLMCallRow(Base):
     ok: Mapped[bool] = mapped_column(Boolean)
     error: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[float] = mapped_column(Float)
+    prompt: Mapped[str | None] = mapped_column(Text)
+    response: Mapped[str | None] = mapped_column(Text)

@@ -102,9 +102,13 @@ class Node:
     review: dict[str, Any] | None = None
     lesson: str | None = None
     attempt: int = 1  # raised by each `revtree retry` of the node
+    # a drift alarm ({"kind", "message", "dev", "holdout"}): never recommended, not exploited
+    alarm: dict[str, Any] | None = None
 
     def score_of(self, maximize: bool) -> Score:
-        if self.status is not NodeStatus.SUCCEEDED:
+        """The node's score as the search ranks it: the worst for a node that did not
+        succeed or that carries a drift alarm (so no policy exploits it)."""
+        if self.status is not NodeStatus.SUCCEEDED or self.alarm is not None:
             return Score.worst(maximize)
         return Score(self.score, maximize)
 
@@ -184,3 +188,5 @@ class LLMCall:
     ok: bool
     node_id: int | None = None
     error: str | None = None
+    prompt: str | None = None  # what the model was asked (redacted, capped)
+    response: str | None = None  # what it answered (capped)

@@ -401,6 +401,8 @@ class Store:
                 r.ok,
                 r.node_id,
                 r.error,
+                r.prompt,
+                r.response,
             )
             for r in rows
         ]
@@ -439,6 +441,7 @@ def _node_values(node: Node) -> dict[str, Any]:
         "review": node.review,
         "lesson": node.lesson,
         "attempt": node.attempt,
+        "alarm": node.alarm,
     }
 
 
@@ -464,6 +467,7 @@ def _node(r: Any) -> Node:
         review=r.review,
         lesson=r.lesson,
         attempt=r.attempt,
+        alarm=r.alarm,
     )
 
 

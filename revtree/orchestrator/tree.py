@@ -77,7 +77,8 @@ class Tree:
         return [n for n in self.nodes.values() if n.status is NodeStatus.SUCCEEDED]
 
     def best(self) -> Node | None:
-        good = self.succeeded
+        """The best succeeded node that carries no drift alarm."""
+        good = [n for n in self.succeeded if n.alarm is None]
         return max(good, key=lambda n: (self.score(n), -n.id)) if good else None
 
     def debug_depth(self, node: Node) -> int:
