@@ -3,6 +3,17 @@
 A workspace is handed over as a tar archive (the ``git archive`` of a candidate's
 commit with fresh protected files appended), so every backend, local or container,
 receives exactly the same bytes and never sees the run's repository.
+
+The metrics channel: the command's file descriptor ``METRICS_FD`` (3) is open for
+writing; what it writes there comes back as ``ExecResult.metrics_text``. No path to it
+is in the environment. Python's ``subprocess`` does not pass it on to children
+(``close_fds``), but a shell would: for an evaluator that runs candidate code, the
+channel is only as safe as the evaluator makes it (see the grade step).
+
+Declared outputs: after the command, the regular files of the workspace that match
+``ExecRequest.outputs`` (globs) are copied out into ``ExecResult.files``, each under
+``OUTPUT_FILE_CAP`` bytes; a link, a device, a path out of the workspace or a file
+over the cap is not copied but named in ``ExecResult.refused`` with the reason.
 """
 
 from __future__ import annotations
@@ -14,6 +25,9 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 METRICS_FILE = ".revtree_metrics.json"
+METRICS_FD = 3
+OUTPUT_FILE_CAP = 64 << 20  # bytes per declared output file
+OUTPUTS_CAP = 256 << 20  # bytes of declared outputs per execution
 
 
 @dataclass(frozen=True)
@@ -35,11 +49,14 @@ class ExecRequest:
     limits: Limits
     env: Mapping[str, str] = field(default_factory=dict)
     labels: Mapping[str, str] = field(default_factory=dict)
+    outputs: tuple[str, ...] = ()  # globs of workspace files to copy out afterwards
 
 
 @dataclass(frozen=True)
 class ExecResult:
-    """What came out. ``metrics_text`` is the file at ``$REVTREE_METRICS``, if written."""
+    """What came out. ``metrics_text`` is what the command wrote to ``METRICS_FD``
+    (None if nothing); ``files`` the declared outputs copied out, by workspace path;
+    ``refused`` the matching paths not copied, with why."""
 
     exit_code: int | None
     stdout: str
@@ -49,6 +66,8 @@ class ExecResult:
     metrics_text: str | None = None
     truncated: bool = False
     setup_seconds: float = 0.0
+    files: Mapping[str, bytes] = field(default_factory=dict)
+    refused: Mapping[str, str] = field(default_factory=dict)
 
 
 class Sandbox(Protocol):
