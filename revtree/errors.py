@@ -19,6 +19,17 @@ class SandboxError(RevtreeError, RuntimeError):
     """The sandbox itself failed (not the evaluated code)."""
 
 
+class InfrastructureError(RevtreeError, RuntimeError):
+    """Something outside the candidate failed: an unreachable model endpoint or a key it
+    refuses, a full disk, a failing database. Never counted against a candidate: the
+    node stays unfinished, and after a few in a row the run stops ``failed``, resumable.
+    The message names the URL or path."""
+
+
+class LLMUnreachable(InfrastructureError):
+    """The model endpoint cannot be reached, or refuses the key (the URL is named)."""
+
+
 class SandboxTimeout(SandboxError, TimeoutError):
     """The evaluated command ran past its wall timeout and was killed."""
 
