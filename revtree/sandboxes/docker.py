@@ -19,8 +19,12 @@ removal. Two ways to run the command, by where the volume lives:
   unpacks the workspace from its stdin; ``out/`` and ``work/`` are made, and outputs
   read, with ``put_archive`` / ``get_archive``.
 
-In both, outputs are read in the volume's folder when it is on this host (never
-following a link), else copied out through the API.
+In both, the runner script opens ``out/metrics.json`` as the command's file descriptor 3
+(``METRICS_FD``; no path in its environment) and the host reads it back afterwards;
+declared outputs (``ExecRequest.outputs``, globs, plus the task's ``[sandbox] outputs``
+names) are found by walking ``work/`` in the volume's folder when it is on this host
+(``lstat``, never following a link), else by streaming ``get_archive`` of ``work/`` and
+filtering its members.
 
 What is covered:
 - a new container per execution, never reused (a warm-pool container has run nothing
@@ -41,24 +45,36 @@ What is covered:
   container, with a backstop inside it (``timeout -s KILL``) should the orchestrator
   die; when the command ends, every other process of the sandbox user in the container
   is killed (``kill -KILL -1``), so nothing it started outlives it (a resident
-  runner then exits, and its container with it);
+  runner then exits, and its container with it), and nothing changes the volume while
+  the host reads the metrics and outputs out of it;
 - a timeout is reported as ``timed_out``; an out-of-memory kill (the engine's ``oom``
   event for the container) and the disk cap are named in ``stderr``;
 - the container and its volume removed after every execution, whatever happened
   (``close()`` waits for the removals in flight); they carry the label
   ``revtree.sandbox`` and their owner (host, pid, process start time), so ``reap()``
   (and ``revtree sandbox gc``) remove those of dead orchestrators, warm ones included;
-- declared outputs and the metrics file copied out: regular files only (no links,
-  devices or paths out of the workspace), each under a size cap;
+- the metrics channel is file descriptor 3 of the command only: no variable names it,
+  and Python's ``subprocess`` closes it in the children (``close_fds``); a metrics file
+  the command replaced by anything but a regular file within ``METRICS_CAP`` is not
+  read (``metrics_text`` is None, the reason in ``stderr``);
+- declared outputs copied out: regular files only, each under ``OUTPUT_FILE_CAP`` (or
+  ``output_cap``), all under ``OUTPUTS_CAP``; a link, FIFO, socket, device, hard link
+  (through the API), a pattern out of the workspace (absolute, ``..``) or a file over a
+  cap is named in ``refused`` with the reason, never copied and never an error;
 - engine and image failures raised as :class:`~revtree.errors.SandboxError` naming
-  the engine, the image or the step.
+  the engine, the image or the step, and how to make a missing image.
 
 What is not covered: the container shares the host's kernel (a kernel exploit escapes
 it); GPUs handed to an evaluation are visible in full to it; with ``network`` set to
-``bridge`` or ``host`` the code can reach whatever that network reaches. If the
-orchestrator is killed, the backstop ends the candidate's processes, but the container
-(stopped, or idle in the exec design) and its volume stay until ``reap()`` or
-``revtree sandbox gc``; so do idle warm-pool containers.
+``bridge`` or ``host`` the code can reach whatever that network reaches. The metrics
+channel keeps a score from a *child* of the evaluator only: every process of the
+sandbox user can still write ``/sandbox/out/metrics.json`` by its path, or the
+evaluator's descriptor through ``/proc/<pid>/fd/3``, and a shell passes the descriptor
+on; so a task whose evaluator runs candidate code in-process or through a shell can
+have its score forged, and only a separate grade step (a fresh sandbox over the
+declared outputs) prevents that. If the orchestrator is killed, the backstop ends the
+candidate's processes, but the container (stopped, or idle in the exec design) and its
+volume stay until ``reap()`` or ``revtree sandbox gc``; so do idle warm-pool containers.
 """
 
 from __future__ import annotations
@@ -66,6 +82,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import errno
+import fnmatch
 import io
 import json
 import os
@@ -83,7 +100,15 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from revtree.errors import Cancelled, SandboxError
-from revtree.sandboxes.base import ExecRequest, ExecResult, Limits, watchdog
+from revtree.sandboxes.base import (
+    METRICS_FD,
+    OUTPUT_FILE_CAP,
+    OUTPUTS_CAP,
+    ExecRequest,
+    ExecResult,
+    Limits,
+    watchdog,
+)
 from revtree.sandboxes.env import sandbox_env
 from revtree.tasks.spec import SandboxConfig
 
@@ -98,7 +123,7 @@ LABEL, OWNER, RUN, NODE, WARM = (
     "revtree.warm",
 )
 METRICS_CAP = 1 << 20
-OUTPUT_CAP = 16 << 20
+MAX_ENTRIES = 200_000  # a workspace holding more is not walked further
 GRACE = 5.0  # seconds the in-container backstop waits past the host's timeout
 HOLD = ["sleep", "2147483647"]  # the idle process a container runs until the exec
 GO, SCRIPT, PAYLOAD = ".go", ".run", ".workspace.tar"  # in the volume's root (root-owned)
@@ -119,9 +144,8 @@ class GpuLease(Protocol):
 
 @dataclass(frozen=True)
 class DockerResult(ExecResult):
-    """An :class:`ExecResult` plus the declared output files that were copied out."""
+    """An :class:`ExecResult` plus the id of the container it ran in."""
 
-    files: Mapping[str, bytes] = field(default_factory=dict)
     container: str = ""
 
 
@@ -156,13 +180,18 @@ def _engine_error(what: str, e: BaseException) -> SandboxError:
     return SandboxError(f"the Docker engine failed or stopped answering while {what}: {e}")
 
 
+def engine_url(base_url: str | None = None) -> str:
+    """Where the engine is asked: ``base_url``, else ``$DOCKER_HOST``, else the socket."""
+    return base_url or os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+
+
 def connect(base_url: str | None = None, timeout: float = 30.0) -> Any:
     """A low-level docker API client that answered a ping, or a clear SandboxError."""
     try:
         import docker
     except ImportError as e:  # pragma: no cover - docker is a dependency
         raise SandboxError("the docker backend needs the 'docker' package") from e
-    url = base_url or os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+    url = engine_url(base_url)
     try:
         client = docker.DockerClient(base_url=url, timeout=int(timeout), max_pool_size=64)
         client.ping()
@@ -214,7 +243,7 @@ class DockerSandbox:
         task_root: str | Path | None = None,
         labels: Mapping[str, str] | None = None,
         pids_limit: int = 256,
-        output_cap: int = OUTPUT_CAP,
+        output_cap: int = OUTPUT_FILE_CAP,
         host_volumes: bool = True,
     ) -> None:
         """``host_volumes``: use a workspace volume's folder directly (set up the
@@ -228,7 +257,7 @@ class DockerSandbox:
         self.api = self.client.api
         self.image = self.config.image or default_image(self.client)
         if not image_exists(self.client, self.image):
-            raise SandboxError(_missing_image(self.image, self.config.image is None))
+            raise SandboxError(missing_image(self.image, engine_url(base_url), self.config.image))
         if self.config.gpus and gpu_pool is None:
             raise SandboxError(f"gpus = {self.config.gpus} needs a GPU pool from the scheduler")
         self.gpu_pool, self.pids_limit, self.output_cap = gpu_pool, pids_limit, output_cap
@@ -555,22 +584,26 @@ class DockerSandbox:
         """The result of a finished command: the reason it was killed, if any, appended
         to stderr; metrics and declared outputs read out of the volume."""
         stderr = tails.text(1) + self._why_killed(box, request.limits, why, code, start)
-        metrics = self._read_file(box, f"{OUT}/metrics.json", METRICS_CAP, "the metrics file")
-        files = {
-            name: data
-            for name in self.config.outputs
-            if (data := self._read_file(box, f"{WORK}/{name}", self.output_cap, name)) is not None
-        }
+        try:
+            metrics = self._read_file(box, f"{OUT}/metrics.json", METRICS_CAP)
+        except _Refused as e:
+            metrics = None
+            stderr += f"\nrevtree: the metrics of descriptor {METRICS_FD} were not read: {e}\n"
+        found = _Outputs(min(self.output_cap, OUTPUT_FILE_CAP))
+        patterns = found.patterns((*request.outputs, *self.config.outputs))
+        if patterns:
+            self._collect(box, patterns, found)
         return DockerResult(
             exit_code=code,
             stdout=tails.text(0),
             stderr=stderr,
             duration=duration,
             timed_out=why == ["timeout"],
-            metrics_text=metrics.decode("utf-8", errors="replace") if metrics is not None else None,
+            metrics_text=metrics.decode("utf-8", errors="replace") if metrics else None,
             truncated=tails.truncated,
             setup_seconds=setup,
-            files=files,
+            files=found.files,
+            refused=found.refused,
             container=box.cid,
         )
 
@@ -649,18 +682,15 @@ class DockerSandbox:
             time.sleep(0.05)
         return False
 
-    def _read_file(self, box: _Box, path: str, cap: int, what: str) -> bytes | None:
+    def _read_file(self, box: _Box, path: str, cap: int) -> bytes | None:
         """One regular file out of the container, or None if it is absent: read in the
         volume's folder when this host holds it, else copied out with ``get_archive``.
-
-        Links, devices, folders and files over ``cap`` are refused with a SandboxError.
-        """
+        A link, device, folder or file over ``cap`` raises :class:`_Refused`."""
         import docker.errors
 
         if (root := box.local) is not None:
-            return _read_beneath(root, path[len(ROOT) + 1 :], cap, what)
+            return _read_beneath(root, path[len(ROOT) + 1 :], cap)
         cid = box.cid
-
         try:  # stat first (HEAD): a refused file is never streamed
             head = self.api.head(
                 self.api._url("/containers/{0}/archive", cid), params={"path": path}
@@ -668,25 +698,40 @@ class DockerSandbox:
             if head.status_code == 404:
                 return None
             self.api._raise_for_status(head)
-            stat = json.loads(base64.b64decode(head.headers["X-Docker-Container-Path-Stat"]))
+            info = json.loads(base64.b64decode(head.headers["X-Docker-Container-Path-Stat"]))
         except Exception as e:
-            raise _engine_error(f"copying {what} out of {cid[:12]}", e) from e
-        if stat.get("linkTarget") or int(stat.get("mode", 0)) & _TYPE_BITS:
-            raise SandboxError(f"output {what!r} refused: not a regular file ({stat})")
-        if int(stat.get("size", 0)) > cap:
-            raise SandboxError(f"output {what!r} refused: {stat.get('size')} bytes > cap {cap}")
+            raise _engine_error(f"copying {path} out of {cid[:12]}", e) from e
+        if info.get("linkTarget"):
+            raise _Refused("a symbolic link")
+        if int(info.get("mode", 0)) & _TYPE_BITS:
+            raise _Refused(f"not a regular file (mode {int(info.get('mode', 0)):#o})")
+        if int(info.get("size", 0)) > cap:
+            raise _Refused(f"{info.get('size')} bytes, over the cap of {cap}")
         try:
             stream, _ = self.api.get_archive(cid, path, chunk_size=1 << 16)
         except docker.errors.NotFound:
             return None
         except Exception as e:
-            raise _engine_error(f"copying {what} out of {cid[:12]}", e) from e
+            raise _engine_error(f"copying {path} out of {cid[:12]}", e) from e
         raw = bytearray()
         for chunk in stream:
             raw += chunk
             if len(raw) > cap + (1 << 16):
-                raise SandboxError(f"output {what!r} refused: larger than the cap {cap}")
-        return _single_file(bytes(raw), what, cap)
+                raise _Refused(f"larger than the cap of {cap}")
+        return _single_file(bytes(raw), cap)
+
+    def _collect(self, box: _Box, patterns: Sequence[str], found: _Outputs) -> None:
+        """The workspace files matching ``patterns`` into ``found``: walked in the
+        volume's folder when this host holds it, else streamed with ``get_archive``."""
+        if (root := box.local) is not None:
+            _collect_here(root / "work", patterns, found)
+            return
+        try:
+            stream, _ = self.api.get_archive(box.cid, WORK, chunk_size=1 << 16)
+            with tarfile.open(fileobj=_Chunks(stream), mode="r|") as tar:
+                _collect_members(tar, patterns, found)
+        except Exception as e:
+            raise _engine_error(f"copying the outputs out of {box.cid[:12]}", e) from e
 
     # -- warm pool ----------------------------------------------------------------
 
@@ -804,19 +849,21 @@ def _usage(root: Path, max_entries: int = 200_000) -> int:
     return total
 
 
-def _missing_image(image: str, default: bool) -> str:
-    from revtree.sandboxes.images import base_tag
+def missing_image(image: str, url: str, asked: str | None) -> str:
+    """Why there is no evaluation image, and the ways to make one. ``asked``: the
+    task's ``sandbox.image`` (None: the default image was looked for)."""
+    from revtree.sandboxes.images import FALLBACK_IMAGE, base_tag
 
-    if default:
-        return (
-            f"no evaluation image on this Docker engine: neither the base image "
-            f"{base_tag()!r} nor {image!r}; make the base with `revtree sandbox "
-            "bootstrap-base` (no registry needed), or set [sandbox] image"
-        )
+    if asked is None:
+        what = f"no evaluation image: neither the base image {base_tag()!r} nor {image!r}"
+    else:
+        what = f"image {image!r} (the task's sandbox.image) is missing"
     return (
-        f"image {image!r} is not on this Docker engine; build it with "
-        "`revtree sandbox build-image`, or make the base image with "
-        "`revtree sandbox bootstrap-base` (no registry needed)"
+        f"{what} on the Docker engine at {url}. Make one with `revtree sandbox "
+        "bootstrap-base` (from Debian packages, no registry needed), or `docker pull "
+        f"{FALLBACK_IMAGE}` on a machine with a registry, or build the task's own image "
+        "with `revtree sandbox build-image TASK` (and name it in sandbox.image). To "
+        'run without Docker\'s isolation instead, set sandbox.backend = "local".'
     )
 
 
@@ -844,11 +891,12 @@ def _bind_mounts(mounts: Mapping[str, str], task_root: str | Path | None) -> lis
 def _runner_script(request: ExecRequest, disk: int, archive: str = "-") -> str:
     """The runner script (exec'd, or a resident box's main process): caps, the
     workspace unpacked (as the sandbox user) from ``archive`` in the volume's root, or
-    stdin for ``-``, a clean environment, the backstop timeout; afterwards every other
-    process of the sandbox user is killed (PID 1, the holding process or the resident
-    runner itself, is spared by the kernel)."""
+    stdin for ``-``, a clean environment, the backstop timeout, ``out/metrics.json`` as
+    the command's descriptor ``METRICS_FD`` (the runner itself does not hold it);
+    afterwards every other process of the sandbox user is killed (PID 1, the holding
+    process or the resident runner itself, is spared by the kernel)."""
     env = sandbox_env(request.env, home=WORK, tmp="/tmp")
-    env.update(PATH=PATH, REVTREE_METRICS=f"{OUT}/metrics.json")
+    env["PATH"] = PATH
     assigns = " ".join(shlex.quote(f"{k}={v}") for k, v in env.items())
     backstop = int(request.limits.timeout + GRACE) + 1
     mem = request.limits.memory_bytes
@@ -858,7 +906,8 @@ def _runner_script(request: ExecRequest, disk: int, archive: str = "-") -> str:
         f"ulimit -f {disk // 512} || exit 125\n{limit_as}"
         f"tar -xf {shlex.quote(archive)} -C {WORK} || exit 125\ncd {WORK} || exit 125\n"
         f"if command -v timeout >/dev/null; then T='timeout -s KILL {backstop}'; else T=; fi\n"
-        f"env -i {assigns} $T /bin/sh -c {shlex.quote(request.command)} </dev/null\n"
+        f"env -i {assigns} $T /bin/sh -c {shlex.quote(request.command)} </dev/null "
+        f"{METRICS_FD}>{OUT}/metrics.json\n"
         "rc=$?\nkill -KILL -1 2>/dev/null\nexit $rc\n"
     )
 
@@ -925,9 +974,13 @@ def _workspace_tar(archive: bytes) -> bytes:
     return buf.getvalue()
 
 
-def _read_beneath(root: Path, rel: str, cap: int, what: str) -> bytes | None:
+class _Refused(ValueError):
+    """A file of the volume that is not copied out; the message says why."""
+
+
+def _read_beneath(root: Path, rel: str, cap: int) -> bytes | None:
     """Read ``root/rel`` without following any link (``O_NOFOLLOW`` at every step), or
-    None if absent. Anything but a regular file within ``cap`` is refused."""
+    None if absent. Anything but a regular file within ``cap`` raises :class:`_Refused`."""
     parts = rel.split("/")
     fds = [os.open(root, os.O_RDONLY | os.O_DIRECTORY)]
     try:
@@ -940,21 +993,175 @@ def _read_beneath(root: Path, rel: str, cap: int, what: str) -> bytes | None:
             except FileNotFoundError:
                 return None
             except OSError as e:
-                raise SandboxError(f"output {what!r} refused: {e.strerror} at {part!r}") from e
+                raise _Refused(f"{e.strerror} at {part!r}") from e
         st = os.fstat(fds[-1])
-        if not stat.S_ISREG(st.st_mode):
-            raise SandboxError(f"output {what!r} refused: not a regular file")
+        if why := _not_regular(st.st_mode):
+            raise _Refused(why)
         if st.st_size > cap:
-            raise SandboxError(f"output {what!r} refused: {st.st_size} bytes > cap {cap}")
+            raise _Refused(f"{st.st_size} bytes, over the cap of {cap}")
         data = b""
         while len(data) <= cap and (chunk := os.read(fds[-1], cap + 1 - len(data))):
             data += chunk
         if len(data) > cap:
-            raise SandboxError(f"output {what!r} refused: larger than the cap {cap}")
+            raise _Refused(f"larger than the cap of {cap}")
         return data
     finally:
         for fd in fds:
             os.close(fd)
+
+
+def _not_regular(mode: int) -> str:
+    """Why a file of this mode is not copied out ("" for a regular file)."""
+    kinds = (
+        (stat.S_ISREG, ""),
+        (stat.S_ISLNK, "a symbolic link"),
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a device"),
+        (stat.S_ISBLK, "a device"),
+    )
+    return next((why for test, why in kinds if test(mode)), "not a regular file")
+
+
+def glob_match(path: str, pattern: str) -> bool:
+    """Whether the workspace path ``path`` (``a/b.txt``) matches ``pattern``: ``*``,
+    ``?`` and ``[...]`` within one path segment, ``**`` for any number of segments. A
+    path that is absolute or holds ``.`` or ``..`` segments matches nothing."""
+    parts = path.split("/")
+    if any(part in ("", ".", "..") for part in parts):
+        return False
+    return _match(parts, pattern.split("/"))
+
+
+def _match(parts: Sequence[str], pats: Sequence[str]) -> bool:
+    if not pats:
+        return not parts
+    if pats[0] == "**":
+        return any(_match(parts[i:], pats[1:]) for i in range(len(parts) + 1))
+    return bool(parts) and fnmatch.fnmatchcase(parts[0], pats[0]) and _match(parts[1:], pats[1:])
+
+
+@dataclass
+class _Outputs:
+    """The declared outputs found so far: copied files, refused paths with why, caps."""
+
+    cap: int
+    files: dict[str, bytes] = field(default_factory=dict)
+    refused: dict[str, str] = field(default_factory=dict)
+    total: int = 0
+
+    def patterns(self, globs: Sequence[str]) -> list[str]:
+        """The usable globs (``./`` dropped, duplicates removed); one that is absolute
+        or climbs out with ``..`` matches nothing and is refused."""
+        usable: list[str] = []
+        for glob in globs:
+            while glob.startswith("./"):
+                glob = glob[2:]
+            if glob.startswith("/") or ".." in glob.split("/"):
+                self.refused[glob] = "a path out of the workspace"
+            elif glob and glob not in usable:
+                usable.append(glob)
+        return usable
+
+    def fits(self, rel: str, size: int) -> bool:
+        """Whether a file of ``size`` bytes is under both caps (else it is refused)."""
+        if size > self.cap:
+            self.refused[rel] = f"{size} bytes, over the cap of {self.cap} per file"
+        elif self.total + size > OUTPUTS_CAP:
+            self.refused[rel] = f"over the cap of {OUTPUTS_CAP} bytes for all outputs"
+        return rel not in self.refused
+
+    def add(self, rel: str, data: bytes) -> None:
+        self.files[rel] = data
+        self.total += len(data)
+
+
+def _walk(root: Path) -> Iterator[tuple[str, os.stat_result]]:
+    """``(relative path, lstat)`` of everything under ``root``, in name order, links
+    never followed; at most ``MAX_ENTRIES`` entries."""
+    stack, seen = [""], 0
+    while stack:
+        folder = stack.pop()
+        try:
+            with os.scandir(root / folder) as it:
+                entries = sorted(it, key=lambda entry: entry.name)
+        except OSError:
+            continue
+        for entry in entries:
+            seen += 1
+            if seen > MAX_ENTRIES:
+                return
+            rel = f"{folder}/{entry.name}" if folder else entry.name
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            yield rel, st
+            if stat.S_ISDIR(st.st_mode):
+                stack.append(rel)
+
+
+def _collect_here(work: Path, patterns: Sequence[str], found: _Outputs) -> None:
+    """The matching files of the workspace folder ``work`` on this host into ``found``
+    (folders are walked, never copied or refused)."""
+    for rel, st in _walk(work):
+        if stat.S_ISDIR(st.st_mode) or not any(glob_match(rel, p) for p in patterns):
+            continue
+        if why := _not_regular(st.st_mode):
+            found.refused[rel] = why
+        elif found.fits(rel, st.st_size):
+            try:
+                data = _read_beneath(work, rel, found.cap)
+            except _Refused as e:
+                found.refused[rel] = str(e)
+                continue
+            if data is not None and found.fits(rel, len(data)):
+                found.add(rel, data)
+
+
+def _collect_members(tar: tarfile.TarFile, patterns: Sequence[str], found: _Outputs) -> None:
+    """The matching members of a streamed ``get_archive`` of ``work/`` into ``found``."""
+    for member in tar:
+        rel = member.name.partition("/")[2].rstrip("/")
+        if not rel or member.isdir() or not any(glob_match(rel, p) for p in patterns):
+            continue
+        if member.issym():
+            found.refused[rel] = "a symbolic link"
+        elif member.islnk():
+            found.refused[rel] = "a hard link"
+        elif member.isfifo():
+            found.refused[rel] = "a FIFO"
+        elif member.ischr() or member.isblk():
+            found.refused[rel] = "a device"
+        elif not member.isreg():
+            found.refused[rel] = "not a regular file"
+        elif found.fits(rel, member.size):
+            f = tar.extractfile(member)
+            assert f is not None
+            found.add(rel, f.read())
+
+
+class _Chunks(io.RawIOBase):
+    """A readable file over an iterator of byte chunks (a streamed ``get_archive``)."""
+
+    def __init__(self, chunks: Any) -> None:
+        super().__init__()
+        self.chunks, self.buf = iter(chunks), b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int:
+        while not self.buf:
+            try:
+                self.buf = next(self.chunks)
+            except StopIteration:
+                return 0
+        n = min(len(b), len(self.buf))
+        b[:n] = self.buf[:n]
+        self.buf = self.buf[n:]
+        return n
 
 
 def _safe_members(src: tarfile.TarFile) -> Iterator[tarfile.TarInfo]:
@@ -975,20 +1182,20 @@ def _owned(info: tarfile.TarInfo, kind: bytes, mode: int) -> tarfile.TarInfo:
     return info
 
 
-def _single_file(raw: bytes, what: str, cap: int) -> bytes:
+def _single_file(raw: bytes, cap: int) -> bytes:
     try:
         with tarfile.open(fileobj=io.BytesIO(raw), mode="r:") as tar:
             members = tar.getmembers()
             if len(members) != 1 or not members[0].isreg():
-                raise SandboxError(f"output {what!r} refused: not a single regular file")
+                raise _Refused("not a single regular file")
             member = members[0]
             if member.size > cap or "/" in member.name.strip("/") or member.name in ("..", "."):
-                raise SandboxError(f"output {what!r} refused: bad name or size")
+                raise _Refused("a bad name or size")
             f = tar.extractfile(member)
             assert f is not None
             return f.read(cap + 1)[:cap]
     except tarfile.TarError as e:
-        raise SandboxError(f"output {what!r} refused: unreadable archive: {e}") from e
+        raise _Refused(f"an unreadable archive: {e}") from e
 
 
 class _Phases:

@@ -17,6 +17,7 @@ import pytest
 
 from revtree.errors import Cancelled, SandboxError
 from revtree.sandboxes import ExecRequest, ExecResult, Limits, Sandbox
+from revtree.sandboxes.base import METRICS_FD, METRICS_FILE, OUTPUT_FILE_CAP
 from tests.sandboxes.conftest import leftovers
 
 BOUND = 30.0  # seconds any single execution may take before the test gives up on it
@@ -37,10 +38,12 @@ def execute(
     timeout: float = 10.0,
     env: Mapping[str, str] | None = None,
     cancel: threading.Event | None = None,
+    outputs: tuple[str, ...] = (),
     **limits: object,
 ) -> ExecResult:
     """Run one request, waiting at most BOUND seconds for it to come back."""
-    request = ExecRequest(archive, command, Limits(timeout=timeout, **limits), dict(env or {}))
+    limit = Limits(timeout=timeout, **limits)
+    request = ExecRequest(archive, command, limit, dict(env or {}), outputs=outputs)
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         return pool.submit(sandbox.execute, request, cancel).result(timeout=BOUND)
 
@@ -95,11 +98,83 @@ def test_output_cap_keeps_the_tail(sandbox, workspace):
     assert result.stderr == "small-err\n"
 
 
-def test_metrics_file_is_returned(sandbox, workspace):
-    result = execute(sandbox, workspace, """echo '{"score": 2.5}' > "$REVTREE_METRICS" """)
+def test_metrics_written_to_fd_3_are_returned(sandbox, workspace, tar_of):
+    result = execute(sandbox, workspace, f"""echo '{{"score": 2.5}}' >&{METRICS_FD}""")
     assert result.exit_code == 0
     assert result.metrics_text is not None and result.metrics_text.strip() == '{"score": 2.5}'
     assert execute(sandbox, workspace, "true").metrics_text is None
+    code = """import os; os.write(3, b'{"score": 7}')\n"""
+    result = execute(sandbox, tar_of({"ev.py": code}), "python ev.py")
+    assert (result.exit_code, result.metrics_text) == (0, '{"score": 7}'), result.stderr
+
+
+def test_no_metrics_path_is_in_the_environment(sandbox, workspace):
+    result = execute(sandbox, workspace, "env")
+    assert result.exit_code == 0
+    variables = dict(line.split("=", 1) for line in result.stdout.splitlines() if "=" in line)
+    assert not [name for name in variables if "METRICS" in name.upper()]
+    assert not [v for v in variables.values() if "metrics.json" in v or METRICS_FILE in v]
+
+
+FORGER = """\
+import subprocess, sys
+child = "import os; os.write(3, b'999')"
+print("child exit", subprocess.run([sys.executable, "-c", child]).returncode, flush=True)
+"""
+
+
+def test_a_child_of_a_shell_less_subprocess_cannot_write_fd_3(sandbox, tar_of):
+    result = execute(sandbox, tar_of({"ev.py": FORGER}), "python ev.py")
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout == "child exit 1\n"
+    assert "Bad file descriptor" in result.stderr
+    assert result.metrics_text is None
+
+
+MAKE_OUTPUTS = (
+    "mkdir -p res/sub deep/a/b && echo 1 > res/a.json && echo 2 > res/b.json && "
+    "echo no > res/c.txt && echo 3 > res/sub/d.json && echo top > top.json && "
+    "echo deep > deep/a/b/x.txt && echo {} >&3"
+)
+
+
+def test_outputs_globs_copy_matching_regular_files(sandbox, workspace):
+    globs = ("res/*.json", "top.json", "**/x.txt", "./top.json", "missing-*.bin")
+    result = execute(sandbox, workspace, MAKE_OUTPUTS, outputs=globs)
+    assert result.exit_code == 0, result.stderr
+    assert dict(result.files) == {
+        "res/a.json": b"1\n",
+        "res/b.json": b"2\n",
+        "top.json": b"top\n",
+        "deep/a/b/x.txt": b"deep\n",
+    }
+    assert dict(result.refused) == {}
+    assert execute(sandbox, workspace, "true").files == {}
+
+
+def test_links_fifos_and_oversize_outputs_are_refused_with_reasons(sandbox, workspace):
+    big = OUTPUT_FILE_CAP + 1
+    command = (
+        "echo ok > fine.out && ln -s /etc/passwd abs.out && ln -s fine.out rel.out && "
+        f"mkfifo fifo.out && truncate -s {big} big.out && mkdir dir.out"
+    )
+    result = execute(sandbox, workspace, command, outputs=("*.out",))
+    assert result.exit_code == 0, result.stderr
+    assert dict(result.files) == {"fine.out": b"ok\n"}
+    refused = dict(result.refused)
+    assert set(refused) == {"abs.out", "rel.out", "fifo.out", "big.out"}, refused
+    assert "link" in refused["abs.out"] and "link" in refused["rel.out"]
+    assert "fifo" in refused["fifo.out"].lower()
+    assert str(big) in refused["big.out"] and "cap" in refused["big.out"]
+
+
+def test_outputs_cannot_reach_out_of_the_workspace(sandbox, workspace, tmp_path):
+    (tmp_path / "host.txt").write_text("host secret\n")
+    globs = ("../*", "../out/metrics.json", "sub/../../x", str(tmp_path / "host.txt"))
+    result = execute(sandbox, workspace, "echo '{}' >&3; mkdir sub; echo x > x", outputs=globs)
+    assert result.exit_code == 0, result.stderr
+    assert dict(result.files) == {}
+    assert set(result.refused) == set(globs)
 
 
 SECRETS = {
@@ -129,7 +204,7 @@ def test_environment_is_an_allow_list(sandbox, workspace, monkeypatch):
         assert value not in result.stdout
     assert "HARMLESS_FLAG=on" in result.stdout.splitlines()
     assert "HOST_ONLY_HARMLESS" not in names  # host variables pass only by allow-list
-    assert "REVTREE_METRICS" in names
+    assert "REVTREE_METRICS" not in names  # the metrics channel is descriptor 3
 
 
 def test_files_in_and_workspace_removed_afterwards(sandbox, workspace, tmp_path):

@@ -18,10 +18,26 @@ import pytest
 
 from revtree.errors import SandboxError
 from revtree.orchestrator.gpus import GpuPool
-from revtree.sandboxes import ExecRequest, Limits
-from revtree.sandboxes.docker import LABEL, OWNER, DockerSandbox, reap
+from revtree.sandboxes import (
+    AUTO_ENV,
+    BackendChoice,
+    ExecRequest,
+    Limits,
+    choose_backend,
+    make_sandbox,
+)
+from revtree.sandboxes.docker import (
+    LABEL,
+    OWNER,
+    DockerSandbox,
+    _runner_script,
+    glob_match,
+    reap,
+)
 from revtree.sandboxes.images import PACKAGES, apt_mirror, base_tag, build_image, host_suite
+from revtree.sandboxes.local import LocalSandbox
 from revtree.tasks.spec import SandboxConfig
+from tests.conftest import TASK_TOML
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -226,23 +242,144 @@ def test_build_image_from_dockerfile_and_a_failing_step(docker_client, tmp_path,
 
 @pytest.mark.docker
 def test_through_the_api_only_as_with_a_remote_engine(docker_client, tar_of):
-    box = DockerSandbox(SandboxConfig(outputs=("r.txt", "link.txt")), host_volumes=False)
+    box = DockerSandbox(SandboxConfig(outputs=("r.txt",)), host_volumes=False)
     write = (
-        'echo \'{"s": 1}\' > "$REVTREE_METRICS"; echo out > r.txt; cat in.txt; '
-        "ln -s /etc/passwd link.txt"
+        "echo '{\"s\": 1}' >&3; echo out > r.txt; mkdir -p o/p; echo g > o/p/g.json; "
+        "cat in.txt; ln -s /etc/passwd link.json; "
+        "echo fine > fine.json; ln fine.json hard.json"
+    )
+    request = ExecRequest(
+        tar_of({"in.txt": "in\n"}), write, Limits(timeout=10), outputs=("*.json", "o/**")
     )
     try:
-        with pytest.raises(SandboxError, match="refused"):
-            box.execute(ExecRequest(tar_of({"in.txt": "in\n"}), write, Limits(timeout=10)))
-        result = box.execute(
-            ExecRequest(tar_of({"in.txt": "in\n"}), write.split("; ln")[0], Limits(timeout=10))
-        )
+        result = box.execute(request)
     finally:
         box.close()
     assert (result.exit_code, result.stdout, result.metrics_text) == (0, "in\n", '{"s": 1}\n')
-    assert result.files == {"r.txt": b"out\n"}  # type: ignore[attr-defined]
+    assert dict(result.files) == {"r.txt": b"out\n", "o/p/g.json": b"g\n", "fine.json": b"fine\n"}
+    assert dict(result.refused) == {"link.json": "a symbolic link", "hard.json": "a hard link"}
     mine = {"label": [LABEL, f"{OWNER}={box.labels[OWNER]}"]}
     assert docker_client.api.containers(all=True, filters=mine) == []
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("host_volumes", [True, False], ids=["volume-folder", "api"])
+def test_hostile_outputs_and_metrics_are_refused_not_raised(docker_client, tar_of, host_volumes):
+    """Both ways of reading the volume: a link, FIFO, oversize file or climbing glob
+    is named in ``refused``; a metrics file replaced by a link is not read."""
+    box = DockerSandbox(SandboxConfig(warm_pool=0), host_volumes=host_volumes, output_cap=1000)
+    hostile = (
+        "echo ok > a.out; ln -s /etc/passwd b.out; mkfifo c.out; head -c 1001 /dev/zero > d.out; "
+        "ln -s /sandbox/out e; echo '{\"score\": 999}' >&3; "
+        "rm /sandbox/out/metrics.json && ln -s /etc/shadow /sandbox/out/metrics.json"
+    )
+    globs = ("*.out", "e/*", "../out/*", "/etc/passwd")
+    try:
+        result = box.execute(ExecRequest(tar_of({}), hostile, Limits(timeout=10), outputs=globs))
+    finally:
+        box.close()
+    assert result.exit_code == 0, result.stderr
+    assert dict(result.files) == {"a.out": b"ok\n"}
+    assert dict(result.refused) == {
+        "b.out": "a symbolic link",
+        "c.out": "a FIFO",
+        "d.out": "1001 bytes, over the cap of 1000 per file",
+        "../out/*": "a path out of the workspace",
+        "/etc/passwd": "a path out of the workspace",
+    }
+    assert result.metrics_text is None
+    assert "revtree: the metrics of descriptor 3 were not read" in result.stderr
+
+
+def test_the_runner_script_names_no_metrics_path_and_opens_fd_3():
+    script = _runner_script(ExecRequest(b"", "python ev.py", Limits(timeout=5)), 2**20)
+    assert "REVTREE_METRICS" not in script
+    assert "</dev/null 3>/sandbox/out/metrics.json\n" in script
+
+
+def test_globs_match_within_segments_and_across_with_double_star():
+    assert glob_match("a.json", "*.json") and not glob_match("d/a.json", "*.json")
+    assert glob_match("d/a.json", "**/*.json") and glob_match("a.json", "**/*.json")
+    assert glob_match("x/y/z.txt", "x/**") and not glob_match("x", "x/*")
+    assert glob_match("r1.csv", "r[0-9].csv") and not glob_match("../a", "*/a")
+
+
+def test_auto_without_an_engine_runs_locally_with_a_warning(monkeypatch):
+    monkeypatch.delenv(AUTO_ENV, raising=False)
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+    choice = choose_backend("auto", SandboxConfig())
+    assert choice.name == "local"
+    assert choice.reason == "auto: no Docker engine answers at unix:///nonexistent/docker.sock"
+    assert choice.warning is not None
+    for word in ("same file system", "network", "database", "forge"):
+        assert word in choice.warning
+    assert isinstance(make_sandbox("auto", config=SandboxConfig()), LocalSandbox)
+
+
+def test_forced_and_asked_choices_say_so(monkeypatch):
+    monkeypatch.setenv(AUTO_ENV, "local")
+    forced = choose_backend("auto", SandboxConfig())
+    assert (forced.name, forced.reason) == ("local", "forced by REVTREE_SANDBOX=local")
+    assert forced.warning is not None
+    asked = choose_backend("docker", SandboxConfig())
+    assert asked == BackendChoice("docker", "asked for in the task or --sandbox")
+
+
+@pytest.mark.docker
+def test_auto_with_the_engine_and_image_is_docker(docker_client, monkeypatch):
+    monkeypatch.delenv(AUTO_ENV, raising=False)
+    choice = choose_backend("auto", SandboxConfig())
+    assert choice.name == "docker" and choice.warning is None
+    assert choice.reason.startswith("auto: the Docker engine at ")
+    assert choice.reason.endswith(f"answers and has image {base_tag()}")
+
+
+@pytest.mark.docker
+def test_auto_with_a_missing_image_stops_instead_of_going_local(docker_client, monkeypatch):
+    monkeypatch.delenv(AUTO_ENV, raising=False)
+    config = SandboxConfig(image="revtree-no-such-image:1")
+    for make in (
+        lambda: choose_backend("auto", config),
+        lambda: make_sandbox("auto", config=config),
+    ):
+        with pytest.raises(SandboxError) as caught:
+            make()
+        message = str(caught.value)
+        assert "'revtree-no-such-image:1'" in message
+        assert "revtree sandbox bootstrap-base" in message
+        assert "revtree sandbox build-image TASK" in message
+        assert "docker pull python:3.11-slim" in message
+
+
+MARKER_EVALUATE = """\
+import json, pathlib
+pathlib.Path({marker!r}).write_text("evaluated here")
+print(json.dumps({{"score": 1.0}}))
+"""
+
+
+@pytest.mark.docker
+def test_cli_run_with_auto_and_a_missing_image_fails_without_evaluating(
+    docker_client, write_task, tmp_path
+):
+    marker = tmp_path / "evaluated-on-the-host"
+    toml = TASK_TOML + '\n[sandbox]\nimage = "revtree-no-such-image:1"\n'
+    task = write_task(toml, files={"evaluate.py": MARKER_EVALUATE.format(marker=str(marker))})
+    env = {k: v for k, v in os.environ.items() if k not in (AUTO_ENV, "REVTREE_DB")}
+    env["REVTREE_HOME"] = str(tmp_path / "home")
+    out = subprocess.run(
+        [sys.executable, "-m", "revtree", "run", str(task), "--budget-nodes", "2", "--quiet"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    said = " ".join((out.stdout + out.stderr).split())
+    assert out.returncode != 0, said
+    assert "revtree-no-such-image:1" in said and "bootstrap-base" in said
+    assert not marker.exists()  # nothing ran on the host
 
 
 PROBE = (
