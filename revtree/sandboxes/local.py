@@ -3,18 +3,43 @@
 What is covered:
 - a fresh workspace per execution, extracted from the request's tar (path traversal
   and links out of the folder are refused by tarfile's ``data`` filter);
-- its own session and process group, killed whole (children included) on timeout,
-  on cancel, and after the main process exits; on Linux the direct child also dies
-  with the thread that started it (``PR_SET_PDEATHSIG``), so a killed orchestrator
-  leaves no evaluator running;
-- ``RLIMIT_AS`` and ``RLIMIT_CPU`` limits; stdout and stderr kept up to a byte cap
-  (the tail is kept);
-- an allow-listed environment: no API keys, tokens or database URLs;
+- each command runs under a supervisor (``supervise.py``) that is a child subreaper:
+  processes that leave the process group (``setsid``, a double fork) are reparented to
+  it, and when the command ends, on timeout and on cancel every descendant is SIGKILLed
+  before the result is returned; the process group is killed as well;
+- the supervisor dies with the thread that started it (``PR_SET_PDEATHSIG``, SIGTERM,
+  on which it kills its descendants), so a killed orchestrator leaves nothing running;
+  ``reap`` kills the groups and removes the folders that a killed one left;
+- ``RLIMIT_AS`` and ``RLIMIT_CPU`` on the command; stdout and stderr kept up to a byte
+  cap (the tail is kept);
+- metrics come on descriptor ``METRICS_FD`` (3) from an unlinked file of the sandbox's
+  own folder (no path in the environment, none in the workspace), read back up to 1 MiB;
+- declared outputs copied out without following links (see ``collect_outputs``);
+- an allow-listed environment: no API keys, tokens or database URLs (``env.py``);
+- entries of ``/dev/shm`` owned by our uid that appeared while evaluations ran are
+  removed once this process has no evaluation in flight (``ShmJanitor``);
+- ``protect_orchestrator`` makes the orchestrator's ``/proc/<pid>/environ`` unreadable
+  to the sandbox (non-root users only);
 - the workspace removed afterwards.
 
-What is not covered: the code runs as the same user on the same file system and
-network. It can read what that user can read. Use the docker backend for untrusted
-code.
+What is not covered (use the docker backend for untrusted code):
+- the code runs as the same user on the same file system: it can read and write what
+  that user can, including the run's repository and database under ``REVTREE_HOME``,
+  ``~/.ssh`` and other credentials, and leave files anywhere outside ``/dev/shm``;
+- network access is unrestricted;
+- the metrics descriptor is inherited by everything the shell starts, so a
+  single-step evaluator that runs candidate code can be forged: use a grade step;
+- ``/proc`` of other processes of the same user: their command lines (a password
+  given in ``--db``), and their environments unless non-dumpable (the shell that
+  exported an API key is readable); running as root, everything is readable and
+  ``protect_orchestrator`` does not help;
+- a candidate can SIGKILL its own supervisor (same user); then only the process group
+  is killed and a ``setsid`` daemon may survive;
+- ``/dev/shm``: with evaluations in flight back to back, their files stay until none is,
+  and if the orchestrator is killed they stay (``reap`` does not know what was new);
+  an entry that another program of the same user (or another revtree process) creates
+  meanwhile and holds by no open descriptor or mapping at the sweep is removed too;
+  other shared places (``/tmp``, ``/var/tmp``, SysV IPC, abstract sockets) are not swept.
 """
 
 from __future__ import annotations
@@ -24,24 +49,52 @@ import ctypes
 import dataclasses
 import io
 import os
-import resource
+import re
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tarfile
 import tempfile
 import threading
 import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO
 
 from revtree.errors import Cancelled, SandboxError
-from revtree.sandboxes.base import ExecRequest, ExecResult, Limits, watchdog
+from revtree.sandboxes.base import (
+    OUTPUT_FILE_CAP,
+    OUTPUTS_CAP,
+    ExecRequest,
+    ExecResult,
+    Limits,
+    watchdog,
+)
 from revtree.sandboxes.env import sandbox_env
 
 _PR_SET_PDEATHSIG = 1
-_LIBC = ctypes.CDLL(None) if sys.platform == "linux" else None
+_PR_SET_DUMPABLE = 4
+_PR_SET_CHILD_SUBREAPER = 36
+METRICS_CAP = 1 << 20
+STOP_GRACE = 3.0  # seconds the supervisor has to kill its descendants before the group kill
+SUPERVISOR = str(Path(__file__).with_name("supervise.py"))
+
+# Resolved in the parent: the child of a threaded process must not import or load
+# libraries (another thread may hold the import lock).
+_prctl = ctypes.CDLL(None).prctl if sys.platform == "linux" else None
+
+
+def protect_orchestrator() -> bool:
+    """Make this process non-dumpable (``PR_SET_DUMPABLE`` 0), so that processes of the
+    same user, sandboxed ones included, cannot read its ``/proc/<pid>/environ``, ``mem``,
+    ``maps`` or ``fd``, nor attach a debugger. Call once, at start. Returns whether it
+    was set. It is no protection from root: a sandbox running as root reads it anyway.
+    Children are not affected (an exec makes a process dumpable again)."""
+    if _prctl is None:
+        return False
+    return int(_prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)) == 0
 
 
 class LocalSandbox:
@@ -56,18 +109,23 @@ class LocalSandbox:
 
     def execute(self, request: ExecRequest, cancel: threading.Event | None = None) -> ExecResult:
         t0 = time.monotonic()
+        if cancel is not None and cancel.is_set():
+            raise Cancelled("the evaluation was cancelled before it started")
         tmp = Path(tempfile.mkdtemp(prefix="revtree-", dir=self.base_dir))
         try:
             ws, out = tmp / "ws", tmp / "out"
             out.mkdir()
             _extract(request.archive, ws)
             env = sandbox_env(request.env, home=ws, tmp=out)
-            env["REVTREE_METRICS"] = str(out / "metrics.json")
-            setup = time.monotonic() - t0
-            result = _run(request.command, ws, env, request.limits, cancel, tmp / "pgid")
-            metrics = out / "metrics.json"
-            text = metrics.read_text(errors="replace")[: 1 << 20] if metrics.is_file() else None
-            return dataclasses.replace(result, metrics_text=text, setup_seconds=setup)
+            with tempfile.TemporaryFile(dir=tmp) as metrics, SHM.window():
+                setup = time.monotonic() - t0
+                fd = metrics.fileno()
+                result = _run(request.command, ws, env, request.limits, cancel, tmp / "pgid", fd)
+                text = _read_metrics(fd)
+            files, refused = collect_outputs(ws, request.outputs)
+            return dataclasses.replace(
+                result, metrics_text=text, setup_seconds=setup, files=files, refused=refused
+            )
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 
@@ -97,19 +155,205 @@ def _extract(archive: bytes, dest: Path) -> None:
         raise SandboxError(f"cannot unpack the workspace: {e}") from e
 
 
-# Resolved in the parent: the child of a threaded process must not import or load
-# libraries (another thread may hold the import lock; RLIMIT_AS may forbid the mmap).
-_prctl = ctypes.CDLL(None).prctl if sys.platform == "linux" else None
+def _read_metrics(fd: int) -> str | None:
+    """What the command wrote on its descriptor 3 (None if nothing), up to the cap."""
+    if os.fstat(fd).st_size == 0:
+        return None
+    return os.pread(fd, METRICS_CAP, 0).decode("utf-8", errors="replace")
 
 
-def _limit_child(limits: Limits) -> None:  # runs in the child, before exec
+# ---------------------------------------------------------------- declared outputs
+
+
+def _glob_regex(pattern: str) -> re.Pattern[str]:
+    """A workspace-relative glob as a regex: ``*``, ``?`` and ``[...]`` stay within one
+    path segment, ``**`` spans segments (``**/`` also matches none)."""
+    out, i = [], 0
+    while i < len(pattern):
+        if pattern.startswith("**/", i):
+            out.append("(?:.*/)?")
+            i += 3
+        elif pattern.startswith("**", i):
+            out.append(".*")
+            i += 2
+        elif pattern[i] in "*?":
+            out.append("[^/]*" if pattern[i] == "*" else "[^/]")
+            i += 1
+        elif pattern[i] == "[" and (j := pattern.find("]", i + 2)) != -1:
+            body = pattern[i + 1 : j].replace("\\", "\\\\")
+            out.append("[^/" + body[1:] + "]" if body[0] in "!^" else "[" + body + "]")
+            i = j + 1
+        else:
+            out.append(re.escape(pattern[i]))
+            i += 1
+    return re.compile("".join(out))
+
+
+def _workspace_entries(root: Path) -> Iterator[str]:
+    """Every path under ``root`` (files, folders, links), relative, links not followed."""
+    for folder, dirs, files in os.walk(root, followlinks=False):
+        rel = Path(folder).relative_to(root)
+        for name in dirs + files:
+            yield (rel / name).as_posix()
+
+
+def _refusal(st: os.stat_result) -> str | None:
+    if stat.S_ISLNK(st.st_mode):
+        return "a symbolic link"
+    if not stat.S_ISREG(st.st_mode):
+        return "not a regular file (a fifo, socket or device)"
+    if st.st_size > OUTPUT_FILE_CAP:
+        return f"{st.st_size} bytes, over the {OUTPUT_FILE_CAP}-byte cap per file"
+    return None
+
+
+def _read_regular(path: Path, size: int) -> bytes:
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path} is no longer a regular file")
+        return os.read(fd, size + 1)[: OUTPUT_FILE_CAP + 1]
+    finally:
+        os.close(fd)
+
+
+def collect_outputs(root: Path, globs: Iterable[str]) -> tuple[dict[str, bytes], dict[str, str]]:
+    """The regular files under ``root`` matching ``globs`` (path -> bytes), and the
+    matches refused (path -> why): links (never followed, nor folders through them),
+    fifos, sockets, devices, files over ``OUTPUT_FILE_CAP`` or past
+    ``OUTPUTS_CAP`` in all. A glob that is absolute or climbs with ``..`` is refused
+    under its own text."""
+    files: dict[str, bytes] = {}
+    refused: dict[str, str] = {}
+    globs = list(globs)
+    bad = [g for g in globs if g.startswith("/") or ".." in g.split("/")]
+    refused.update({g: "outside the workspace" for g in bad})
+    regexes = [_glob_regex(re.sub(r"^(\./)+", "", g)) for g in globs if g not in bad]
+    if not regexes:
+        return files, refused
+    total = 0
+    for rel in sorted(_workspace_entries(root)):
+        if not any(r.fullmatch(rel) for r in regexes):
+            continue
+        st = os.lstat(root / rel)
+        if stat.S_ISDIR(st.st_mode):
+            continue  # a folder is walked into, not copied
+        if (why := _refusal(st)) is None and total + st.st_size > OUTPUTS_CAP:
+            why = f"past the {OUTPUTS_CAP}-byte cap on all outputs"
+        if why is None:
+            try:
+                data = _read_regular(root / rel, st.st_size)
+            except OSError as e:
+                why = f"unreadable: {e}"
+            else:
+                files[rel] = data
+                total += len(data)
+        if why is not None:
+            refused[rel] = why
+    return files, refused
+
+
+# ---------------------------------------------------------------- /dev/shm
+
+
+class ShmJanitor:
+    """Removes the entries of ``root`` (``/dev/shm``) owned by our uid that appeared
+    while this process had evaluations in flight: the entries are listed when the
+    first evaluation starts, and when the last one ends (its processes dead) the new
+    ones are removed, except those still open or mapped by a live process. Thread-safe;
+    one per process (``SHM``), since the folder is shared by all sandboxes."""
+
+    def __init__(self, root: Path = Path("/dev/shm")) -> None:
+        self.root = root
+        self.removed: list[str] = []  # names removed so far, for tests and logs
+        self._lock = threading.Lock()
+        self._inflight = 0
+        self._before: frozenset[tuple[str, int]] = frozenset()
+
+    @contextlib.contextmanager
+    def window(self) -> Iterator[None]:
+        """Around one evaluation, from before its start until its processes are dead."""
+        with self._lock:
+            if self._inflight == 0:
+                self._before = self._entries()
+            self._inflight += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._inflight -= 1
+                if self._inflight == 0:
+                    self.removed += self._sweep()
+
+    def _entries(self) -> frozenset[tuple[str, int]]:
+        uid = os.geteuid()
+        try:
+            with os.scandir(self.root) as it:
+                return frozenset((e.name, e.inode()) for e in it if _owner(e) == uid)
+        except OSError:
+            return frozenset()
+
+    def _sweep(self) -> list[str]:
+        new = sorted(name for name, _ in self._entries() - self._before)
+        if not new:
+            return []
+        busy = _paths_in_use(str(self.root))
+        removed = []
+        for name in new:
+            path = self.root / name
+            if any(b == str(path) or b.startswith(f"{path}/") for b in busy):
+                continue
+            with contextlib.suppress(OSError):
+                if path.is_dir() and not path.is_symlink():
+                    shutil.rmtree(path)
+                else:
+                    path.unlink()
+                removed.append(name)
+        return removed
+
+
+def _owner(entry: os.DirEntry[str]) -> int:
+    try:
+        return entry.stat(follow_symlinks=False).st_uid
+    except OSError:
+        return -1
+
+
+def _paths_in_use(prefix: str) -> set[str]:
+    """Paths under ``prefix`` that a live process (that we may inspect) holds open or
+    mapped."""
+    found: set[str] = set()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        with contextlib.suppress(OSError):
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                with contextlib.suppress(OSError):
+                    target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                    if target.startswith(prefix):
+                        found.add(target.removesuffix(" (deleted)"))
+        with contextlib.suppress(OSError), open(f"/proc/{pid}/maps") as maps:
+            for line in maps:
+                if prefix in line:
+                    found.add(line.split(maxsplit=5)[-1].strip().removesuffix(" (deleted)"))
+    return found
+
+
+SHM = ShmJanitor()
+
+
+# ---------------------------------------------------------------- the process
+
+
+def _as_supervisor() -> None:  # runs in the child, before exec
     if _prctl is not None:
-        _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    if limits.memory_bytes:
-        resource.setrlimit(resource.RLIMIT_AS, (limits.memory_bytes, limits.memory_bytes))
-    if limits.cpu_seconds:
-        cpu = max(1, int(limits.cpu_seconds))
-        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+        _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+
+
+def _supervised(command: str, fd: int, limits: Limits) -> list[str]:
+    """The command line that runs ``command`` under the supervisor."""
+    memory = limits.memory_bytes or 0
+    cpu = max(1, int(limits.cpu_seconds)) if limits.cpu_seconds else 0
+    return [sys.executable, "-I", "-S", SUPERVISOR, str(fd), str(memory), str(cpu), command]
 
 
 class _Tail(threading.Thread):
@@ -136,6 +380,15 @@ def _kill_group(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
 
 
+def _stop(pid: int, done: threading.Event) -> None:
+    """Ask the supervisor to kill everything; kill the group if it has not within
+    ``STOP_GRACE``."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    if not done.wait(STOP_GRACE):
+        _kill_group(pid)
+
+
 def _run(
     command: str,
     cwd: Path,
@@ -143,18 +396,20 @@ def _run(
     limits: Limits,
     cancel: threading.Event | None,
     pgid_file: Path,
+    metrics_fd: int,
 ) -> ExecResult:
     start = time.monotonic()
     try:
         proc = subprocess.Popen(
-            ["/bin/sh", "-c", command],
+            _supervised(command, metrics_fd, limits),
             cwd=cwd,
             env=env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,
-            preexec_fn=lambda: _limit_child(limits),
+            pass_fds=(metrics_fd,),
+            preexec_fn=_as_supervisor,
         )
     except (OSError, subprocess.SubprocessError) as e:
         raise SandboxError(f"cannot start {command!r}: {e}") from e
@@ -166,7 +421,7 @@ def _run(
     done, why = threading.Event(), list[str]()
     guard = threading.Thread(
         target=watchdog,
-        args=(start + limits.timeout, done, cancel, lambda: _kill_group(proc.pid), why),
+        args=(start + limits.timeout, done, cancel, lambda: _stop(proc.pid, done), why),
         daemon=True,
     )
     guard.start()

@@ -1,10 +1,13 @@
-"""What only the local backend does: host processes killed by pid, reaping its folders."""
+"""What only the local backend does: host processes killed by pid (setsid daemons
+included), reaping its folders, fd 3 and outputs details, /dev/shm, /proc protection."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -13,7 +16,7 @@ import pytest
 
 from revtree.errors import Cancelled
 from revtree.sandboxes import make_sandbox, resolve_auto
-from revtree.sandboxes.local import LocalSandbox
+from revtree.sandboxes.local import LocalSandbox, ShmJanitor
 from tests.sandboxes.test_contract import BOUND, execute
 
 
@@ -118,3 +121,216 @@ def test_reap_kills_and_removes_what_a_killed_session_left(tmp_path):
         if orphan.poll() is None:
             orphan.kill()
             orphan.wait()
+
+
+# ------------------------------------------------------- fd 3, outputs, environment
+
+
+def test_metrics_come_on_fd_3_from_a_nameless_file(local, tar_of):
+    code = (
+        "import os, json\n"
+        "print(os.readlink('/proc/self/fd/3'))\n"
+        "print(sorted(os.listdir(os.environ['TMPDIR'])), sorted(os.listdir('.')))\n"
+        "os.write(3, json.dumps({'score': 4}).encode())\n"
+    )
+    result = execute(local, tar_of({"ev.py": code}), "python ev.py")
+    assert result.exit_code == 0, result.stderr
+    link, listing = result.stdout.splitlines()
+    assert link.endswith("(deleted)")  # no path anyone could open
+    assert listing == "[] ['ev.py']"
+    assert result.metrics_text == '{"score": 4}'
+    assert "REVTREE_METRICS" not in execute(local, tar_of({}), "env").stdout
+
+
+def test_metrics_are_capped_at_1_mib(local, workspace):
+    result = execute(local, workspace, "head -c 3000000 /dev/zero | tr '\\0' x >&3")
+    assert result.exit_code == 0
+    assert result.metrics_text == "x" * (1 << 20)
+
+
+def test_outputs_never_go_through_a_linked_folder(local, workspace):
+    command = "ln -s / root && ln -s /etc etc && mkdir real && echo hi > real/passwd"
+    globs = ("root/etc/passwd", "etc/*", "**/passwd", "*")
+    result = execute(local, workspace, command, outputs=globs)
+    assert dict(result.files) == {"real/passwd": b"hi\n", "hello.txt": b"hello\n"}
+    assert dict(result.refused) == {"etc": "a symbolic link", "root": "a symbolic link"}
+
+
+def test_task_env_values_carrying_secrets_are_dropped(local, workspace, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-host-secret-123456")
+    env = {
+        "INNOCENT": "prefix-sk-host-secret-123456",
+        "ENDPOINT": "postgresql://user:pw-hidden@db/x",
+        "PLAIN_URL": "https://example.org/data",
+        "FLAG": "on",
+    }
+    names = execute(local, workspace, "env", env=env).stdout
+    assert "sk-host-secret" not in names and "pw-hidden" not in names
+    assert "PLAIN_URL=https://example.org/data" in names and "FLAG=on" in names
+
+
+# ------------------------------------------------------- processes that leave the group
+
+DAEMON = """\
+import os, sys, time
+pid_file = sys.argv[1]
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        open(pid_file, "w").write(str(os.getpid()))
+        time.sleep(300)
+        os._exit(0)
+    os._exit(0)
+os.wait()
+while not os.path.exists(pid_file) or not open(pid_file).read():
+    time.sleep(0.01)
+print("daemon up", flush=True)
+"""
+
+
+def test_setsid_double_forked_daemon_dies_with_the_command(local, tar_of, tmp_path):
+    pid_file = tmp_path / "daemon.pid"
+    result = execute(local, tar_of({"d.py": DAEMON}), f"python d.py {pid_file}")
+    assert (result.exit_code, result.stdout) == (0, "daemon up\n"), result.stderr
+    pid = int(pid_file.read_text())
+    assert not alive(pid), f"setsid daemon {pid} outlived its evaluation"
+
+
+def test_setsid_daemon_dies_on_timeout_and_cancel(local, tar_of, tmp_path):
+    archive = tar_of({"d.py": DAEMON})
+    result = execute(local, archive, f"python d.py {tmp_path / 'a'}; sleep 30", timeout=1.5)
+    assert result.timed_out and result.stdout == "daemon up\n"
+    assert not alive(int((tmp_path / "a").read_text()))
+    cancel = threading.Event()
+    timer = threading.Timer(1.5, cancel.set)
+    timer.start()
+    with pytest.raises(Cancelled):
+        execute(local, archive, f"python d.py {tmp_path / 'b'}; sleep 30", cancel=cancel)
+    assert not alive(int((tmp_path / "b").read_text()))
+
+
+def test_exit_status_is_the_commands(local, workspace):
+    assert execute(local, workspace, "exit 3").exit_code == 3
+    assert execute(local, workspace, "kill -TERM $$").exit_code == -signal.SIGTERM
+    assert execute(local, workspace, "kill -SEGV $$").exit_code == -signal.SIGSEGV
+
+
+KILLED_ORCHESTRATOR = """\
+import sys
+from revtree.sandboxes import ExecRequest, Limits
+from revtree.sandboxes.local import LocalSandbox, ShmJanitor
+archive, pid_file = open(sys.argv[1], "rb").read(), sys.argv[2]
+command = f"python d.py {pid_file}; sleep 60"
+LocalSandbox(sys.argv[3]).execute(ExecRequest(archive, command, Limits(timeout=60)))
+"""
+
+
+def test_a_killed_orchestrator_leaves_no_daemon(tar_of, tmp_path):
+    (tmp_path / "ws.tar").write_bytes(tar_of({"d.py": DAEMON}))
+    pid_file = tmp_path / "daemon.pid"
+    argv = [sys.executable, "-c", KILLED_ORCHESTRATOR, str(tmp_path / "ws.tar"), str(pid_file)]
+    orchestrator = subprocess.Popen([*argv, str(tmp_path / "box")])
+    try:
+        deadline = time.monotonic() + BOUND
+        while not (pid_file.exists() and pid_file.read_text()):
+            assert time.monotonic() < deadline and orchestrator.poll() is None
+            time.sleep(0.05)
+        pid = int(pid_file.read_text())
+        assert alive(pid)
+        orchestrator.kill()
+        orchestrator.wait()
+        assert wait_dead(pid), f"daemon {pid} outlived its killed orchestrator"
+    finally:
+        if orchestrator.poll() is None:
+            orchestrator.kill()
+            orchestrator.wait()
+
+
+# ------------------------------------------------------- /dev/shm
+
+
+@pytest.mark.skipif(not Path("/dev/shm").is_dir(), reason="no /dev/shm on this host")
+def test_files_written_to_dev_shm_are_removed(local, workspace):
+    name = f"revtree-test-shm-{os.getpid()}-{time.monotonic_ns()}"
+    command = f"echo x > /dev/shm/{name} && mkdir /dev/shm/{name}.d && touch /dev/shm/{name}.d/f"
+    result = execute(local, workspace, command)
+    assert result.exit_code == 0, result.stderr
+    assert not Path(f"/dev/shm/{name}").exists() and not Path(f"/dev/shm/{name}.d").exists()
+
+
+def test_shm_janitor_keeps_what_was_there_or_is_in_use(tmp_path):
+    janitor = ShmJanitor(tmp_path)
+    (tmp_path / "before").write_text("kept")
+    with janitor.window():
+        with janitor.window():  # a second evaluation in flight: nothing removed yet
+            (tmp_path / "new").write_text("x")
+        assert (tmp_path / "new").exists()
+        (tmp_path / "held").write_text("open")
+        holder = subprocess.Popen(["sleep", "30"], stdin=(tmp_path / "held").open())
+        (tmp_path / "dir").mkdir()
+        (tmp_path / "dir" / "f").write_text("x")
+    try:
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["before", "held"]
+        assert janitor.removed == ["dir", "new"]
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+# ------------------------------------------------------- /proc/<orchestrator>/environ
+
+PROTECTED = """\
+import os, sys
+from revtree.sandboxes import ExecRequest, Limits
+from revtree.sandboxes.local import LocalSandbox, protect_orchestrator
+if sys.argv[1] == "protect":
+    assert protect_orchestrator()
+reader = '''
+import os
+pid, blob = os.getppid(), ""
+while pid > 1:
+    try:
+        blob += open(f"/proc/{pid}/environ", "rb").read().decode(errors="replace")
+    except OSError as e:
+        blob += type(e).__name__
+    pid = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+print("LEAK" if "sk-orchestrator-secret" in blob else "clean")
+'''
+open(os.path.join(sys.argv[2], "r.py"), "w").write(reader)
+import io, tarfile
+buf = io.BytesIO()
+with tarfile.open(fileobj=buf, mode="w") as tar:
+    tar.add(os.path.join(sys.argv[2], "r.py"), "r.py")
+box = LocalSandbox(sys.argv[2])
+print(box.execute(ExecRequest(buf.getvalue(), "python r.py", Limits(timeout=20))).stdout.strip())
+"""
+
+
+def _as_nobody(tmp_path: Path, mode: str) -> subprocess.CompletedProcess[str]:
+    """Run PROTECTED as uid 65534; CAP_DAC_READ_SEARCH only lets it reach the
+    interpreter under /root (it grants no access to a non-dumpable process's /proc)."""
+    caps = ["--inh-caps=+dac_read_search", "--ambient-caps=+dac_read_search"]
+    nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *caps]
+    env = {"PATH": os.environ["PATH"], "SK_TEST_API_KEY": "sk-orchestrator-secret-1"}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
+    argv = [*nobody, sys.executable, "-c", PROTECTED, mode, str(tmp_path)]
+    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=BOUND)
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root+setpriv")
+def test_protect_orchestrator_hides_its_environ_from_a_non_root_sandbox(tmp_path):
+    tmp_path.chmod(0o777)
+    probe = _as_nobody(tmp_path, "plain")
+    if probe.returncode != 0 and "setpriv" in probe.stderr:
+        pytest.skip(f"setpriv cannot drop to uid 65534 here: {probe.stderr.strip()}")
+    assert probe.stdout.strip() == "LEAK", probe.stderr  # the attack works unprotected
+    protected = _as_nobody(tmp_path, "protect")
+    assert protected.stdout.strip() == "clean", protected.stderr
+
+
+def test_protect_orchestrator_as_root_is_no_protection():
+    """Running as root, a sandbox reads any /proc/<pid>/environ: this is documented, and
+    the function still reports whether the flag was set (here in a throw-away child)."""
+    code = "from revtree.sandboxes.local import protect_orchestrator; print(protect_orchestrator())"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.stdout.strip() == ("True" if sys.platform == "linux" else "False"), out.stderr

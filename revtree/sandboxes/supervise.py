@@ -1,0 +1,147 @@
+"""The supervisor of one local execution: ``python -I -S supervise.py FD MEMORY CPU COMMAND``.
+
+The local sandbox starts it as a child subreaper (``PR_SET_CHILD_SUBREAPER``, set before
+the exec and kept across it), so whatever the command leaves behind (a background job,
+a ``setsid`` double-forked daemon) is reparented to it, never to init. It:
+
+- runs ``/bin/sh -c COMMAND`` with descriptor FD as its ``METRICS_FD`` (3) and, when not
+  0, ``RLIMIT_AS`` = MEMORY bytes and ``RLIMIT_CPU`` = CPU seconds (on the command only);
+- reaps every process handed to it while the command runs;
+- when the command ends, or on SIGTERM, SIGHUP, SIGINT or SIGUSR1 (a timeout, a cancel,
+  the orchestrator's death through ``PR_SET_PDEATHSIG``), SIGKILLs every descendant it
+  finds in ``/proc``, again and again until it has no child left: with a subreaper, no
+  child left means no descendant left;
+- then exits as the command did: the same exit code, or killed by the same signal
+  (SIGKILL when it was told to stop).
+
+What it does not cover: a descendant that kills this process (same user) escapes it;
+the sandbox then kills the process group, which a ``setsid`` leaves. Without ``/proc``
+(not Linux) it only reaps and exits; the sandbox's group kill is all there is.
+
+Built-in modules only (``posix``, ``_signal``, ``time``; ``resource`` when limits are
+set), so that with ``-S`` it starts in a few milliseconds.
+"""
+
+import _signal
+import posix
+import time
+
+STOP = (_signal.SIGTERM, _signal.SIGHUP, _signal.SIGINT, _signal.SIGUSR1)
+RESET = (*STOP, _signal.SIGPIPE, _signal.SIGXFSZ)  # Python ignores the last two
+METRICS_FD = 3
+
+
+class Stop(Exception):
+    """Raised by the handler of the STOP signals."""
+
+
+def _on_stop(signum: int, frame: object) -> None:
+    raise Stop(signum)
+
+
+def _child(command: str, memory: int, cpu: int) -> None:  # after fork, never returns
+    try:
+        for sig in RESET:
+            _signal.signal(sig, _signal.SIG_DFL)
+        if memory or cpu:
+            import resource
+
+            if memory:
+                resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+            if cpu:
+                resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+        posix.execv("/bin/sh", ["/bin/sh", "-c", command])
+    finally:
+        posix._exit(127)
+
+
+def _descendants(root: int) -> list[int]:
+    """Every live process under ``root``, from one pass over ``/proc``."""
+    kids: dict[int, list[int]] = {}
+    for name in posix.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat", "rb") as f:
+                    ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            kids.setdefault(ppid, []).append(int(name))
+    found, todo = [], [root]
+    while todo:
+        for pid in kids.get(todo.pop(), ()):
+            found.append(pid)
+            todo.append(pid)
+    return found
+
+
+def kill_all() -> None:
+    """SIGKILL every descendant until no child is left (reaping them as they die)."""
+    have_proc = posix.access("/proc/self/stat", posix.F_OK)
+    me, pause = posix.getpid(), 0.0005
+    while True:
+        try:
+            while posix.waitpid(-1, posix.WNOHANG)[0]:
+                pass
+        except ChildProcessError:
+            return
+        if not have_proc:
+            return
+        for pid in _descendants(me):
+            try:  # noqa: SIM105  (contextlib would cost start-up time)
+                posix.kill(pid, _signal.SIGKILL)
+            except OSError:
+                pass
+        time.sleep(pause)
+        pause = min(2 * pause, 0.01)
+
+
+def _exit_as(status: int | None) -> None:
+    if status is not None and posix.WIFEXITED(status):
+        posix._exit(posix.WEXITSTATUS(status))
+    sig = posix.WTERMSIG(status) if status is not None else _signal.SIGKILL
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # die by the signal, leave no core
+    if sig not in (_signal.SIGKILL, _signal.SIGSTOP):
+        _signal.signal(sig, _signal.SIG_DFL)
+    _signal.pthread_sigmask(_signal.SIG_UNBLOCK, [sig])
+    posix.kill(posix.getpid(), sig)
+    posix._exit(128 + sig)  # a signal whose default is not to terminate
+
+
+def main(argv: list[str]) -> None:
+    fd, memory, cpu, command = int(argv[1]), int(argv[2]), int(argv[3]), argv[4]
+    status = None
+    try:
+        for sig in STOP:
+            _signal.signal(sig, _on_stop)
+        if fd != METRICS_FD:
+            posix.dup2(fd, METRICS_FD)
+            posix.close(fd)
+        posix.set_inheritable(METRICS_FD, True)
+        pid = posix.fork()
+        if pid == 0:
+            _child(command, memory, cpu)
+        while status is None:
+            reaped, st = posix.waitpid(-1, 0)
+            if reaped == pid:
+                status = st
+    except Stop:
+        pass
+    except Exception as e:  # a broken start: still kill what may have started
+        posix.write(2, f"revtree supervisor: {e!r}\n".encode())
+    while True:
+        try:
+            for sig in STOP:
+                _signal.signal(sig, _signal.SIG_IGN)
+            kill_all()
+            break
+        except Stop:
+            continue
+    _exit_as(status)
+
+
+if __name__ == "__main__":
+    import sys
+
+    main(sys.argv)
