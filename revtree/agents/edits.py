@@ -1,8 +1,8 @@
 """Parse an LLM's edits and apply them safely.
 
-Two formats are understood:
-
-SEARCH/REPLACE blocks, any number, across any editable files::
+Answers are read by ``revtree.agents.parsing.scan_edits``: SEARCH/REPLACE blocks (with
+or without a file name), unified diffs, whole files, and mixtures, after any reasoning
+draft is dropped. The documented forms are::
 
     path/to/file.py
     <<<<<<< SEARCH
@@ -11,87 +11,51 @@ SEARCH/REPLACE blocks, any number, across any editable files::
     lines to put instead
     >>>>>>> REPLACE
 
-Whole files::
-
     === FILE: path/to/file.py ===
     ```python
     the complete new content
     ```
 
+An edit that names no file goes to the only editable file, or to the one editable file
+its SEARCH text matches (the file of the block before it first); otherwise it is refused.
+A SEARCH text is found by a ladder: exact, then ignoring trailing white space, then with
+a consistent leading-indentation offset (the replacement is shifted alike), then a unique
+fuzzy match (difflib ratio at least ``FUZZY``). Two equally good places are refused as
+ambiguous; a diff hunk's line number breaks the tie.
+
 Guarantees: an edit to a path outside the editable globs is refused; where a file
 has ``EVOLVE-BLOCK-START`` / ``EVOLVE-BLOCK-END`` markers, only text between them may
-change (a SEARCH span must lie inside one block, and a whole-file rewrite must keep
+change (a matched span must lie inside one block, and a whole-file rewrite must keep
 everything outside the blocks byte-identical). Every refusal is an ``EditError``
-whose message names the block and the file, written to be shown back to the model.
+whose message names the edit and the file, written to be shown back to the model.
+Not guaranteed: that a fuzzy match is the place the model meant (it is unique and close).
 """
 
 from __future__ import annotations
 
+import difflib
 import posixpath
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from revtree.agents.parsing import Edit, scan_edits
 from revtree.errors import EditError
 from revtree.tasks.load import matches
 
+__all__ = ["END", "FUZZY", "START", "Edit", "apply_edits", "evolve_regions", "parse_edits"]
+
 START, END = "EVOLVE-BLOCK-START", "EVOLVE-BLOCK-END"
-_BLOCK = re.compile(
-    r"^(?P<path>[^\n]*)\n(?:```[^\n]*\n)?<{5,9} SEARCH[^\n]*\n(?P<search>.*?)^={5,9}[ \t]*\n"
-    r"(?P<replace>.*?)^>{5,9} REPLACE[^\n]*$",
-    re.M | re.S,
+FUZZY = 0.9
+_ELIDED = re.compile(
+    r"^[ \t]*(?:#|//|--|/\*)[ \t]*(?:\.\.\.|…|\(?(?:the )?rest of|(?:unchanged|existing) code)",
+    re.M | re.I,
 )
-_FILE = re.compile(
-    r"^=== FILE: (?P<path>.+?) ===[ \t]*\n```[^\n]*\n(?P<body>.*?)^```[ \t]*$", re.M | re.S
-)
-
-
-@dataclass(frozen=True)
-class Edit:
-    path: str
-    search: str | None  # None: whole-file rewrite
-    replace: str
-    index: int
-
-
-def _clean_path(raw: str) -> str:
-    path = raw.strip().strip("`*").strip()
-    for prefix in ("File:", "file:", "Path:", "path:", "#"):
-        path = path.removeprefix(prefix).strip()
-    return path.removeprefix("./")
 
 
 def parse_edits(answer: str, allow_blocks: bool = True, allow_files: bool = True) -> list[Edit]:
     """The edits in an answer, in order. Raises EditError if there are none."""
-    edits: list[tuple[int, Edit]] = []
-    if allow_blocks:
-        for m in _BLOCK.finditer(answer):
-            path = _clean_path(m.group("path"))
-            if not path:
-                raise EditError(
-                    f"SEARCH block at character {m.start()} names no file on the "
-                    "line before '<<<<<<< SEARCH'"
-                )
-            edits.append((m.start(), Edit(path, m.group("search"), m.group("replace"), 0)))
-    if allow_files:
-        for m in _FILE.finditer(answer):
-            edits.append((m.start(), Edit(_clean_path(m.group("path")), None, m.group("body"), 0)))
-    if not edits:
-        if not answer.strip():
-            raise EditError("the answer is empty")
-        formats = " or ".join(
-            f
-            for f, ok in (
-                ("SEARCH/REPLACE blocks", allow_blocks),
-                ("'=== FILE: path ===' blocks", allow_files),
-            )
-            if ok
-        )
-        if "<<<<<<< SEARCH" in answer or "=== FILE:" in answer:
-            raise EditError(f"malformed edit blocks: expected {formats} exactly as specified")
-        raise EditError(f"no edits found: expected {formats}")
-    edits.sort(key=lambda e: e[0])
-    return [Edit(e.path, e.search, e.replace, i + 1) for i, (_, e) in enumerate(edits)]
+    return scan_edits(answer, allow_blocks, allow_files)
 
 
 def evolve_regions(text: str) -> list[tuple[int, int]]:
@@ -117,20 +81,136 @@ def _outside(text: str, regions: list[tuple[int, int]]) -> list[str]:
     return out
 
 
-def _find(text: str, search: str) -> tuple[int, int] | None:
-    at = text.find(search)
-    if at >= 0:
-        return at, at + len(search)
-    # tolerate trailing white space differences, line by line
-    want = [ln.rstrip() for ln in search.splitlines()]
-    lines = text.splitlines(keepends=True)
-    offsets = [0]
-    for ln in lines:
-        offsets.append(offsets[-1] + len(ln))
-    for i in range(len(lines) - len(want) + 1):
-        if want and [ln.rstrip() for ln in lines[i : i + len(want)]] == want:
-            return offsets[i], offsets[i + len(want)]
-    return None
+@dataclass(frozen=True)
+class _Span:
+    start: int
+    end: int
+    line: int  # 1-based first line
+    indent: tuple[str, str] | None = None  # (SEARCH's, file's) common indentation
+    score: float = 1.0
+
+
+class _Ambiguous(Exception):
+    def __init__(self, spans: list[_Span], how: str) -> None:
+        self.spans, self.how = spans, how
+
+
+def _indent(lines: list[str]) -> str:
+    ws = [ln[: len(ln) - len(ln.lstrip())] for ln in lines if ln.strip()]
+    return posixpath.commonprefix(ws) if ws else ""
+
+
+def _trim(lines: list[str]) -> list[str]:
+    while lines and not lines[0].strip():
+        lines = lines[1:]
+    while lines and not lines[-1].strip():
+        lines = lines[:-1]
+    return lines
+
+
+class _Text:
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.lines = text.splitlines(keepends=True)
+        self.offsets = [0]
+        for ln in self.lines:
+            self.offsets.append(self.offsets[-1] + len(ln))
+
+    def line_of(self, pos: int) -> int:
+        return next(i for i, off in enumerate(self.offsets) if off > pos) if pos else 1
+
+    def span(self, i: int, n: int, **kw: object) -> _Span:
+        return _Span(self.offsets[i], self.offsets[i + n], i + 1, **kw)  # type: ignore[arg-type]
+
+
+def locate(text: str, search: str, line: int | None = None) -> tuple[_Span, str] | None:
+    """Where ``search`` stands in ``text`` and by which rung of the ladder, or None.
+
+    Raises _Ambiguous when the best rung finds several places equally good."""
+    t = _Text(text)
+    want = _trim(search.splitlines(keepends=True))
+    rungs = (
+        ("exactly", lambda: _exact(t, search)),
+        ("ignoring trailing white space", lambda: _lines(t, want, False)),
+        ("with its indentation shifted", lambda: _lines(t, want, True)),
+        ("approximately", lambda: _fuzzy(t, want)),
+    )
+    exact = rungs[0][1]()
+    aligned = [s for s in exact if s.start in t.offsets]
+    if aligned or (exact and not search.endswith("\n")):
+        return _pick(aligned or exact, line, "exactly"), "exactly"
+    for how, rung in rungs[1:]:
+        spans = rung() if want else []
+        if spans:
+            return _pick(spans, line, how), how
+    return (_pick(exact, line, "exactly"), "exactly") if exact else None
+
+
+def _pick(spans: list[_Span], line: int | None, how: str) -> _Span:
+    best = max(s.score for s in spans)
+    top = [s for s in spans if s.score >= best - 1e-9]
+    if len(top) > 1 and line is not None:
+        dist = sorted(abs(s.line - line) for s in top)
+        if dist[0] < dist[1]:
+            return min(top, key=lambda s: abs(s.line - line))
+    if len(top) > 1:
+        raise _Ambiguous(top, how)
+    return top[0]
+
+
+def _exact(t: _Text, search: str) -> list[_Span]:
+    spans, at = [], t.text.find(search)
+    while at >= 0 and search:
+        spans.append(_Span(at, at + len(search), t.line_of(at)))
+        at = t.text.find(search, at + 1)
+    return spans
+
+
+def _lines(t: _Text, want: list[str], shift: bool) -> list[_Span]:
+    def key(lines: list[str]) -> list[str]:
+        cut = len(_indent(lines)) if shift else 0
+        return [ln[cut:].rstrip() if ln.strip() else "" for ln in lines]
+
+    target, n, spans = key(want), len(want), []
+    for i in range(len(t.lines) - n + 1):
+        window = t.lines[i : i + n]
+        if key(window) == target:
+            spans.append(t.span(i, n, indent=(_indent(want), _indent(window)) if shift else None))
+    return spans
+
+
+def _fuzzy(t: _Text, want: list[str]) -> list[_Span]:
+    target = "\n".join(ln.strip() for ln in want)
+    n, found = len(want), []
+    for size in sorted({max(n - 1, 1), n, n + 1}):
+        for i in range(len(t.lines) - size + 1):
+            window = t.lines[i : i + size]
+            m = difflib.SequenceMatcher(None, target, "\n".join(ln.strip() for ln in window))
+            if m.real_quick_ratio() < FUZZY or m.quick_ratio() < FUZZY:
+                continue
+            score = m.ratio()
+            if score >= FUZZY:
+                found.append(t.span(i, size, indent=(_indent(want), _indent(window)), score=score))
+    if not found:
+        return []
+    best = max(found, key=lambda s: s.score)
+    rivals = [s for s in found if s.end <= best.start or s.start >= best.end]
+    return [best] + [s for s in rivals if s.score >= best.score - 1e-9]
+
+
+def _reindent(replace: str, indent: tuple[str, str] | None) -> str:
+    if indent is None or indent[0] == indent[1]:
+        return replace
+    old, new = indent
+    out = []
+    for ln in replace.splitlines(keepends=True):
+        if not ln.strip():
+            out.append(ln.lstrip(" \t"))
+        elif ln.startswith(old):
+            out.append(new + ln[len(old) :])
+        else:
+            out.append(new + ln.lstrip(" \t"))
+    return "".join(out)
 
 
 def apply_edits(
@@ -140,61 +220,185 @@ def apply_edits(
     editable = tuple(editable)
     texts: dict[str, str] = {}
     for e in edits:
-        where = f"edit {e.index} ({e.path})"
-        if ".." in e.path.split("/") or e.path.startswith("/"):
+        path = e.path if e.path is not None else _infer(e, files, texts, editable)
+        where = f"edit {e.index} ({path})"
+        if ".." in path.split("/") or path.startswith("/"):
             raise EditError(f"{where}: the path must be relative, inside the project")
-        if posixpath.normpath(e.path) != e.path or "\\" in e.path:
-            raise EditError(f"{where}: write the path plainly, as {posixpath.normpath(e.path)!r}")
-        if not matches(e.path, editable):
-            raise EditError(
-                f"{where}: {e.path!r} is not editable; editable files: {list(editable)}"
-            )
-        if e.path in texts:
-            old = texts[e.path]
-        elif e.path in files:
-            try:
-                old = files[e.path].decode("utf-8")
-            except UnicodeDecodeError as err:
-                raise EditError(f"{where}: {e.path!r} is not a text file") from err
-        else:
-            old = None
-        texts[e.path] = _apply_one(e, old, where)
+        if posixpath.normpath(path) != path or "\\" in path:
+            raise EditError(f"{where}: write the path plainly, as {posixpath.normpath(path)!r}")
+        if not matches(path, editable):
+            raise EditError(f"{where}: {path!r} is not editable; editable files: {list(editable)}")
+        old = texts[path] if path in texts else _decode(files, path, where)
+        texts[path] = _apply_one(e, path, old, where)
     return {p: t.encode("utf-8") for p, t in texts.items() if files.get(p) != t.encode("utf-8")}
 
 
-def _apply_one(e: Edit, old: str | None, where: str) -> str:
+def _decode(files: Mapping[str, bytes], path: str, where: str) -> str | None:
+    if path not in files:
+        return None
+    try:
+        return files[path].decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise EditError(f"{where}: {path!r} is not a text file") from err
+
+
+def _infer(
+    e: Edit, files: Mapping[str, bytes], texts: dict[str, str], editable: tuple[str, ...]
+) -> str:
+    """The file an edit that names none is for (see the module docstring)."""
+    current: dict[str, str] = {}
+    for p in sorted(set(files) | set(texts)):
+        if matches(p, editable):
+            text = texts[p] if p in texts else _decode_or_none(files[p])
+            if text is not None:
+                current[p] = text
+    what = "a whole-file code block" if e.search is None else f"edit {e.index}"
+    if e.search is None or not e.search.strip():
+        if len(current) == 1:
+            return next(iter(current))
+        raise EditError(
+            f"{what} names no file, and {len(current)} files are editable "
+            f"({', '.join(current) or 'none exist'}); put the file path on the line before it"
+        )
+    ranks = {p: r for p, t in current.items() if (r := _rank(t, e.search)) is not None}
+    if e.hint in ranks and ranks[e.hint] <= min(ranks.values()):
+        return e.hint
+    best = [p for p, r in ranks.items() if r == min(ranks.values(), default=None)]
+    if len(best) == 1:
+        return best[0]
+    if len(current) == 1:
+        return next(iter(current))
+    if best:
+        raise EditError(
+            f"{what} names no file, and its SEARCH text matches several editable files "
+            f"({', '.join(best)}); put the file path on the line before '<<<<<<< SEARCH'"
+        )
+    elsewhere = [p for p in sorted(files) if p not in current and _rank_bytes(files[p], e.search)]
+    if elsewhere:
+        raise EditError(
+            f"{what} names no file, and its SEARCH text is found only in "
+            f"{', '.join(map(repr, elsewhere))}, which is not editable; "
+            f"editable files: {list(editable)}"
+        )
+    raise EditError(
+        f"{what} names no file, and its SEARCH text matches none of the editable files "
+        f"({', '.join(current)}); name the file and copy the lines verbatim"
+    )
+
+
+def _decode_or_none(data: bytes) -> str | None:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def _rank(text: str, search: str) -> int | None:
+    """0-3: the rung of the ladder at which ``search`` is found in ``text`` (None: nowhere)."""
+    try:
+        found = locate(text, search)
+    except _Ambiguous as a:
+        return _RUNGS.index(a.how)
+    return None if found is None else _RUNGS.index(found[1])
+
+
+def _rank_bytes(data: bytes, search: str) -> bool:
+    text = _decode_or_none(data)
+    return text is not None and _rank(text, search) in (0, 1, 2)
+
+
+_RUNGS = (
+    "exactly",
+    "ignoring trailing white space",
+    "with its indentation shifted",
+    "approximately",
+)
+
+
+def _apply_one(e: Edit, path: str, old: str | None, where: str) -> str:
     regions = evolve_regions(old) if old else []
     if e.search is None:
-        new = e.replace
-        new_regions = evolve_regions(new)
-        kept = len(new_regions) == len(regions) and _outside(new, new_regions) == _outside(
-            old or "", regions
-        )
-        if regions and not kept:
-            raise EditError(
-                f"{where}: the rewrite changes text outside the EVOLVE-BLOCK "
-                "regions; only code between the markers may change"
-            )
-        return new
+        return _rewrite(e, old, regions, where)
     if old is None or not e.search.strip():
         if old:
             raise EditError(
                 f"{where}: an empty SEARCH only creates a new file, and "
-                f"{e.path!r} exists; quote the lines to replace"
+                f"{path!r} exists; quote the lines to replace"
             )
         return e.replace
     if regions and (START in e.replace or END in e.replace):
         raise EditError(f"{where}: the replacement may not add or move EVOLVE-BLOCK markers")
-    span = _find(old, e.search)
-    if span is None:
+    try:
+        found = locate(old, e.search, e.line)
+    except _Ambiguous as a:
+        lines = ", ".join(str(s.line) for s in a.spans[:5])
+        raise EditError(
+            f"{where}: the SEARCH text is ambiguous: it matches {len(a.spans)} places in "
+            f"{path!r} equally well ({a.how}; at lines {lines}); quote more lines so that "
+            "it matches one place only"
+        ) from None
+    if found is None:
         first = e.search.strip().splitlines()[0][:80]
         raise EditError(
-            f"{where}: the SEARCH text does not match {e.path!r} exactly "
+            f"{where}: the SEARCH text does not match {path!r} exactly "
             f"(it starts {first!r}); copy the lines verbatim from the file"
         )
-    if regions and not any(a <= span[0] and span[1] <= b for a, b in regions):
+    span = found[0]
+    if regions and not any(a <= span.start and span.end <= b for a, b in regions):
         raise EditError(
             f"{where}: the SEARCH text lies outside the EVOLVE-BLOCK regions of "
-            f"{e.path!r}; only code between the markers may change"
+            f"{path!r}; only code between the markers may change"
         )
-    return old[: span[0]] + e.replace + old[span[1] :]
+    replace = _reindent(e.replace, span.indent)
+    if span.indent is not None and not replace.endswith("\n") and replace:
+        replace += "\n"
+    if found[1] == "approximately":
+        replace = _merge(e.search, old[span.start : span.end], replace)
+    return old[: span.start] + replace + old[span.end :]
+
+
+def _merge(search: str, window: str, replace: str) -> str:
+    """``replace`` applied to ``window`` by context: lines the edit keeps from its (stale)
+    SEARCH text are taken from the file, only the lines it changes are replaced."""
+    want, have = _trim(search.splitlines(keepends=True)), window.splitlines(keepends=True)
+    new = replace.splitlines(keepends=True)
+
+    def norm(lines: list[str]) -> list[str]:
+        return [" ".join(ln.split()) for ln in lines]
+
+    blocks = difflib.SequenceMatcher(None, norm(want), norm(have), autojunk=False)
+
+    def pos(i: int) -> int:
+        prev_a = prev_b = 0
+        for a, b, size in blocks.get_matching_blocks():
+            if i < a:
+                return min(prev_b + (i - prev_a), b)
+            if i <= a + size:
+                return b + (i - a)
+            prev_a, prev_b = a + size, b + size
+        return len(have)
+
+    out: list[str] = []
+    ops = difflib.SequenceMatcher(None, norm(want), norm(new), autojunk=False).get_opcodes()
+    for tag, i1, i2, j1, j2 in ops:
+        out += have[pos(i1) : pos(i2)] if tag == "equal" else new[j1:j2]
+    return "".join(out)
+
+
+def _rewrite(e: Edit, old: str | None, regions: list[tuple[int, int]], where: str) -> str:
+    new = e.replace
+    if e.path is None and old is not None and _ELIDED.search(new) and not _ELIDED.search(old):
+        raise EditError(
+            f"{where}: the code block leaves code out ('...', 'rest unchanged'); write the "
+            "whole file, or change it with SEARCH/REPLACE blocks"
+        )
+    new_regions = evolve_regions(new)
+    kept = len(new_regions) == len(regions) and _outside(new, new_regions) == _outside(
+        old or "", regions
+    )
+    if regions and not kept:
+        raise EditError(
+            f"{where}: the rewrite changes text outside the EVOLVE-BLOCK "
+            "regions; only code between the markers may change"
+        )
+    return new

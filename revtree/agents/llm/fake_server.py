@@ -46,14 +46,14 @@ class FakeLLMServer:
     """``with FakeLLMServer(responder) as srv:`` then point clients at ``srv.openai_url``
     or ``srv.anthropic_url``."""
 
-    def __init__(self, responder: Responder, cache_min_tokens: int = 1024) -> None:
+    def __init__(self, responder: Responder, cache_min_tokens: int = 1024, port: int = 0) -> None:
         self.responder = responder
         self.cache_min_chars = cache_min_tokens * 4
         self.requests: list[FakeRequest] = []
         self.seen_prefixes: set[tuple[str, str]] = set()
         self.seen_prompts: list[str] = []
         self._lock = threading.Lock()
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.server = ThreadingHTTPServer(("127.0.0.1", port), self._handler())
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
@@ -205,3 +205,174 @@ def _parse(path: str, body: dict[str, Any]) -> FakeRequest:
     prefix = "".join(c.get("text", "") for c in blocks if c.get("cache_control"))
     user = "".join(t for m in messages for t in _text(m.get("content")))
     return FakeRequest("anthropic", body.get("model", ""), system, user, prefix, body)
+
+
+#: the edit dialects real models write, in the order ``DialectCycle`` rotates through them
+DIALECTS = ("named", "bare", "header", "udiff", "whole", "think", "indent", "prose")
+
+
+def current_file(req: FakeRequest, path: str) -> str | None:
+    """The latest text of ``path`` shown in a request (the parent's version if the prompt
+    shows one, else the baseline's), as ``render_files`` lays files out."""
+    text = req.system + "\n" + req.user
+    at = text.rfind(f"--- {path} ---\n")
+    if at < 0:
+        return None
+    body = text[at + len(f"--- {path} ---\n") :]
+    ends = [body.find(s) for s in ("\n--- ", "\nEditable files:", "\n\nHypothesis:")]
+    cut = min((e for e in ends if e >= 0), default=len(body))
+    return body[:cut] + "\n"
+
+
+class DialectCycle:
+    """Writes one-line edits the way real models do, a different dialect each call.
+
+    ``answer(path, text, old, new)`` replaces the line ``old`` of ``text`` (the file at
+    ``path``) with ``new``, in the next dialect of ``dialects``; ``used`` lists them."""
+
+    def __init__(self, dialects: tuple[str, ...] = DIALECTS) -> None:
+        self.dialects, self.used = dialects, list[str]()
+
+    def answer(self, path: str, text: str, old: str, new: str) -> str:
+        dialect = self.dialects[len(self.used) % len(self.dialects)]
+        self.used.append(dialect)
+        block = f"<<<<<<< SEARCH\n{old}\n=======\n{new}\n>>>>>>> REPLACE\n"
+        line = text.splitlines().index(old) + 1
+        shift, whole = "    ", text.replace(old + "\n", new + "\n")
+        return {
+            "named": f"{path}\n{block}",
+            "bare": f"Here is the change:\n\n{block}",
+            "header": f"### {path}\n\n```python\n{block}```\n",
+            "udiff": f"```diff\n--- a/{path}\n+++ b/{path}\n@@ -{line},1 +{line},1 @@\n"
+            f"-{old}\n+{new}\n```\n",
+            "whole": f"The full program:\n\n```python\n{whole}```",
+            "think": f"<think>\nMaybe edit {path}? I will change the harness.\n</think>\n{block}",
+            "indent": f"**{path}**\n```python\n<<<<<<< SEARCH\n{shift}{old.strip()}\n=======\n"
+            f"{shift}{new.strip()}\n>>>>>>> REPLACE\n```\n",
+            "prose": f"I will change the harness.\n{block}",
+        }[dialect]
+
+
+import io  # noqa: E402  (the streaming fake, appended)
+
+
+class StreamingFakeLLMServer(FakeLLMServer):
+    """A ``FakeLLMServer`` that also answers streamed requests (``"stream": true``) as the
+    providers do, with server-sent events: the text in chunks of ``chunk_chars``, one
+    every ``chunk_delay`` seconds; after ``stall_after`` text chunks (when set) it goes
+    silent for ``stall`` seconds, a stalled stream. Errors and raw bodies are answered whole."""
+
+    def __init__(
+        self,
+        responder: Responder,
+        *,
+        chunk_chars: int = 16,
+        chunk_delay: float = 0.0,
+        stall_after: int | None = None,
+        stall: float = 0.0,
+        cache_min_tokens: int = 1024,
+    ) -> None:
+        self.chunk_chars, self.chunk_delay = chunk_chars, chunk_delay
+        self.stall_after, self.stall = stall_after, stall
+        super().__init__(responder, cache_min_tokens)
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        fake, plain = self, super()._handler()
+
+        class Handler(plain):  # type: ignore[misc, valid-type]
+            def do_POST(self) -> None:
+                size = int(self.headers.get("content-length", 0))
+                raw = self.rfile.read(size)  # type: ignore[has-type]
+                body = json.loads(raw)
+                req = _parse(self.path, body)
+                if not body.get("stream"):
+                    self.rfile = io.BytesIO(raw)  # answered as without streaming
+                    super().do_POST()
+                    return
+                with fake._lock:
+                    fake.requests.append(req)
+                reply = fake.responder(req)
+                reply = FakeReply(reply) if isinstance(reply, str) else reply
+                try:
+                    if reply.status >= 400 or reply.raw is not None:
+                        fake._whole(self, req, reply)
+                    else:
+                        fake._stream(self, req, reply)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client gave up (a stall): fine
+
+        return Handler
+
+    def _whole(self, out: BaseHTTPRequestHandler, req: FakeRequest, reply: FakeReply) -> None:
+        payload = reply.raw if reply.raw is not None else json.dumps(self._answer(req, reply))
+        data = payload if isinstance(payload, bytes) else payload.encode()
+        out.send_response(reply.status)
+        out.send_header("content-type", "application/json")
+        for k, v in reply.headers.items():
+            out.send_header(k, v)
+        out.send_header("content-length", str(len(data)))
+        out.end_headers()
+        out.wfile.write(data)
+
+    def _stream(self, out: BaseHTTPRequestHandler, req: FakeRequest, reply: FakeReply) -> None:
+        whole = self._answer(req, reply)  # usage, as the whole answer reports it
+        out.send_response(200)
+        out.send_header("content-type", "text/event-stream")
+        out.end_headers()
+        pieces = [
+            reply.text[i : i + self.chunk_chars]
+            for i in range(0, len(reply.text), self.chunk_chars)
+        ]
+        events = (
+            _openai_events(whole, pieces)
+            if req.api == "openai"
+            else _anthropic_events(whole, pieces)
+        )
+        preamble = 1 if req.api == "openai" else 2  # events before the first text chunk
+        for i, (name, data) in enumerate(events):
+            if self.stall_after is not None and i == self.stall_after + preamble:
+                time.sleep(self.stall)
+            elif self.chunk_delay:
+                time.sleep(self.chunk_delay)
+            head = f"event: {name}\n" if name else ""
+            out.wfile.write(f"{head}data: {data}\n\n".encode())
+            out.wfile.flush()
+
+
+def _openai_events(whole: dict[str, Any], pieces: list[str]) -> list[tuple[str, str]]:
+    base = {k: whole[k] for k in ("id", "created", "model")}
+    base["object"] = "chat.completion.chunk"
+
+    def chunk(delta: dict[str, Any], finish: str | None) -> tuple[str, str]:
+        choice = {"index": 0, "delta": delta, "finish_reason": finish}
+        return "", json.dumps({**base, "choices": [choice]})
+
+    finish = whole["choices"][0]["finish_reason"]
+    return [
+        chunk({"role": "assistant", "content": ""}, None),
+        *(chunk({"content": p}, None) for p in pieces),
+        chunk({}, finish),
+        ("", json.dumps({**base, "choices": [], "usage": whole["usage"]})),
+        ("", "[DONE]"),
+    ]
+
+
+def _anthropic_events(whole: dict[str, Any], pieces: list[str]) -> list[tuple[str, str]]:
+    usage = whole["usage"]
+    start = {**whole, "content": [], "stop_reason": None, "usage": {**usage, "output_tokens": 1}}
+    events: list[dict[str, Any]] = [
+        {"type": "message_start", "message": start},
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+        *(
+            {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": p}}
+            for p in pieces
+        ),
+        {"type": "content_block_stop", "index": 0},
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": whole["stop_reason"], "stop_sequence": None},
+            "usage": {"output_tokens": usage["output_tokens"]},
+        },
+        {"type": "message_stop"},
+    ]
+    return [(e["type"], json.dumps(e)) for e in events]
