@@ -3,13 +3,22 @@
 The context of a candidate: the stable prefix (task, goal, baseline code: the same for
 every call of the run, so providers cache it), the parent's files that differ from
 the baseline, the parent's last evaluation, and memory (lessons of finished nodes).
+
+Two calls per candidate (the proposer's hypothesis, then the coder's edits), or one
+(``agents.calls = "one"``, OpenEvolve's way): the coder's one answer states the
+hypothesis and carries the edits; the proposal step makes that call and keeps the
+answer for the code step, which applies it (with the usual repair round). A node
+resumed between the two steps has lost the answer, so its code step asks the coder
+again. Errors of the model endpoint (``LLMUnreachable``) pass through unchanged.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections import OrderedDict
+from string import Template
 from typing import TYPE_CHECKING, Any
 
 from revtree.agents.base import Proposal, Verdict
@@ -18,11 +27,13 @@ from revtree.agents.knobs import derive_seed
 from revtree.agents.lessons import render_memory
 from revtree.agents.llm import LLM, Ensemble, LLMError, Prompt, detect_model, make_llm
 from revtree.agents.llm_agents import (
+    FORMAT_HELP,
     Context,
     LLMAnalyst,
     LLMCoder,
     LLMProposer,
     LLMReviewer,
+    load_template,
     render_files,
     task_prefix,
 )
@@ -34,6 +45,7 @@ if TYPE_CHECKING:
     from revtree.orchestrator.runner import Orchestrator
 
 TAIL = 1500
+ROLES = ("proposer", "coder", "reviewer", "analyst")
 
 
 def uses_llm(spec: TaskSpec) -> bool:
@@ -51,11 +63,14 @@ class Team:
     def __init__(self, orch: Orchestrator) -> None:
         self.orch, self.spec = orch, orch.spec
         self.meter = Meter(orch.store, orch.run_id, orch.spec)
+        self.one_call = self.spec.agents.one_call
+        roles = ("coder", "reviewer", "analyst") if self.one_call else ROLES
         self.models = {
             name: self._model(name, getattr(self.spec.agents, name))
-            for name in ("proposer", "coder", "reviewer", "analyst")
+            for name in roles
             if getattr(self.spec.agents, name).enabled
         }
+        self._answers: dict[tuple[int, int], str] = {}  # one-call answers, (node, attempt)
         root = orch.nodes[0]
         assert root.commit is not None
         self.baseline = orch.git.read_files(root.commit)
@@ -70,6 +85,7 @@ class Team:
             "api_key_env": a.api_key_env,
             "timeout": a.timeout,
             "max_retries": a.max_retries,
+            "stream": a.stream,
         }
         if role.ensemble:
             members = [make_llm(m.model, **kw) for m in role.ensemble]
@@ -83,9 +99,9 @@ class Team:
             )
         return make_llm(model, **kw)
 
-    def _role(self, cls: type[Any], name: str, node_id: int, **kw: Any) -> Any:
+    def _role(self, cls: type[Any], name: str, node: Node, **kw: Any) -> Any:
         a, role = self.spec.agents, getattr(self.spec.agents, name)
-        llm = self.meter.bind(name, node_id, self.models[name])
+        llm = self.meter.bind(name, node.id, self.models[name], node.attempt)
         return cls(
             name,
             llm,
@@ -168,20 +184,32 @@ class Team:
 
     # -- the roles --------------------------------------------------------------------
     def propose(self, node: Node) -> Proposal:
-        proposal: Proposal = self._role(LLMProposer, "proposer", node.id).propose(
-            self.context(node)
-        )
+        if self.one_call:
+            coder = self._coder(node)
+            answer = coder.ask_all(self.context(node), self.spec.agents.proposer.prompt)
+            with self._lock:
+                self._answers[node.id, node.attempt] = answer
+            return Proposal(hypothesis=hypothesis_of(answer))
+        proposal: Proposal = self._role(LLMProposer, "proposer", node).propose(self.context(node))
         return proposal
 
     def code(self, node: Node, proposal: Proposal) -> dict[str, bytes | None]:
-        coder = self._role(LLMCoder, "coder", node.id, edit_format=self.spec.agents.edit_format)
+        coder = self._coder(node)
+        with self._lock:
+            coder.answer = self._answers.pop((node.id, node.attempt), None)
         changes: dict[str, bytes | None] = coder.code(self.context(node), proposal)
         return changes
+
+    def _coder(self, node: Node) -> OneCallCoder:
+        coder: OneCallCoder = self._role(
+            OneCallCoder, "coder", node, edit_format=self.spec.agents.edit_format
+        )
+        return coder
 
     def review(self, node: Node, proposal: Proposal, diff: str) -> Verdict | None:
         if "reviewer" not in self.models:
             return None
-        verdict: Verdict = self._role(LLMReviewer, "reviewer", node.id).review(
+        verdict: Verdict = self._role(LLMReviewer, "reviewer", node).review(
             self.context(node), proposal, diff
         )
         return verdict
@@ -191,7 +219,7 @@ class Team:
         if "analyst" not in self.models:
             return None
         hypothesis = (node.proposal or {}).get("hypothesis", "")
-        analyst = self._role(LLMAnalyst, "analyst", node.id)
+        analyst = self._role(LLMAnalyst, "analyst", node)
         ctx = self.context(node) if node.parent_id is not None else None
         if ctx is None:
             return None
@@ -199,8 +227,9 @@ class Team:
         return text
 
     def ask_policy(self, summary: str) -> str:
-        """One metered call for the agentic policy (on the proposer's model)."""
-        llm = self.meter.bind("policy", None, self.models["proposer"])
+        """One metered call for the agentic policy (on the proposer's model, or the
+        coder's in one-call mode)."""
+        llm = self.meter.bind("policy", None, self.models.get("proposer") or self.models["coder"])
         prompt = Prompt(POLICY_RULES, self.prefix, summary)
         return llm.complete(prompt, max_tokens=400, temperature=0.2).text
 
@@ -211,3 +240,50 @@ POLICY_RULES = (
     "budget: exploit strong nodes, debug promising failures, verify a surprising score "
     "before building on it, restart from the root when a line of work is exhausted."
 )
+
+
+ONE_CALL_RULES = (
+    "You also choose the change yourself: from the parent, its evaluation and what "
+    "earlier rounds learnt, pick ONE concrete, testable change that should improve the "
+    "score. Never change the evaluator, hard-code answers or detect the test data.\n"
+    "Begin your answer with one line 'HYPOTHESIS: what you change and why it improves "
+    "the score', then write the edits."
+)
+ONE_CALL_ASK = "State your HYPOTHESIS in one line, then write the edits now."
+REASONING = re.compile(r"<(think|thinking|reasoning)>.*?</\1>", re.S | re.I)
+HYPOTHESIS = re.compile(r"^\W*hypothesis\W*?[:\-]\**\s*(.+)$", re.I | re.M)
+NOT_PROSE = ("```", "<<<<<<<", "=======", ">>>>>>>", "=== FILE", "--- ", "+++ ", "@@")
+
+
+class OneCallCoder(LLMCoder):
+    """The coder; in one-call mode, also the proposer. ``answer``, when set, is used as
+    the coder's first answer instead of a call (it came with the hypothesis)."""
+
+    answer: str | None = None
+
+    def ask_all(self, ctx: Context, proposer_template: str | None) -> str:
+        """One call for the hypothesis and the edits: the coder's rules and the
+        proposer's view of the candidate (parent, evaluation, memory)."""
+        _, situation = load_template("proposer", proposer_template, self.spec.root)
+        self.user = Template(situation.template + "\n\n" + ONE_CALL_ASK)
+        system = Template(self.system.template + "\n\n" + ONE_CALL_RULES)
+        self.system = system
+        return self.ask(ctx, edit_format_help=FORMAT_HELP[self.edit_format])
+
+    def ask(self, ctx: Context, **values: str) -> str:
+        answer, self.answer = self.answer, None
+        return answer if answer is not None else super().ask(ctx, **values)
+
+
+def hypothesis_of(answer: str) -> str:
+    """The hypothesis a one-call answer states: its HYPOTHESIS line, else its first line
+    of prose, else a placeholder."""
+    text = REASONING.sub("", answer)
+    found = HYPOTHESIS.search(text)
+    if found:
+        return found.group(1).strip().strip("*").strip()[:500]
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith(NOT_PROSE) and not line.startswith("#"):
+            return line[:300]
+    return "(the answer states no hypothesis)"

@@ -12,6 +12,7 @@ from revtree.agents.llm.base import (
     Completion,
     LLMError,
     Prompt,
+    StreamStalled,
     Usage,
     estimate_tokens,
 )
@@ -35,24 +36,27 @@ def make_llm(
     api_key_env: str | None = None,
     timeout: float = 120.0,
     max_retries: int = 4,
+    stream: bool = False,
 ) -> LLM:
-    """A client for ``provider:name`` (openai, anthropic, openai-compatible)."""
+    """A client for ``provider:name`` (openai, anthropic, openai-compatible); ``stream``:
+    answers are streamed (progress reported, stalls detected)."""
     provider, name = split_model(model)
-    key = os.environ.get(api_key_env or KEY_ENV.get(provider, "OPENAI_API_KEY"))
+    key_env = api_key_env or KEY_ENV.get(provider, "OPENAI_API_KEY")
+    key = os.environ.get(key_env)
     if provider in ("openai", "openai-compatible"):
         if provider == "openai" and not key and not base_url:
-            raise LLMError(f"model {model!r} needs {api_key_env or 'OPENAI_API_KEY'} or a base_url")
+            raise LLMError(f"model {model!r} needs {key_env} or a base_url")
         if provider == "openai-compatible" and not base_url:
             raise LLMError(f"model {model!r} needs a base_url (e.g. http://host:8000/v1)")
         from revtree.agents.llm.openai_client import OpenAIChat
 
-        return OpenAIChat(name, key, base_url, timeout, max_retries)
+        return OpenAIChat(name, key, base_url, timeout, max_retries, key_env, stream)
     if provider == "anthropic":
         if not key and not base_url:
-            raise LLMError(f"model {model!r} needs {api_key_env or 'ANTHROPIC_API_KEY'}")
+            raise LLMError(f"model {model!r} needs {key_env}")
         from revtree.agents.llm.anthropic_client import AnthropicChat
 
-        return AnthropicChat(name, key, base_url, timeout, max_retries)
+        return AnthropicChat(name, key, base_url, timeout, max_retries, key_env, stream)
     raise LLMError(
         f"unknown model provider {provider!r} in {model!r}; expected openai, "
         "anthropic or openai-compatible"
@@ -90,6 +94,7 @@ __all__ = [
     "LLMError",
     "Prompt",
     "ScriptedLLM",
+    "StreamStalled",
     "Usage",
     "detect_model",
     "estimate_tokens",

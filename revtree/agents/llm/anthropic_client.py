@@ -1,4 +1,8 @@
-"""Anthropic via its SDK, with ``cache_control`` on the stable prefix (first system block)."""
+"""Anthropic via its SDK, with ``cache_control`` on the stable prefix (first system block).
+
+Streamed (``stream``), ``timeout`` bounds each wait for the next event: a stalled stream
+raises ``StreamStalled`` with the text that had come, and is not retried.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,17 @@ from typing import Any
 
 import anthropic
 
-from revtree.agents.llm.base import SHAPE_ERRORS, Completion, LLMError, Prompt, Usage, bad_answer
+from revtree.agents.llm.base import (
+    SHAPE_ERRORS,
+    Completion,
+    LLMError,
+    Prompt,
+    Streamed,
+    Usage,
+    bad_answer,
+    sdk_error,
+    stream_timeout,
+)
 
 
 class AnthropicChat:
@@ -18,14 +32,17 @@ class AnthropicChat:
         base_url: str | None = None,
         timeout: float = 120.0,
         max_retries: int = 4,
+        key_env: str = "ANTHROPIC_API_KEY",
+        stream: bool = False,
     ) -> None:
-        self.model = model
+        self.model, self.key_env, self.timeout, self.stream = model, key_env, timeout, stream
         self.client = anthropic.Anthropic(
             api_key=api_key or "not-needed",
             base_url=base_url,
             timeout=timeout,
             max_retries=max_retries,
         )
+        self.url = str(self.client.base_url).rstrip("/")
 
     def complete(self, prompt: Prompt, *, max_tokens: int, temperature: float) -> Completion:
         t0 = time.monotonic()
@@ -35,35 +52,63 @@ class AnthropicChat:
             {"type": "text", "text": prompt.prefix, "cache_control": {"type": "ephemeral"}},
             {"type": "text", "text": prompt.system},
         ]
+        args: dict[str, Any] = {
+            "model": self.model,
+            "max_tokens": max_tokens,
+            "system": system,
+            "messages": [{"role": "user", "content": prompt.user}],
+            "extra_body": {"temperature": temperature},  # not a typed argument in every SDK
+        }
         try:
-            reply = self.client.messages.create(
-                model=self.model,
-                max_tokens=max_tokens,
-                system=system,
-                messages=[{"role": "user", "content": prompt.user}],
-                extra_body={"temperature": temperature},  # not a typed argument in every SDK
-            )
+            if self.stream:
+                return self._streamed(args, t0)
+            reply = self.client.messages.create(**args)
             blocks = getattr(reply, "content", None)
             if not isinstance(blocks, list):
                 raise LLMError(f"{self.model}: the answer has no content list")
             text = "".join(getattr(b, "text", "") or "" for b in blocks)
-            u = reply.usage
-            usage = Usage(
-                input_tokens=(u.input_tokens or 0)
-                + (u.cache_read_input_tokens or 0)
-                + (u.cache_creation_input_tokens or 0),
-                output_tokens=u.output_tokens or 0,
-                cached_tokens=u.cache_read_input_tokens or 0,
-                cache_write_tokens=u.cache_creation_input_tokens or 0,
-            )
             return Completion(
                 text,
                 reply.model or self.model,
-                usage,
+                _usage(reply.usage, reply.usage.output_tokens),
                 time.monotonic() - t0,
                 reply.stop_reason or "stop",
             )
         except anthropic.APIError as e:
-            raise LLMError(f"{self.model}: {type(e).__name__}: {e}") from e
+            raise sdk_error(
+                anthropic, e, model=self.model, url=self.url, key_env=self.key_env
+            ) from e
         except SHAPE_ERRORS as e:
             raise bad_answer(self.model, e) from e
+
+    def _streamed(self, args: dict[str, Any], t0: float) -> Completion:
+        """The answer streamed event by event (a stall raises ``StreamStalled``)."""
+        got, model, stop, start, out = Streamed(), self.model, "stop", None, 0
+        stream = self.client.messages.create(**args, stream=True)
+        try:
+            for event in stream:
+                if event.type == "message_start":
+                    model, start = event.message.model or model, event.message.usage
+                elif event.type == "content_block_delta" and event.delta.type == "text_delta":
+                    got.add(event.delta.text)
+                elif event.type == "message_delta":
+                    stop, out = event.delta.stop_reason or stop, event.usage.output_tokens or out
+        except Exception as e:
+            if stream_timeout(anthropic, e):
+                raise got.stalled(self.model, self.url, self.timeout) from e
+            raise
+        finally:
+            stream.close()
+        usage = _usage(start, out) if start is not None else Usage(0, out)
+        return Completion(got.text, model, usage, time.monotonic() - t0, stop)
+
+
+def _usage(u: Any, output_tokens: int | None) -> Usage:
+    return Usage(
+        input_tokens=(u.input_tokens or 0)
+        + (u.cache_read_input_tokens or 0)
+        + (u.cache_creation_input_tokens or 0),
+        output_tokens=output_tokens or 0,
+        cached_tokens=u.cache_read_input_tokens or 0,
+        cache_write_tokens=u.cache_creation_input_tokens or 0,
+    )
