@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import io
 import json
+import keyword
 import math
 import random
 import tokenize
@@ -146,9 +147,11 @@ class MutationCoder:
             tokens = list(tokenize.generate_tokens(io.StringIO(text).readline))
         except (tokenize.TokenError, SyntaxError):
             return []  # a broken file has no reliable sites; debug mutates the others
+        prev: tokenize.TokenInfo | None = None
         for tok in tokens:
             kind = self._kind(tok)
-            if kind is None:
+            before, prev = prev, (prev if tok.type in _TRIVIA else tok)
+            if kind is None or (kind == "swap" and tok.type == tokenize.OP and not _binary(before)):
                 continue
             start = offsets[tok.start[0] - 1] + tok.start[1]
             end = offsets[tok.end[0] - 1] + tok.end[1]
@@ -188,6 +191,22 @@ def _number(text: str) -> int | float | None:
 def _float_literal(value: float) -> str:
     text = f"{value:.4g}"
     return text if any(c in text for c in ".en") else text + ".0"
+
+
+_TRIVIA = (tokenize.NL, tokenize.COMMENT)
+
+
+def _binary(prev: tokenize.TokenInfo | None) -> bool:
+    """Whether an operator after ``prev`` is a binary one: after an operand (a name
+    that is not a keyword, a number, a string, a closing bracket), never a unary sign
+    or an unpacking star (``f(*args)``, ``return -x``, ``[**d]``)."""
+    if prev is None:
+        return False
+    if prev.type == tokenize.NAME:
+        return not keyword.iskeyword(prev.string)
+    if prev.type in (tokenize.NUMBER, tokenize.STRING):
+        return True
+    return prev.type == tokenize.OP and prev.string in (")", "]", "}")
 
 
 def _line_offsets(text: str) -> list[int]:

@@ -119,3 +119,17 @@ def test_curve_fit_runs_end_to_end(tmp_path: Path) -> None:
 def test_a_swap_group_needs_two_different_tokens() -> None:
     with pytest.raises(ValueError, match="at least two different tokens"):
         MutateAgent(swaps=(("+", "+"),))
+
+
+def test_only_binary_operators_are_swapped_never_an_unpacking_star_or_a_sign() -> None:
+    from revtree.agents.mutate import MutationCoder
+    from revtree.tasks.spec import MutateAgent
+
+    coder = MutationCoder(["p.py"], MutateAgent())
+    src = "def f(bounds, a):\n    y = random.uniform(*bounds) * 2\n    return -a + f(**d) - 1\n"
+    swaps = [s for s in coder.sites("p.py", src) if s.kind == "swap"]
+    assert [(s.text, src[s.start - 2 : s.start]) for s in swaps] == [
+        ("*", ") "),
+        ("+", "a "),
+        ("-", ") "),
+    ]
