@@ -7,6 +7,7 @@ the metrics JSON as the last line of stdout and writes it to $REVTREE_METRICS wh
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -35,9 +36,8 @@ def main():
             sys.exit(1)
         errors.append((y - target(x)) ** 2)
     line = json.dumps({"rmse": round(math.sqrt(sum(errors) / len(errors)), 6)})
-    if os.environ.get("REVTREE_METRICS"):
-        with open(os.environ["REVTREE_METRICS"], "w", encoding="utf-8") as f:
-            f.write(line + "\n")
+    with contextlib.suppress(OSError):  # not in a sandbox: the printed line stands alone
+        os.write(3, line.encode())  # revtree's metrics channel, file descriptor 3
     print(line)
 
 

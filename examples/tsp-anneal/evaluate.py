@@ -1,8 +1,10 @@
-"""Score solver.py: mean tour length over fixed random instances (lower is better).
+"""The instances and the tour checks of tsp-anneal, shared by run.py and grade.py.
 
-Protected: agents may not change this file. Writes the metrics JSON to $REVTREE_METRICS
-when set and always prints it as the last line of stdout. An invalid tour (not a
-permutation of all cities) or a crash of the solver is an error: exit code 1.
+Protected: agents may not change this file. ``python evaluate.py`` also scores solver.py
+in one process, for a quick look (and the benchmarks): mean tour length over fixed
+random instances, lower is better, printed as the last line of stdout. That is a
+single-step score, forgeable by the solver it imports; task.toml scores with run.py
+(the untrusted run step) and grade.py (the trusted grade step) instead.
 """
 
 from __future__ import annotations
@@ -62,11 +64,17 @@ def run(instances):
         "per_instance": [round(x, 6) for x in lengths],
         "valid": True,
     }
-    line = dumps(metrics)
-    if os.environ.get("REVTREE_METRICS"):
-        with open(os.environ["REVTREE_METRICS"], "w", encoding="utf-8") as f:
-            f.write(line + "\n")
-    print(line)
+    print(dumps(metrics))
+
+
+def instances_for(argv):
+    """The dev instances, or with ``--holdout`` the hidden ones of holdout.py: its guard
+    half when ``$REVTREE_STAGE`` is ``guard``, else its final half."""
+    if "--holdout" in argv:
+        import holdout
+
+        return holdout.GUARD if os.environ.get("REVTREE_STAGE") == "guard" else holdout.FINAL
+    return INSTANCES
 
 
 if __name__ == "__main__":

@@ -1,10 +1,25 @@
 """The evaluator: runs a candidate's stages and repeats in a sandbox and reads the metrics.
 
-Metrics protocol: the evaluated command writes a JSON object to the file named by
-``$REVTREE_METRICS``, or prints it as the last non-empty line of stdout. The task's
-metric must be a finite number in it. Anything else (a crash, a timeout, no JSON, a
-missing, non-numeric or NaN metric) makes a failed evaluation whose ``error`` says
-why; nothing raises out of :meth:`Evaluator.evaluate` but ``Cancelled``.
+Metrics protocol: the command writes one JSON object to file descriptor 3
+(``METRICS_FD``). The task's metric must be a finite number in it. Anything else (a
+crash, a timeout, no JSON, a missing, non-numeric or NaN metric) makes a failed
+evaluation whose ``error`` says why; nothing raises out of :meth:`Evaluator.evaluate`
+but ``Cancelled``. The last non-empty stdout line is read instead only where the task
+opts in (``evaluate.stdout_metrics``), and always for a grade step.
+
+The grade step (``[evaluate.grade]``, ``[holdout.grade]``): each (stage, repeat) is a
+run step over the candidate's workspace that declares ``outputs``, then, if it exited
+cleanly and its outputs are all regular files, a grade step in a *fresh* sandbox
+execution whose workspace holds only the protected files and the outputs under
+``outputs/`` (``$REVTREE_OUTPUTS``). The score comes from the grade step alone; what
+the run step printed or wrote to its metrics channel is kept as a log, nothing else.
+
+What is guaranteed: with a grade step, no code of the candidate runs in the grader's
+workspace, an output never replaces a protected file or shadows a module the grader
+imports, and a refused or missing output fails the evaluation (``error_kind``
+"outputs"). What is not: a single-step score is as trustworthy as the evaluator that
+runs candidate code (``spec.evaluate.forgeable``); the grader itself must not trust
+numbers the candidate wrote, and must not execute the outputs.
 
 Each (stage, repeat) already in ``done`` is reused, never run again, and each new
 result is handed to ``record`` as soon as it exists, so a resumed candidate loses
@@ -13,10 +28,13 @@ nothing and repeats nothing.
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
+import re
 import statistics
+import tarfile
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -24,12 +42,21 @@ from pathlib import Path
 from typing import Any
 
 from revtree.memory.records import EvalResult
-from revtree.sandboxes.base import ExecRequest, ExecResult, Limits, Sandbox
+from revtree.sandboxes.base import METRICS_FD, ExecRequest, ExecResult, Limits, Sandbox
+from revtree.tasks.load import matches
 from revtree.tasks.spec import TaskSpec
 
 TAIL = 4000
 FULL = "full"
 HOLDOUT = "holdout"
+GUARD = "guard"  # the holdout run during the search (``HOLDOUT``: the final judge)
+OUTPUTS = "outputs"  # the grade step's folder of the run step's declared outputs
+_WILDCARD = re.compile(r"[*?\[]")
+HOW_TO_REPORT = (
+    f"write the metrics as one JSON object to file descriptor {METRICS_FD}: "
+    f"os.write({METRICS_FD}, json.dumps(metrics).encode()) or "
+    f'with open({METRICS_FD}, "w") as f: json.dump(metrics, f)'
+)
 
 
 @dataclass(frozen=True)
@@ -46,18 +73,28 @@ class Outcome:
 
 
 def parse_metrics(
-    result: ExecResult, metric: str
+    result: ExecResult, metric: str, stdout: bool = False
 ) -> tuple[dict[str, Any], float | None, str | None]:
-    """(metrics, score, error) from a finished execution."""
+    """(metrics, score, error) from a finished execution: what it wrote to file
+    descriptor 3, else, only when ``stdout`` allows it, its last non-empty stdout line."""
     text = result.metrics_text
-    source = "$REVTREE_METRICS"
+    source = f"file descriptor {METRICS_FD}"
     if text is None or not text.strip():
+        if not stdout:
+            return (
+                {},
+                None,
+                f"no metrics: nothing was written to file descriptor {METRICS_FD}; "
+                f"{HOW_TO_REPORT}; or set [evaluate] stdout_metrics = true to read the last "
+                "stdout line (which any code the command runs can forge)",
+            )
         lines = [ln for ln in result.stdout.splitlines() if ln.strip()]
         text, source = (lines[-1] if lines else ""), "the last stdout line"
     try:
         metrics = json.loads(text)
     except (json.JSONDecodeError, RecursionError):
-        return {}, None, f"no metrics: {source} is not JSON ({text[-120:]!r})"
+        hint = f"; {HOW_TO_REPORT}" if not text.strip() else ""
+        return {}, None, f"no metrics: {source} is not JSON ({text[-120:]!r}){hint}"
     if not isinstance(metrics, dict):
         return {}, None, f"metrics in {source} must be a JSON object, got {type(metrics).__name__}"
     if metric not in metrics:
@@ -83,13 +120,96 @@ def _failure(result: ExecResult, timeout: float) -> tuple[str, str] | None:
     return None
 
 
-class Evaluator:
-    """Runs the task's evaluation cascade for one node."""
+@dataclass(frozen=True)
+class GradeStep:
+    """The trusted step that scores one stage: its command, timeout and output globs."""
 
-    def __init__(self, spec: TaskSpec, sandbox: Sandbox, log_dir: Path | None = None) -> None:
+    command: str
+    timeout: float
+    outputs: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class _Step:
+    label: str
+    command: str
+    result: ExecResult
+
+
+def outputs_problem(result: ExecResult, globs: tuple[str, ...]) -> str | None:
+    """Why the run step's declared outputs cannot be graded (a refused file, a path out
+    of the workspace, a missing file: a glob without wildcards names a required file,
+    one with wildcards may match nothing), or None."""
+    refused = dict(result.refused)
+    for path in result.files:
+        if not _inside(path) or not matches(path, globs):
+            refused.setdefault(path, "not a declared output path inside the workspace")
+    if refused:
+        path, why = sorted(refused.items())[0]
+        more = f" (and {len(refused) - 1} more)" if len(refused) > 1 else ""
+        return f"output {path!r} refused: {why}{more}"
+    missing = [g for g in globs if not _WILDCARD.search(g) and g not in result.files]
+    if missing:
+        return f"missing outputs {missing}: the run step must write them in its workspace"
+    return None
+
+
+def _inside(path: str) -> bool:
+    parts = path.split("/")
+    return bool(path) and "\\" not in path and all(p not in ("", ".", "..") for p in parts)
+
+
+def grade_archive(protected: Mapping[str, bytes], files: Mapping[str, bytes]) -> bytes:
+    """The grade step's workspace: the protected files, and the outputs under ``outputs/``."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        entries = {**protected, **{f"{OUTPUTS}/{p}": d for p, d in files.items()}}
+        for path, data in sorted(entries.items()):
+            info = tarfile.TarInfo(path)
+            info.size, info.mode = len(data), 0o644
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+class Evaluator:
+    """Runs the task's evaluation cascade for one node. ``protected`` is the overlay of
+    protected (and support) files every workspace gets: the grade step's whole workspace."""
+
+    def __init__(
+        self,
+        spec: TaskSpec,
+        sandbox: Sandbox,
+        log_dir: Path | None = None,
+        protected: Mapping[str, bytes] | None = None,
+    ) -> None:
         self.spec, self.sandbox, self.log_dir = spec, sandbox, log_dir
+        self.protected = dict(protected or {})
         sb = spec.sandbox
         self.base_env = {**{k: os.environ[k] for k in sb.pass_env if k in os.environ}, **sb.env}
+        graded = spec.evaluate.grade or (spec.holdout and spec.holdout.grade)
+        if graded and not self.protected:
+            raise ValueError("a task with a grade step needs its protected files (protected=)")
+        clash = [p for p in self.protected if p == OUTPUTS or p.startswith(f"{OUTPUTS}/")]
+        if graded and clash:
+            raise ValueError(f"protected files under {OUTPUTS}/ clash with the grade step: {clash}")
+
+    @property
+    def forgeable(self) -> bool:
+        """Whether the task's score comes from the sandbox that runs candidate code."""
+        return self.spec.evaluate.forgeable
+
+    def grade_step(self, stage: str) -> GradeStep | None:
+        """The grade step of a stage (``full``, ``holdout`` or a cascade stage), if any."""
+        ev, h = self.spec.evaluate, self.spec.holdout
+        if stage in (HOLDOUT, GUARD):
+            if h is None or h.grade is None:
+                return None
+            timeout = h.grade.timeout or h.timeout or ev.timeout
+            return GradeStep(h.grade.command, timeout, self.spec.holdout_outputs)
+        if ev.grade is None:
+            return None
+        own = next((st.grade for st in ev.stages if st.name == stage), None)
+        return GradeStep(own or ev.grade.command, ev.grade_timeout, ev.outputs)
 
     def run_one(
         self,
@@ -102,8 +222,10 @@ class Evaluator:
         timeout: float,
         cancel: threading.Event | None,
         labels: Mapping[str, str] | None = None,
+        protected: Mapping[str, bytes] | None = None,
     ) -> EvalResult:
-        sb = self.spec.sandbox
+        """One (stage, repeat): the command, then its grade step where the task has one
+        (over ``protected``, default the evaluator's)."""
         env = {
             **self.base_env,
             "REVTREE_NODE": str(node_id),
@@ -111,18 +233,61 @@ class Evaluator:
             "REVTREE_REPEAT": str(repeat),
             "REVTREE_SEED": str(self.spec.search.seed + repeat),
         }
-        limits = Limits(
+        grade = self.grade_step(stage)
+        outputs = grade.outputs if grade else ()
+        request = ExecRequest(
+            archive, command, self._limits(timeout), env, dict(labels or {}), outputs
+        )
+        run = self.sandbox.execute(request, cancel)
+        steps = [_Step("run step" if grade else "", command, run)]
+        if grade is None:
+            metrics, score, error = parse_metrics(run, metric, self.spec.evaluate.stdout_metrics)
+            kind = "metrics" if error else None
+            if (failure := _failure(run, timeout)) is not None:
+                kind, error = failure
+            return self._result(node_id, stage, repeat, steps, metrics, score, error, kind)
+        if (failure := _failure(run, timeout)) is not None:
+            kind, why = failure
+            return self._result(node_id, stage, repeat, steps, {}, None, f"run step: {why}", kind)
+        if (problem := outputs_problem(run, grade.outputs)) is not None:
+            return self._result(node_id, stage, repeat, steps, {}, None, problem, "outputs")
+        request = ExecRequest(
+            grade_archive(self.protected if protected is None else protected, run.files),
+            grade.command,
+            self._limits(grade.timeout),
+            {**env, "REVTREE_OUTPUTS": OUTPUTS},
+            {**(labels or {}), "revtree.step": "grade"},
+        )
+        graded = self.sandbox.execute(request, cancel)
+        steps.append(_Step("grade step", grade.command, graded))
+        metrics, score, error = parse_metrics(graded, metric, stdout=True)
+        kind = "metrics" if error else None
+        if error is not None:
+            error = f"grade step: {error}"
+        if (failure := _failure(graded, grade.timeout)) is not None:
+            kind, error = failure[0], f"grade step: {failure[1]}"
+        return self._result(node_id, stage, repeat, steps, metrics, score, error, kind)
+
+    def _limits(self, timeout: float) -> Limits:
+        sb = self.spec.sandbox
+        return Limits(
             timeout=timeout,
             memory_bytes=sb.memory,
             cpu_seconds=sb.cpu_seconds,
             output_cap=sb.output_cap,
         )
-        request = ExecRequest(archive, command, limits, env, dict(labels or {}))
-        result = self.sandbox.execute(request, cancel)
-        metrics, score, error = parse_metrics(result, metric)
-        kind = "metrics" if error else None
-        if (failure := _failure(result, timeout)) is not None:
-            kind, error = failure
+
+    def _result(
+        self,
+        node_id: int,
+        stage: str,
+        repeat: int,
+        steps: list[_Step],
+        metrics: dict[str, Any],
+        score: float | None,
+        error: str | None,
+        kind: str | None,
+    ) -> EvalResult:
         return EvalResult(
             node_id=node_id,
             stage=stage,
@@ -130,13 +295,13 @@ class Evaluator:
             ok=error is None,
             score=score,
             metrics=_jsonable(metrics),
-            exit_code=result.exit_code,
-            duration=result.duration,
-            stdout_tail=result.stdout[-TAIL:],
-            stderr_tail=result.stderr[-TAIL:],
+            exit_code=steps[-1].result.exit_code,
+            duration=sum(s.result.duration for s in steps),
+            stdout_tail=_tails(steps, "stdout"),
+            stderr_tail=_tails(steps, "stderr"),
             error=error,
             error_kind=kind,
-            log_path=self._log(node_id, stage, repeat, command, result, error),
+            log_path=self._log(node_id, stage, repeat, steps, error),
         )
 
     def _log(
@@ -144,8 +309,7 @@ class Evaluator:
         node_id: int,
         stage: str,
         repeat: int,
-        command: str,
-        result: ExecResult,
+        steps: list[_Step],
         error: str | None,
     ) -> str | None:
         """The whole captured output in a file (the database keeps only tails)."""
@@ -153,13 +317,23 @@ class Evaluator:
             return None
         self.log_dir.mkdir(parents=True, exist_ok=True)
         path = self.log_dir / f"node{node_id}-{stage}-{repeat}.log"
-        path.write_text(
-            f"$ {command}\nexit code: {result.exit_code}  duration: {result.duration:.3f}s  "
-            f"timed out: {result.timed_out}  truncated: {result.truncated}\n"
-            f"error: {error}\n--- stdout ---\n{result.stdout}\n--- stderr ---\n{result.stderr}\n",
-            encoding="utf-8",
-            errors="replace",
-        )
+        parts = [f"error: {error}\n"]
+        for step in steps:
+            r = step.result
+            parts.append(
+                (f"=== {step.label} ===\n" if step.label else "")
+                + f"$ {step.command}\nexit code: {r.exit_code}  duration: {r.duration:.3f}s  "
+                f"timed out: {r.timed_out}  truncated: {r.truncated}\n"
+            )
+            if step.label == "run step" and r.metrics_text:
+                parts.append(
+                    f"metrics written (ignored: only the grade step scores):\n"
+                    f"{r.metrics_text[:TAIL]}\n"
+                )
+            if r.refused:
+                parts.append(f"outputs refused: {dict(r.refused)}\n")
+            parts.append(f"--- stdout ---\n{r.stdout}\n--- stderr ---\n{r.stderr}\n")
+        path.write_text("".join(parts), encoding="utf-8", errors="replace")
         return str(path)
 
     def evaluate(
@@ -224,8 +398,17 @@ class Evaluator:
         )
 
     def holdout(
-        self, node_id: int, archive: bytes, cancel: threading.Event | None = None
+        self,
+        node_id: int,
+        archive: bytes,
+        cancel: threading.Event | None = None,
+        protected: Mapping[str, bytes] | None = None,
+        split: str = HOLDOUT,
     ) -> EvalResult | None:
+        """The holdout evaluation; ``protected`` (the protected plus holdout files) is
+        what its grade step sees, default the evaluator's protected files. ``split`` is
+        ``GUARD`` (during the search) or ``HOLDOUT`` (the final judge): the stage name,
+        which the command reads as ``$REVTREE_STAGE`` to pick its half of the data."""
         h = self.spec.holdout
         if h is None:
             return None
@@ -233,7 +416,20 @@ class Evaluator:
             h.metric or self.spec.evaluate.metric,
             h.timeout or self.spec.evaluate.timeout,
         )
-        return self.run_one(node_id, archive, HOLDOUT, 0, h.command, metric, timeout, cancel)
+        return self.run_one(
+            node_id, archive, split, 0, h.command, metric, timeout, cancel, protected=protected
+        )
+
+
+def _tails(steps: list[_Step], stream: str) -> str:
+    """The tail of one stream: a single step's as is, two steps' each labelled."""
+    if len(steps) == 1 and not steps[0].label:
+        text: str = getattr(steps[0].result, stream)
+        return text[-TAIL:]
+    share = TAIL // len(steps)
+    return "\n".join(
+        f"[{s.label}: {s.command}]\n{getattr(s.result, stream)[-share:]}" for s in steps
+    )
 
 
 def _jsonable(metrics: dict[str, Any]) -> dict[str, Any]:

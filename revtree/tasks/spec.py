@@ -75,8 +75,30 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+def _output_globs(value: Any) -> Any:
+    bad = [g for g in value or () if not _is_workspace_path(g)]
+    if bad:
+        raise ValueError(
+            f"outputs must be relative globs inside the workspace (no '/' at the start, "
+            f"no '..'): {bad}"
+        )
+    return value
+
+
+class Grade(_Section):
+    """The trusted grade step: it runs in a fresh sandbox holding only the protected
+    files and the run step's declared outputs (under ``outputs/``, named by
+    ``$REVTREE_OUTPUTS``), never candidate code; the score comes from it alone."""
+
+    command: str = Field(min_length=1, description="Shell command of the trusted grader.")
+    timeout: Duration | None = Field(
+        None, description="Wall timeout of the grader; defaults to the run step's timeout."
+    )
+
+
 class Stage(_Section):
-    """A cheap evaluation that gates the full one: below threshold, the node stops there."""
+    """A cheap evaluation that gates the full one: below threshold, the node stops there.
+    With a grade step, the stage's command is its run step and the grader scores it."""
 
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$", description="Stage name, unique.")
     command: str = Field(min_length=1, description="Shell command run in the workspace.")
@@ -84,6 +106,12 @@ class Stage(_Section):
     metric: str | None = Field(None, description="Metric to gate on; defaults to evaluate.metric.")
     timeout: Duration | None = Field(
         None, description="Wall timeout; defaults to evaluate.timeout."
+    )
+    grade: str | None = Field(
+        None,
+        min_length=1,
+        description="Grader command for this stage; defaults to evaluate.grade.command "
+        "(needs [evaluate.grade]).",
     )
 
 
@@ -96,14 +124,67 @@ class Evaluate(_Section):
     timeout: Duration = Field(600.0, description="Wall timeout of one run of the command.")
     repeats: int = Field(1, ge=1, le=100, description="Runs of the full stage; score is the mean.")
     stages: tuple[Stage, ...] = Field((), description="Cheap stages run first, in order.")
+    outputs: tuple[str, ...] = Field(
+        (), description="Globs of workspace files the run step hands to the grade step."
+    )
+    grade: Grade | None = Field(
+        None, description="The trusted grade step; without it a candidate can forge its score."
+    )
+    stdout_metrics: bool = Field(
+        False,
+        description="Single-step tasks: also read the metrics from the last stdout line when "
+        "nothing was written to file descriptor 3 (forgeable by the code the command runs).",
+    )
+
+    @field_validator("outputs")
+    @classmethod
+    def _relative_outputs(cls, value: Any) -> Any:
+        return _output_globs(value)
 
     @model_validator(mode="after")
     def _unique_stage_names(self) -> Evaluate:
         names = [s.name for s in self.stages]
-        dup = {n for n in names if names.count(n) > 1} | ({"full", "holdout"} & set(names))
+        reserved = {"full", "holdout", "guard"}
+        dup = {n for n in names if names.count(n) > 1} | (reserved & set(names))
         if dup:
-            raise ValueError(f"stage names must be unique and not 'full'/'holdout': {sorted(dup)}")
+            raise ValueError(
+                f"stage names must be unique and not 'full', 'holdout' or 'guard': {sorted(dup)}"
+            )
         return self
+
+    @model_validator(mode="after")
+    def _grade_needs_outputs(self) -> Evaluate:
+        _check_grade(self.grade, self.outputs, "evaluate")
+        staged = [s.name for s in self.stages if s.grade is not None]
+        if staged and self.grade is None:
+            raise ValueError(
+                f"stages {staged} set 'grade' but there is no [evaluate.grade]: declare the "
+                "grade step (and its outputs) first"
+            )
+        return self
+
+    @property
+    def forgeable(self) -> bool:
+        """True when the score comes from the same sandbox as the candidate's code (no
+        grade step): whatever that code runs can write the metrics."""
+        return self.grade is None
+
+    @property
+    def grade_timeout(self) -> float:
+        return (self.grade.timeout if self.grade else None) or self.timeout
+
+
+def _check_grade(grade: Grade | None, outputs: tuple[str, ...], where: str) -> None:
+    if grade is not None and not outputs:
+        raise ValueError(
+            f"[{where}.grade] needs outputs: declare the files the run step writes for the "
+            f'grader, e.g. {where}.outputs = ["answers.json"]'
+        )
+    if grade is None and outputs:
+        raise ValueError(
+            f"{where}.outputs is set but there is no [{where}.grade]: outputs only go to a "
+            f'grade step (add [{where}.grade] with command = "python3 grade.py")'
+        )
 
 
 class Holdout(_Section):
@@ -117,6 +198,23 @@ class Holdout(_Section):
     timeout: Duration | None = Field(
         None, description="Wall timeout; defaults to evaluate.timeout."
     )
+    outputs: tuple[str, ...] | None = Field(
+        None, description="Globs handed to [holdout.grade]; defaults to evaluate.outputs."
+    )
+    grade: Grade | None = Field(
+        None, description="The holdout's trusted grade step (sees the holdout files too)."
+    )
+
+    @field_validator("outputs")
+    @classmethod
+    def _relative_outputs(cls, value: Any) -> Any:
+        return _output_globs(value)
+
+    @model_validator(mode="after")
+    def _outputs_need_grade(self) -> Holdout:
+        if self.outputs and self.grade is None:
+            _check_grade(None, self.outputs, "holdout")
+        return self
 
 
 class SandboxConfig(_Section):
@@ -495,7 +593,11 @@ class Role(_Section):
         (), description="Weighted models (instead of model)."
     )
     prompt: str | None = Field(None, description="Template file overriding the built-in prompt.")
-    enabled: bool = Field(True, description="Off: the role is skipped (reviewer, analyst).")
+    enabled: bool = Field(
+        True,
+        description="Off: the role is skipped (reviewer, analyst); a disabled proposer "
+        "means one call per candidate (see agents.calls); the coder cannot be disabled.",
+    )
 
 
 class Price(_Section):
@@ -522,20 +624,106 @@ class Agents(_Section):
     api_key_env: str | None = Field(None, description="Variable holding the key (by provider).")
     timeout: Duration = Field(120.0, description="Per-call timeout.")
     max_retries: int = Field(4, ge=0, le=20, description="Retries on 429, 5xx and timeouts.")
+    stream: bool = Field(
+        False,
+        description="Stream the answers: the live log shows a long answer's progress, and "
+        "timeout bounds each wait for the next chunk (a stalled stream fails the call).",
+    )
     temperature: float = Field(0.7, ge=0, le=2, description="Default temperature.")
     max_tokens: int = Field(4096, ge=16, description="Default longest answer, in tokens.")
     edit_format: Literal["search_replace", "whole_file", "auto"] = Field(
         "auto", description="How the coder edits: SEARCH/REPLACE blocks, whole files, or either."
+    )
+    calls: Literal["auto", "one", "two"] = Field(
+        "auto",
+        description="Model calls per candidate: two (the proposer's hypothesis, then the "
+        "coder's edits) or one (the coder answers both, as OpenEvolve does); auto is one "
+        "when [agents.proposer] is disabled, else two.",
     )
     memory_tokens: int = Field(1500, ge=0, description="Token budget of memory in a prompt.")
     context_tokens: int = Field(24000, ge=1000, description="Token budget of code in a prompt.")
     prices: dict[str, Price] = Field(default_factory=dict, description="Per-model price overrides.")
     proposer: Role = Role()
     coder: Role = Role()
-    reviewer: Role = Role(enabled=False)
+    reviewer: Role = Field(
+        Role(),
+        description="On by default in LLM mode (no effect offline); enabled = false skips it.",
+    )
     analyst: Role = Role(enabled=False)
     knobs: KnobAgent = KnobAgent()
     mutate: MutateAgent = MutateAgent()
+
+    @model_validator(mode="after")
+    def _roles_needed(self) -> Agents:
+        if not self.coder.enabled and self.mode in ("auto", "llm"):
+            raise ValueError(
+                "agents.coder.enabled = false: the coder writes every candidate's edits "
+                'and cannot be disabled (to skip the proposer, set agents.calls = "one")'
+            )
+        if self.calls == "two" and not self.proposer.enabled:
+            raise ValueError(
+                'agents.calls = "two" needs the proposer, which is disabled: enable '
+                '[agents.proposer] or set agents.calls = "one"'
+            )
+        return self
+
+    @property
+    def one_call(self) -> bool:
+        """Whether one coder call gives both the hypothesis and the edits."""
+        return self.calls == "one" or (self.calls == "auto" and not self.proposer.enabled)
+
+
+class Trust(_Section):
+    """How far a reported best is trusted: re-evaluation against noise, the holdout
+    guard against drift (reward hacks, overfitting to the dev evaluator), and when a
+    run stops rather than burn its budget on failures that are not the candidates'."""
+
+    verify_repeats: int = Field(
+        3,
+        ge=1,
+        le=100,
+        description="Full-stage repeats of a new best and of the baseline before a best is "
+        "reported (1: off); the summary's improvement carries their uncertainty.",
+    )
+    verify_share: float = Field(
+        0.25,
+        ge=0,
+        le=1,
+        description="Most of the run's sandbox-seconds spent verifying new bests during the run "
+        "(the final best and the baseline are always verified at the end).",
+    )
+    guard: bool = Field(
+        True,
+        description="Run the holdout (split 'guard') on the baseline and on every new best, "
+        "and raise a drift alarm where it disagrees with the dev score.",
+    )
+    guard_share: float = Field(
+        0.25,
+        ge=0,
+        le=1,
+        description="Most of the run's sandbox-seconds spent on guard holdouts (the baseline's "
+        "and the final best's are always run).",
+    )
+    tolerance: float = Field(
+        0.02,
+        ge=0,
+        description="Relative holdout tolerance: a node better than the baseline on dev but "
+        "worse on the holdout by more than this share of the baseline's holdout is alarmed.",
+    )
+    min_rank_agreement: float = Field(
+        0.0,
+        ge=-1,
+        le=1,
+        description="Alarm the top dev node when Kendall's tau between dev and guard-holdout "
+        "scores of the guarded nodes (at least 4) falls below this.",
+    )
+    infra_failures: int = Field(
+        2,
+        ge=1,
+        le=100,
+        description="Infrastructure failures in a row (model endpoint unreachable, disk full, "
+        "database error) after which the run stops 'failed', resumable.",
+    )
 
 
 def _is_workspace_path(path: str) -> bool:
@@ -560,6 +748,7 @@ class TaskSpec(_Section):
     budget: Budget = Budget()
     knobs: tuple[Knob, ...] = ()
     agents: Agents = Agents()
+    trust: Trust = Trust()
     support_files: dict[str, str] = Field(
         default_factory=dict,
         description="Generated files copied into every evaluation workspace as protected "
@@ -574,6 +763,19 @@ class TaskSpec(_Section):
         if bad:
             raise ValueError(f"support files need relative paths without '..': {bad}")
         return files
+
+    @model_validator(mode="after")
+    def _holdout_grade_outputs(self) -> TaskSpec:
+        h = self.holdout
+        if h is not None and h.grade is not None:
+            _check_grade(h.grade, self.holdout_outputs, "holdout")
+        return self
+
+    @property
+    def holdout_outputs(self) -> tuple[str, ...]:
+        """The holdout's output globs: its own, else evaluate.outputs."""
+        own = self.holdout.outputs if self.holdout is not None else None
+        return own if own is not None else self.evaluate.outputs
 
     @field_validator("knobs")
     @classmethod

@@ -27,7 +27,7 @@ def result(stdout: str = "", metrics_text: str | None = None, exit_code: int = 0
 @pytest.mark.parametrize(
     ("res", "score", "error"),
     [
-        pytest.param(result('{"score": 1}', '{"score": 2.5}'), 2.5, None, id="file-wins"),
+        pytest.param(result('{"score": 1}', '{"score": 2.5}'), 2.5, None, id="fd3-wins"),
         pytest.param(result('{"score": 1}', "  \n"), 1.0, None, id="empty-file-falls-back"),
         pytest.param(
             result('log line\n{"score": 3, "x": [1]}\n\n'), 3.0, None, id="last-stdout-line"
@@ -45,7 +45,7 @@ def result(stdout: str = "", metrics_text: str | None = None, exit_code: int = 0
     ],
 )
 def test_parse_metrics(res, score, error):
-    _metrics, got, err = parse_metrics(res, "score")
+    _metrics, got, err = parse_metrics(res, "score", stdout=True)
     assert got == score
     if error is None:
         assert err is None and isinstance(got, float)
@@ -54,8 +54,16 @@ def test_parse_metrics(res, score, error):
 
 
 def test_parse_metrics_names_the_source():
-    assert "$REVTREE_METRICS" in parse_metrics(result("", "oops"), "score")[2]
-    assert "stdout" in parse_metrics(result("oops"), "score")[2]
+    assert "file descriptor 3" in parse_metrics(result("", "oops"), "score")[2]
+    assert "stdout" in parse_metrics(result("oops"), "score", stdout=True)[2]
+
+
+def test_without_opt_in_the_last_stdout_line_is_never_read():
+    metrics, score, err = parse_metrics(result('{"score": 999}'), "score")
+    assert (metrics, score) == ({}, None)
+    assert err is not None and "nothing was written to file descriptor 3" in err
+    assert "os.write(3, json.dumps(metrics).encode())" in err and "stdout_metrics" in err
+    assert parse_metrics(result('{"score": 999}', '{"score": 1}'), "score")[1] == 1.0
 
 
 EVALUATE = """\
@@ -81,11 +89,11 @@ if mode == "garbage":
     print("the score is high, trust me")
     sys.exit(0)
 if mode == "nan":
-    print('{"score": NaN, "other": 1.0}')
+    os.write(3, b'{"score": NaN, "other": 1.0}')
     sys.exit(0)
 score = 0.1 if stage == "smoke" else 1.0 + repeat
 out = {"score": score, "seed": int(os.environ["REVTREE_SEED"]), "node": os.environ["REVTREE_NODE"]}
-Path(os.environ["REVTREE_METRICS"]).write_text(json.dumps(out))
+os.write(3, json.dumps(out).encode())
 """
 
 
@@ -162,10 +170,19 @@ def test_hanging_evaluator_times_out(tmp_path):
 
 
 def test_garbage_output_is_a_metrics_error(tmp_path):
-    outcome, [rec] = run_eval(make_task(tmp_path / "t", "garbage"))
+    spec = make_task(tmp_path / "t", "garbage", "stdout_metrics = true\n")
+    outcome, [rec] = run_eval(spec)
     assert not outcome.ok and outcome.error_kind == "metrics"
     assert "not JSON" in outcome.error and "trust me" in outcome.error
     assert rec.exit_code == 0
+
+
+def test_no_metrics_on_fd3_says_how_to_report_them(tmp_path):
+    outcome, [rec] = run_eval(make_task(tmp_path / "t", "garbage"))
+    assert not outcome.ok and outcome.error_kind == "metrics" and rec.exit_code == 0
+    assert "nothing was written to file descriptor 3" in outcome.error
+    assert 'with open(3, "w") as f: json.dump(metrics, f)' in outcome.error
+    assert "stdout_metrics = true" in outcome.error
 
 
 def test_nan_metric_fails_and_is_stored_as_text(tmp_path):
@@ -264,3 +281,147 @@ def test_full_output_goes_to_the_log_file(tmp_path):
     assert "starting" in log and "ValueError: bad input in row 7" in log
     assert f"error: {rec.error}" in log
     assert run_eval(make_task(tmp_path / "u", "ok"))[1][0].log_path is None
+
+
+# -- the grade step -------------------------------------------------------------------
+
+RUN = """\
+import json, os, sys
+from pathlib import Path
+
+mode = Path("mode.txt").read_text().strip()
+print("run step says", mode)
+print(json.dumps({"score": 999}))  # a fake last line: never read with a grade step
+os.write(3, b'{"score": 999}')  # the run step's own channel: kept as a log only
+if mode == "crash":
+    print("solver blew up", file=sys.stderr)
+    sys.exit(1)
+if mode != "no-output":
+    Path("answers.json").write_text(json.dumps({"value": mode}))
+"""
+
+GRADE = """\
+import json, os, sys
+from pathlib import Path
+
+answers = json.loads(Path(os.environ["REVTREE_OUTPUTS"], "answers.json").read_text())
+value = float(answers["value"])  # a non-number crashes the grader
+hidden = Path("hidden.txt").read_text().strip() if "--holdout" in sys.argv else None
+files = sorted(str(p) for p in Path(".").rglob("*") if p.is_file())
+print("grading", os.environ["REVTREE_STAGE"])
+metrics = {
+    "score": value + int(os.environ["REVTREE_REPEAT"]),
+    "stage": os.environ["REVTREE_STAGE"],
+    "files": files,
+    "hidden": hidden,
+}
+os.write(3, json.dumps(metrics).encode())
+"""
+
+GRADED = """\
+name = "graded"
+editable = ["mode.txt"]
+protected = ["run.py", "grade.py"]
+
+[evaluate]
+command = "python run.py"
+outputs = ["answers.json"]
+metric = "score"
+direction = "maximize"
+timeout = "20s"
+{evaluate}
+[evaluate.grade]
+command = "python grade.py"
+{rest}
+"""
+
+
+def graded_task(root: Path, mode: str, evaluate: str = "", rest: str = "") -> TaskSpec:
+    root.mkdir(parents=True)
+    (root / "hidden.txt").write_text("secret instances\n")
+    (root / "task.toml").write_text(GRADED.format(evaluate=evaluate, rest=rest))
+    (root / "run.py").write_text(RUN)
+    (root / "grade.py").write_text(GRADE)
+    (root / "mode.txt").write_text(mode + "\n")
+    return load_task(root)
+
+
+def protected_of(spec: TaskSpec, *extra: str) -> dict[str, bytes]:
+    root = Path(spec.root)
+    return {p: (root / p).read_bytes() for p in ("run.py", "grade.py", *extra)}
+
+
+def run_graded(spec: TaskSpec, log_dir: Path | None = None):
+    recorded: list[EvalResult] = []
+    evaluator = Evaluator(spec, LocalSandbox(), log_dir, protected=protected_of(spec))
+    outcome = evaluator.evaluate(5, archive_of(spec), {}, recorded.append)
+    return outcome, recorded
+
+
+def test_grade_step_alone_scores_in_a_workspace_of_protected_files_and_outputs(tmp_path):
+    spec = graded_task(tmp_path / "t", "2.5")
+    assert not spec.evaluate.forgeable
+    outcome, [rec] = run_graded(spec, tmp_path / "logs")
+    assert outcome.ok and outcome.score == 2.5 and rec.score == 2.5
+    assert rec.metrics["files"] == ["grade.py", "outputs/answers.json", "run.py"]
+    assert rec.metrics["stage"] == "full"
+    assert "[run step: python run.py]" in rec.stdout_tail and "run step says" in rec.stdout_tail
+    assert "[grade step: python grade.py]" in rec.stdout_tail and "grading" in rec.stdout_tail
+    log = Path(rec.log_path).read_text()
+    assert "=== run step ===" in log and "=== grade step ===" in log
+    assert "ignored: only the grade step scores" in log and '{"score": 999}' in log
+    assert outcome.sandbox_seconds == pytest.approx(rec.duration)
+
+
+def test_run_step_failure_fails_before_grading(tmp_path):
+    outcome, [rec] = run_graded(graded_task(tmp_path / "t", "crash"))
+    assert not outcome.ok and outcome.error_kind == "crash"
+    assert "run step: exit code 1: solver blew up" in outcome.error
+    assert "grade step" not in rec.stdout_tail and rec.score is None
+
+
+def test_missing_output_fails_as_outputs(tmp_path):
+    outcome, [rec] = run_graded(graded_task(tmp_path / "t", "no-output"))
+    assert not outcome.ok and outcome.error_kind == rec.error_kind == "outputs"
+    assert "answers.json" in outcome.error and rec.score is None
+
+
+def test_grader_failure_is_named(tmp_path):
+    outcome, _ = run_graded(graded_task(tmp_path / "t", "not-a-number"))
+    assert not outcome.ok and outcome.error_kind == "crash"
+    assert outcome.error.startswith("repeat 0: grade step: exit code 1")
+    assert "ValueError" in outcome.error
+
+
+def test_stages_and_repeats_go_through_the_grader(tmp_path):
+    stage = (
+        '[[evaluate.stages]]\nname = "smoke"\ncommand = "python run.py"\nthreshold = 1\n'
+        'grade = "python grade.py --smoke"\n'
+    )
+    outcome, recorded = run_graded(graded_task(tmp_path / "t", "1.5", "repeats = 2\n" + stage))
+    assert outcome.ok and outcome.score == pytest.approx(2.0)  # 1.5 + repeat 0, 1
+    assert [(r.stage, r.repeat, r.metrics["stage"]) for r in recorded] == [
+        ("smoke", 0, "smoke"),
+        ("full", 0, "full"),
+        ("full", 1, "full"),
+    ]
+    assert "[grade step: python grade.py --smoke]" in recorded[0].stdout_tail
+
+
+def test_holdout_grade_sees_the_holdout_files(tmp_path):
+    rest = (
+        '\n[holdout]\ncommand = "python run.py"\nfiles = ["hidden.txt"]\n'
+        '\n[holdout.grade]\ncommand = "python grade.py --holdout"\n'
+    )
+    spec = graded_task(tmp_path / "t", "3", rest=rest)
+    protected = protected_of(spec, "hidden.txt")
+    evaluator = Evaluator(spec, LocalSandbox(), protected=protected_of(spec))
+    res = evaluator.holdout(5, archive_of(spec), protected=protected)
+    assert res is not None and res.ok and res.score == 3.0 and res.stage == "holdout"
+    assert res.metrics["hidden"] == "secret instances"
+
+
+def test_a_grade_step_needs_the_protected_files(tmp_path):
+    spec = graded_task(tmp_path / "t", "1")
+    with pytest.raises(ValueError, match="protected"):
+        Evaluator(spec, LocalSandbox())

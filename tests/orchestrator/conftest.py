@@ -24,7 +24,7 @@ if mode == "crash":
 if mode == "hang":
     time.sleep(600)
 if mode == "garbage":
-    print("this is not json")
+    os.write(3, b"this is not json")
     raise SystemExit(0)
 if mode == "children":
     import subprocess
@@ -33,7 +33,7 @@ value = (sol.X - 1.2) ** 2 + (sol.N - 7) ** 2
 if mode == "nan":
     value = float("nan")
 leak = sorted(k for k in os.environ if "KEY" in k or "TOKEN" in k or "REVTREE_DB" in k)
-print(json.dumps({"f": value, "leak": leak}))
+os.write(3, json.dumps({"f": value, "leak": leak}).encode())
 """
 
 

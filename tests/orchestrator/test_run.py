@@ -214,7 +214,9 @@ def test_wall_and_sandbox_budgets_stop_the_run(tmp_path: Path, home: Path, store
 
 def test_holdout_runs_on_the_best_node(tmp_path: Path, home: Path, store: Store) -> None:
     task = make_task(tmp_path / "t", budget=4)
-    (task / "hold.py").write_text("import json, sol\nprint(json.dumps({'f': sol.X}))\n")
+    (task / "hold.py").write_text(
+        "import json, os, sol\nos.write(3, json.dumps({'f': sol.X}).encode())\n"
+    )
     with (task / "task.toml").open("a") as f:
         f.write('\n[holdout]\ncommand = "python hold.py"\nfiles = ["hold.py"]\n')
     orch = _run(store, home, task)

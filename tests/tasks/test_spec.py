@@ -303,3 +303,59 @@ def test_search_table_without_policy_means_greedy(write_task):
     spec = load_task(write_task(task_toml(rest="[search]\nseed = 3\nnum_drafts = 2\n")))
     assert isinstance(spec.search, GreedySearch)
     assert (spec.search.seed, spec.search.num_drafts) == (3, 2)
+
+
+GRADED = 'metric = "score"\ndirection = "maximize"\ntimeout = "30s"\noutputs = ["answers.json"]\n'
+GRADE = '[evaluate.grade]\ncommand = "python grade.py"\n'
+
+
+def test_a_grade_step_loads_with_its_outputs(write_task):
+    holdout = (
+        '[holdout]\ncommand = "python evaluate.py"\n\n'
+        '[holdout.grade]\ncommand = "python grade.py --holdout"\ntimeout = "5s"\n'
+    )
+    folder = write_task(task_toml(evaluate=GRADED, rest=GRADE + "timeout = 7\n\n" + holdout))
+    spec = load_task(folder)
+    ev = spec.evaluate
+    assert ev.grade is not None and ev.grade.command == "python grade.py"
+    assert ev.outputs == ("answers.json",) and ev.grade_timeout == 7.0
+    assert not ev.forgeable and not ev.stdout_metrics
+    assert spec.holdout is not None and spec.holdout.grade is not None
+    assert spec.holdout_outputs == ("answers.json",)  # defaults to evaluate.outputs
+    assert load_task(write_task(name="plain")).evaluate.forgeable
+
+
+@pytest.mark.parametrize(
+    ("evaluate", "rest", "expected"),
+    [
+        pytest.param(GRADED, "", "outputs is set but there is no [evaluate.grade]", id="no-grade"),
+        pytest.param(
+            'metric = "score"\ndirection = "maximize"\n',
+            GRADE,
+            "[evaluate.grade] needs outputs",
+            id="no-outputs",
+        ),
+        pytest.param(
+            GRADED.replace("answers.json", "../answers.json"), GRADE, "no '..'", id="traversal"
+        ),
+        pytest.param(
+            GRADED.replace("answers.json", "/tmp/answers.json"), GRADE, "relative", id="absolute"
+        ),
+        pytest.param(
+            GRADED,
+            GRADE + '\n[holdout]\ncommand = "x"\noutputs = ["a.json"]\n',
+            "holdout.outputs is set but there is no [holdout.grade]",
+            id="holdout-outputs-without-grade",
+        ),
+        pytest.param(
+            'metric = "score"\ndirection = "maximize"\n',
+            '[[evaluate.stages]]\nname = "q"\ncommand = "x"\nthreshold = 1\ngrade = "g"\n',
+            "there is no [evaluate.grade]",
+            id="stage-grade-without-grade",
+        ),
+    ],
+)
+def test_grade_step_errors_say_what_to_do(write_task, evaluate, rest, expected):
+    with pytest.raises(TaskSpecError) as err:
+        load_task(write_task(task_toml(evaluate=evaluate, rest=rest)))
+    assert expected in str(err.value) and "task.toml" in str(err.value)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -48,7 +49,7 @@ class Ran:
     code: int
     stdout: str
     stderr: str
-    metrics: dict[str, Any] | None  # what the command wrote to $REVTREE_METRICS
+    metrics: dict[str, Any] | None  # what the command wrote to file descriptor 3
 
     @property
     def last_stderr_line(self) -> str:
@@ -56,13 +57,22 @@ class Ran:
 
 
 def run(ws: Path, command: str, env: Mapping[str, str] | None = None, timeout: float = 60) -> Ran:
-    """``command`` through the shell in ``ws``, with ``python`` being this interpreter."""
+    """``command`` through the shell in ``ws``, with ``python`` being this interpreter and
+    file descriptor 3 (the metrics channel) open on a file, as in a sandbox."""
     out = ws.parent / f"{ws.name}-metrics.json"
     out.unlink(missing_ok=True)
     path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
-    full_env = {**os.environ, "PATH": path, "REVTREE_METRICS": str(out), **(env or {})}
+    full_env = {**os.environ, "PATH": path, **(env or {})}
+    full_env.pop("REVTREE_METRICS", None)
     proc = subprocess.run(
-        command, shell=True, cwd=ws, env=full_env, capture_output=True, text=True, timeout=timeout
+        f"{{ {command}\n}} 3>{shlex.quote(str(out))}",
+        shell=True,
+        cwd=ws,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
-    metrics = json.loads(out.read_text()) if out.is_file() else None
+    text = out.read_text() if out.is_file() else ""
+    metrics = json.loads(text) if text.strip() else None
     return Ran(proc.returncode, proc.stdout, proc.stderr, metrics)

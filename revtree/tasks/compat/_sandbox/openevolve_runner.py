@@ -3,8 +3,8 @@
 Usage, in the evaluation workspace: ``python _revtree_openevolve_runner.py FUNCTION``, where
 FUNCTION is ``evaluate`` or ``evaluate_stage1`` / ``2`` / ``3``. The function is called with
 the absolute path of ``initial_program.py``, as OpenEvolve does. Its result (a dict or an
-``EvaluationResult``) becomes one JSON object, written to ``$REVTREE_METRICS`` and printed
-as the last line of stdout:
+``EvaluationResult``) becomes one JSON object, written to file descriptor 3 (revtree's
+metrics channel) and printed as the last line of stdout (a log: revtree reads fd 3):
 
 - every metric, made JSON-safe (numpy values become numbers or lists, other objects
   strings, long strings truncated);
@@ -37,6 +37,7 @@ SHIMS = "_revtree_compat"
 FUNCTIONS = ("evaluate", "evaluate_stage1", "evaluate_stage2", "evaluate_stage3")
 MAX_CHARS = 8000
 MAX_JSON = 900_000
+METRICS_FD = 3  # revtree's metrics channel
 
 
 class Failure(Exception):
@@ -146,12 +147,19 @@ def report(metrics: dict[str, Any]) -> None:
         text = json.dumps(metrics, default=str)
     if len(text) > MAX_JSON:
         raise Failure(f"the metrics are too large ({len(text)} characters of JSON)")
-    target = os.environ.get("REVTREE_METRICS")
-    if target:
-        with open(target, "w", encoding="utf-8") as f:
-            f.write(text)
+    write_metrics(text)
     sys.stdout.flush()
     print(text)
+
+
+def write_metrics(text: str) -> None:
+    """The metrics to file descriptor 3, if open (it is in every revtree sandbox)."""
+    data = text.encode("utf-8")
+    try:
+        while data:
+            data = data[os.write(METRICS_FD, data) :]
+    except OSError:
+        pass  # not run by revtree: the printed line stands alone
 
 
 def main(argv: list[str]) -> int:
