@@ -16,6 +16,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
@@ -26,7 +27,14 @@ from revtree.memory import Event, GitStore, RunInfo, RunStatus, Store
 from revtree.memory.db import revtree_home
 from revtree.orchestrator import Orchestrator, RunPaths, create_run
 from revtree.orchestrator.report import compare as compare_runs
-from revtree.orchestrator.report import node_json, summarize
+from revtree.orchestrator.report import (
+    gain_text,
+    node_json,
+    recommendation_note,
+    summarize,
+    transcript_renderables,
+    transcripts,
+)
 from revtree.sandbox_cli import sandbox_app
 from revtree.tasks import TaskSpec, load_task
 from revtree.tasks.spec import POLICIES
@@ -67,10 +75,13 @@ STYLES = {
 
 
 def main() -> None:
+    from revtree.sandboxes.local import protect_orchestrator
+
+    protect_orchestrator()  # our /proc/PID/environ (API keys) out of the sandboxes' reach
     try:
         app()
     except RevtreeError as e:
-        err.print(f"[red]error:[/red] {e}")
+        err.print(f"[red]error:[/red] {escape(str(e))}")
         raise SystemExit(2) from None
 
 
@@ -138,12 +149,24 @@ def _drive(store: Store, run: RunInfo, parallel: int | None, quiet: bool, home: 
     stop = threading.Event()
     _install_stop(stop)
     with live.progress:
-        orch = Orchestrator(store, run.id, home=home, on_event=live, parallel=parallel)
+        try:
+            orch = Orchestrator(store, run.id, home=home, on_event=live, parallel=parallel)
+        except RevtreeError as e:  # e.g. no sandbox: the run cannot start; say so in it too
+            if not store.get_run(run.id).status.is_finished():
+                store.update_run(
+                    run.id,
+                    ("run", f"run failed to start: {e}", None),
+                    status=RunStatus.FAILED,
+                    reason=f"could not start: {e}",
+                )
+            raise
         live.progress.update(live.task, completed=live.done)
         final = orch.drive(stop)
     _print_summary(store, final)
     if final.status is RunStatus.STOPPED:
         raise typer.Exit(130)
+    if final.status is RunStatus.FAILED:
+        raise typer.Exit(1)
 
 
 def _print_summary(store: Store, run: RunInfo) -> None:
@@ -156,10 +179,14 @@ def _print_summary(store: Store, run: RunInfo) -> None:
         f"{s['n_in_flight']} unfinished)",
     )
     table.add_row("baseline", _fmt(s["baseline_score"]))
-    imp = f" ({s['improvement']:+.2%} better)" if s["improvement"] is not None else ""
-    table.add_row("best", f"{_fmt(s['best_score'])}{imp} at node {s['best_node']}")
+    table.add_row("best", f"{_fmt(s['best_score'])} at node {s['best_node']}{gain_text(s)}")
     for h in s["holdout"]:
         table.add_row("holdout", f"node {h['node']}: {_fmt(h['score']) if h['ok'] else h['error']}")
+    if s["guard"]["runs"]:
+        table.add_row("guard", f"{s['guard']['runs']} guard holdouts, {s['guard']['seconds']:.1f}s")
+    for a in s["alarms"]:
+        if a.get("kind") != "subtree":
+            table.add_row("alarm", escape(f"node {a['node']} ({a['kind']}): {a['message']}"))
     table.add_row("time", f"{s['wall_seconds']:.1f}s wall, {s['sandbox_seconds']:.1f} sandbox-s")
     llm = s["llm"]
     if llm["calls"]:
@@ -173,6 +200,8 @@ def _print_summary(store: Store, run: RunInfo) -> None:
             f"{llm['input_tokens'] + llm['output_tokens']} tokens{cached}",
         )
     console.print(table)
+    if (note := recommendation_note(s)) is not None:
+        console.print(escape(note))
     if s["best_node"] is not None:
         console.print(
             f"export it:  revtree export {run.id} --node {s['best_node']} --patch best.patch"
@@ -360,6 +389,13 @@ def show(
     node: Annotated[int | None, typer.Option(help="Show one node in detail.")] = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
     nodes: Annotated[bool, typer.Option("--nodes", help="Include every node.")] = False,
+    transcript: Annotated[
+        bool,
+        typer.Option(
+            "--transcript",
+            help="The prompts and replies of the model calls (the node's, with --node).",
+        ),
+    ] = False,
     db: DbOpt = None,
 ) -> None:
     """Show a run (or one node) as a table or JSON."""
@@ -370,8 +406,13 @@ def show(
         data["evaluations"] = [e.__dict__ for e in store.evaluations(found.id, node)]
     else:
         data = summarize(store, found, with_nodes=nodes)
+    if transcript:
+        data["transcript"] = transcripts(store, found.id, node)
     if as_json:
         print(json.dumps(data, indent=2, default=str))
+        return
+    if transcript:
+        _print_pipe_safe(transcript_renderables(data["transcript"]))
         return
     table = Table(show_header=False, title=f"run {found.id}" + (f" node {node}" if node else ""))
     for k, v in data.items():
@@ -391,6 +432,17 @@ def show(
                 (n["error"] or n["hypothesis"] or "")[:70],
             )
         console.print(nt)
+
+
+def _print_pipe_safe(renderables: list[Any]) -> None:
+    """Print, and end quietly when the reader goes away (``| head``)."""
+    try:
+        for r in renderables:
+            console.print(r)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise typer.Exit(0) from None
 
 
 @app.command()
@@ -444,7 +496,7 @@ def _load(task: Path) -> TaskSpec:
         warnings.simplefilter("always")
         spec = load_task(task)
     for w in caught:
-        err.print(f"[yellow]warning:[/yellow] {w.message}")
+        err.print(f"[yellow]warning:[/yellow] {escape(str(w.message))}")
     return spec
 
 
@@ -470,10 +522,17 @@ def _family_tree(rows: list[dict[str, Any]]) -> RichTree:
 
 
 def _node_or_best(store: Store, run: RunInfo, node: int | None) -> int:
-    node_id: int | None = node if node is not None else summarize(store, run)["best_node"]
-    if node_id is None:
-        raise RevtreeError(f"run {run.id} has no succeeded node yet; pass --node")
-    return node_id
+    """The node asked for, else the recommended one (the best without a drift alarm),
+    saying why when alarms moved the choice."""
+    if node is not None:
+        return node
+    s = summarize(store, run)
+    if s["best_node"] is None:
+        raise RevtreeError(f"run {run.id} has no succeeded node without an alarm; pass --node")
+    if (note := recommendation_note(s)) is not None:
+        err.print(escape(note))
+    best: int = s["best_node"]
+    return best
 
 
 @app.command()

@@ -20,6 +20,7 @@ from string import Template
 from revtree.agents.base import Proposal, Verdict
 from revtree.agents.edits import apply_edits, parse_edits
 from revtree.agents.llm.base import LLM, LLMError, Prompt, estimate_tokens
+from revtree.agents.parsing import parse_proposal, parse_verdict
 from revtree.errors import EditError
 from revtree.tasks.spec import TaskSpec
 
@@ -159,16 +160,8 @@ class _Role:
 
 class LLMProposer(_Role):
     def propose(self, ctx: Context) -> Proposal:
-        text = self.ask(ctx)
-        hyp = re.search(r"HYPOTHESIS:\s*(.+)", text)
-        plan = re.search(r"PLAN:\s*(.*)", text, re.S)
-        if hyp is None:
-            first = text.strip().splitlines()[0]
-            return Proposal(hypothesis=first[:300], plan=text.strip())
-        return Proposal(
-            hypothesis=hyp.group(1).strip()[:500],
-            plan=(plan.group(1).strip() if plan else text.strip()),
-        )
+        hypothesis, plan = parse_proposal(self.ask(ctx))
+        return Proposal(hypothesis=hypothesis, plan=plan)
 
 
 class LLMCoder(_Role):
@@ -223,18 +216,34 @@ class LLMCoder(_Role):
 
 
 class LLMReviewer(_Role):
+    """Asks the model whether a change games the metric; the reasons (and the kind of
+    hack it names) go into the verdict, which the orchestrator records on the node."""
+
+    DIFF_TOKENS = 6000
+
     def review(self, ctx: Context, proposal: Proposal, diff: str) -> Verdict:
-        text = self.ask(
-            ctx,
-            hypothesis=proposal.hypothesis,
-            diff=diff[-4 * 6000 :] if estimate_tokens(diff) > 6000 else diff,
-        )
-        verdict = re.search(r"VERDICT:\s*(accept|reject)", text, re.I)
-        reasons = re.search(r"REASONS:\s*(.+)", text, re.S)
-        why = (reasons.group(1).strip() if reasons else text.strip())[:500]
+        text = self.ask(ctx, hypothesis=proposal.hypothesis, diff=self._fit(diff))
+        verdict = parse_verdict(text)
         if verdict is None:
             raise AnswerError(f"reviewer: no 'VERDICT: accept|reject' line in {text[:120]!r}")
-        return Verdict(verdict.group(1).lower() == "accept", (f"llm review: {why}",))
+        accepted, loose = verdict
+        kind = re.search(r"KIND:\s*\**\s*([\w-]+)", text, re.I)
+        reasons = re.search(r"REASONS:\s*(.+)", text, re.S | re.I)
+        why = (reasons.group(1).strip() if reasons else loose or text.strip())[:500]
+        label = kind.group(1).lower() if kind else "none"
+        head = "llm review" if label == "none" else f"llm review ({label})"
+        return Verdict(accepted, (f"{head}: {why}",))
+
+    def _fit(self, diff: str) -> str:
+        """The diff within the token budget: whole if it fits, else without its context
+        lines (the added and removed lines are what the review is about), then cut."""
+        if estimate_tokens(diff) <= self.DIFF_TOKENS:
+            return diff
+        keep = [ln for ln in diff.splitlines() if not ln.startswith(" ")]
+        compact = "\n".join(keep) + "\n"
+        if estimate_tokens(compact) <= self.DIFF_TOKENS:
+            return "[context lines left out]\n" + compact
+        return "[context lines left out; cut]\n" + compact[: 4 * self.DIFF_TOKENS]
 
 
 class LLMAnalyst(_Role):

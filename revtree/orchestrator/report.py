@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from revtree.agents.evaluator import HOLDOUT
+from revtree.agents.evaluator import FULL, GUARD, HOLDOUT
 from revtree.memory import Node, NodeStatus, RunInfo, Store
-from revtree.memory.records import LLMCall
+from revtree.memory.records import EvalResult, LLMCall
 from revtree.orchestrator.tree import Tree
+from revtree.orchestrator.trust import gain
 
 
 def summarize(store: Store, run: RunInfo, with_nodes: bool = False) -> dict[str, Any]:
@@ -18,7 +19,9 @@ def summarize(store: Store, run: RunInfo, with_nodes: bool = False) -> dict[str,
     best = tree.best()
     root = tree.nodes.get(0)
     count = {s: sum(n.status is s for n in nodes) for s in NodeStatus}
-    holdout = [e for e in store.evaluations(run.id) if e.stage == HOLDOUT]
+    evals = store.evaluations(run.id)
+    holdout = [e for e in evals if e.stage == HOLDOUT]
+    guard = [e for e in evals if e.stage == GUARD]
     out: dict[str, Any] = {
         "run_id": run.id,
         "task": run.task_name,
@@ -40,6 +43,15 @@ def summarize(store: Store, run: RunInfo, with_nodes: bool = False) -> dict[str,
         "holdout": [
             {"node": e.node_id, "score": e.score, "ok": e.ok, "error": e.error} for e in holdout
         ],
+        "guard": {
+            "runs": len(guard),
+            "seconds": round(sum(e.duration for e in guard), 3),
+            "nodes": [
+                {"node": e.node_id, "score": e.score, "ok": e.ok, "error": e.error} for e in guard
+            ],
+        },
+        "alarms": [{"node": n.id, **(n.alarm or {})} for n in nodes if n.alarm is not None],
+        "gain": _gain(evals, nodes, root, best, run),
         "wall_seconds": round(run.wall_used, 3),
         "sandbox_seconds": round(store.sandbox_seconds(run.id), 3),
         "created_at": run.created_at,
@@ -150,7 +162,61 @@ def node_json(n: Node) -> dict[str, Any]:
         "error_kind": n.error_kind,
         "hypothesis": (n.proposal or {}).get("hypothesis"),
         "knobs": (n.proposal or {}).get("knobs"),
+        "alarm": n.alarm,
     }
+
+
+def recommendation_note(s: dict[str, Any]) -> str | None:
+    """Why the recommended node is not the best on dev, when alarms moved it."""
+    if not s["alarms"]:
+        return None
+    nodes = ", ".join(str(a["node"]) for a in s["alarms"][:5])
+    more = "" if len(s["alarms"]) <= 5 else f" and {len(s['alarms']) - 5} more"
+    return (
+        f"node(s) {nodes}{more} carry a drift alarm (see `revtree show {s['run_id']} --json`, "
+        f'"alarms") and are never recommended; node {s["best_node"]} is the best without one'
+    )
+
+
+def gain_text(s: dict[str, Any]) -> str:
+    """The improvement of the best, with its noise, in words."""
+    g, imp = s.get("gain"), s["improvement"]
+    pct = f"{imp:+.2%} " if imp is not None else ""
+    if g is None or g["beyond_noise"] is None:
+        return f" ({pct}better, noise not measured)" if imp is not None else ""
+    spread = f"{g['delta']:+.4g} ± {g['stderr']:.2g} (n={g['n_best']} vs {g['n_baseline']})"
+    if g["beyond_noise"]:
+        return f" ({pct}better: {spread})"
+    return f", within the evaluator's noise: {spread}; not a demonstrated improvement"
+
+
+def _gain(
+    evals: list[EvalResult], nodes: list[Node], root: Node | None, best: Node | None, run: RunInfo
+) -> dict[str, Any] | None:
+    """The best's gain over the baseline with its noise (see ``orchestrator.trust``):
+    the best's evaluations that selected it (its first ``repeats``) are left out when it
+    has later ones."""
+    if root is None or best is None or best.id == root.id:
+        return None
+    repeats = int(run.spec.get("evaluate", {}).get("repeats", 1))
+
+    def full(node: Node) -> list[EvalResult]:
+        return [
+            e
+            for e in evals
+            if e.node_id == node.id and e.stage == FULL and e.attempt == node.attempt and e.ok
+        ]
+
+    mine = full(best)
+    later = [e for e in mine if e.repeat >= repeats]
+    scores = [e.score for e in (later or mine) if e.score is not None]
+    base = [e.score for e in full(root) if e.score is not None]
+    g = gain(scores, base, run.maximize)
+    if g is None:
+        return None
+    out = g.to_json()
+    out["post_selection"] = bool(later)
+    return out
 
 
 def _improvement(root: Node | None, best: Node | None, maximize: bool) -> float | None:
@@ -160,3 +226,79 @@ def _improvement(root: Node | None, best: Node | None, maximize: bool) -> float 
     assert root.score is not None
     gain = (best.score - root.score) / abs(root.score)
     return gain if maximize else -gain
+
+
+def transcripts(store: Store, run_id: str, node_id: int | None = None) -> dict[str, Any]:
+    """The prompts and replies of a run's model calls (one node's, when given), in order:
+    ``{"prefixes": {sha: text}, "calls": [...]}``. Each call names its node, attempt,
+    role and number within them (``call``: 2 is the coder's repair round, say); its
+    ``prefix`` is a key of ``prefixes`` (stored once per run, shared by every call)."""
+    from revtree.orchestrator.meter import read_prompt, unpack
+
+    prefixes: dict[str, str] = {}
+    counts: dict[tuple[int | None, int, str], int] = {}
+    out = []
+    for c in store.llm_calls(run_id):
+        p = read_prompt(c.prompt)
+        sha = p.get("prefix_sha")
+        if sha and p.get("prefix") is not None:
+            prefixes.setdefault(sha, p["prefix"])
+        key = (c.node_id, int(p.get("attempt", 1)), c.role)
+        counts[key] = counts.get(key, 0) + 1
+        if node_id is not None and c.node_id != node_id:
+            continue
+        out.append(
+            {
+                "node": c.node_id,
+                "attempt": key[1],
+                "role": c.role,
+                "call": counts[key],
+                "model": c.model,
+                "ok": c.ok,
+                "error": c.error,
+                "input_tokens": c.input_tokens,
+                "output_tokens": c.output_tokens,
+                "latency": round(c.latency, 3),
+                "system": p.get("system"),
+                "prefix": sha,
+                "user": p.get("user"),
+                "response": unpack(c.response),
+            }
+        )
+    used = {c["prefix"] for c in out}
+    return {"prefixes": {k: v for k, v in prefixes.items() if k in used}, "calls": out}
+
+
+def transcript_renderables(data: dict[str, Any], with_prefix: bool = False) -> list[Any]:
+    """``transcripts(...)`` for a terminal, by node, attempt and role: a rule per call,
+    then its system and user parts and the reply, as plain text (no markup is read in
+    them). The shared prefix is printed once, first, with ``with_prefix``."""
+    from rich.rule import Rule
+    from rich.text import Text
+
+    out: list[Any] = []
+    if with_prefix:
+        for sha, text in data["prefixes"].items():
+            out += [Rule(f"shared prefix {sha}", style="cyan"), Text(text)]
+    calls = sorted(data["calls"], key=lambda c: (c["node"] is None, c["node"] or 0, c["attempt"]))
+    if not calls:
+        out.append(Text("(no model calls recorded)"))
+    for c in calls:
+        where = f"node {c['node']} attempt {c['attempt']}" if c["node"] is not None else "run"
+        state = "ok" if c["ok"] else "FAILED"
+        head = f"{where} · {c['role']} call {c['call']} · {c['model']} · {state}"
+        out.append(Rule(Text(head), style="bold" if c["ok"] else "bold red"))
+        tokens = f"{c['input_tokens']} tokens in, {c['output_tokens']} out, {c['latency']:.1f} s"
+        out.append(Text(tokens, style="dim"))
+        for part in ("system", "user"):
+            if c[part]:
+                out += [Text(f"── {part} ──", style="cyan"), Text(c[part])]
+        if c["prefix"] and not with_prefix:
+            out.append(
+                Text("(the shared prefix: task, goal, baseline code; --json has it)", style="dim")
+            )
+        if c["error"]:
+            out += [Text("── error ──", style="red"), Text(c["error"])]
+        if c["response"] is not None:
+            out += [Text("── reply ──", style="green"), Text(c["response"])]
+    return out

@@ -28,7 +28,7 @@ from typing import Any
 from sqlalchemy.engine import URL
 
 from revtree.agents import Evaluator, KnobProposer, Proposal, StaticReviewer, read_knobs
-from revtree.agents.evaluator import FULL, HOLDOUT, Outcome
+from revtree.agents.evaluator import FULL, GUARD, HOLDOUT, Outcome
 from revtree.agents.lessons import lesson_for
 from revtree.agents.llm import BudgetExhausted
 from revtree.agents.mutate import offline_agents
@@ -41,13 +41,23 @@ from revtree.orchestrator.pipeline import CandidateState, build_pipeline
 from revtree.orchestrator.policies import Selection, make_policy
 from revtree.orchestrator.team import Team, uses_llm
 from revtree.orchestrator.tree import Tree
-from revtree.sandboxes import Sandbox, make_sandbox
+from revtree.orchestrator.trust import holdout_alarm, infra_cause, rank_alarm
+from revtree.sandboxes import BackendChoice, Sandbox, choose_backend, make_sandbox
 from revtree.tasks import TaskSpec, code_files, holdout_files, matches
 from revtree.tasks.load import source_dir
 
 EventSink = Callable[[Event], None]  # called after commit, in seq order
 HEARTBEAT = 2.0
 ROOT_TICKET = "root"
+FINAL_TRIES = 10  # new bests verified and guarded at the end, at most
+
+
+class InfraFailure(Exception):
+    """A step failed for a reason outside the candidate: its node stays unfinished."""
+
+
+class BaselineFailed(Exception):
+    """The baseline cannot be scored: nothing can be compared, the run stops."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,6 +129,15 @@ def create_run(
         spec.model_dump(mode="json"),
         root=(root, ("select", "node 0: baseline (the untouched source)", None)),
     )
+
+
+def _subtree_alarm(ancestor: int, score: float | None) -> dict[str, Any]:
+    return {
+        "kind": "subtree",
+        "message": f"descends from node {ancestor}, which carries a drift alarm",
+        "dev": score,
+        "holdout": None,
+    }
 
 
 def _alive(pid: int, host: str | None) -> bool:
@@ -227,8 +246,13 @@ class Orchestrator:
             store.listeners.append(on_event)
         self.git = GitStore(self.paths.repo)
         gpus = GpuPool() if self.spec.sandbox.gpus else None
+        self.choice = (
+            BackendChoice(sandbox.name, "given by the caller")
+            if sandbox is not None
+            else choose_backend(self.spec.sandbox.backend, self.spec.sandbox)
+        )
         self.sandbox = sandbox or make_sandbox(
-            self.spec.sandbox.backend,
+            self.choice.name,
             base_dir=self.paths.work,
             config=self.spec.sandbox,
             task_root=self.spec.root,
@@ -239,7 +263,6 @@ class Orchestrator:
         self.policy.load_state(self.run.policy_state or {})
         self.proposer, self.coder = offline_agents(self.spec)
         self.reviewer = StaticReviewer(self.spec)
-        self.evaluator = Evaluator(self.spec, self.sandbox, self.paths.logs)
         self.nodes: dict[int, Node] = {n.id: n for n in store.nodes(self.run_id)}
         self.by_ticket = {n.thread_id: n.id for n in self.nodes.values() if n.thread_id}
         self.resumed = {n.id for n in self.nodes.values() if not n.status.is_finished()}
@@ -254,6 +277,11 @@ class Orchestrator:
         self.unselected: set[str] = set()
         self.timings: dict[int, dict[str, float]] = {}
         self.sandbox_seconds = store.sandbox_seconds(self.run_id)
+        self.fatal: str | None = None  # why the run must stop as failed
+        self.infra_streak = 0
+        spent = store.seconds_by_kind(self.run_id, self.spec.evaluate.repeats)
+        self.trust_seconds = {"verify": spent.get("verify", 0.0), GUARD: spent.get(GUARD, 0.0)}
+        self.guarded: dict[int, float] = {}  # node -> its guard holdout score
         root = self.nodes[0]
         assert root.commit is not None
         if isinstance(self.proposer, KnobProposer):  # improve of the root starts here
@@ -270,6 +298,7 @@ class Orchestrator:
         }
         # generated protected files (compatibility shims of imported task formats)
         self.overlay.update({p: t.encode() for p, t in self.spec.support_files.items()})
+        self.evaluator = Evaluator(self.spec, self.sandbox, self.paths.logs, protected=self.overlay)
         self.team = Team(self) if uses_llm(self.spec) else None
         attach = getattr(self.policy, "attach", None)
         if attach is not None and self.team is not None:
@@ -303,6 +332,8 @@ class Orchestrator:
         timings = {k: round(v, 4) for k, v in self.timings.pop(node_id, {}).items()}
         done = dataclasses.replace(self.nodes[node_id], status=status, **values)
         parent = self.nodes.get(done.parent_id) if done.parent_id is not None else None
+        if status is NodeStatus.SUCCEEDED and parent is not None and parent.alarm is not None:
+            values["alarm"] = _subtree_alarm(parent.id, values.get("score"))
         values["lesson"] = lesson_for(done, parent, self.spec.maximize)
         if analysis:
             values["lesson"] += f" | analysis: {analysis}"
@@ -367,10 +398,15 @@ class Orchestrator:
             raise Cancelled("the run is stopping")
         try:
             return dict(getattr(self, f"_step_{step}")(state) or {})
-        except (Cancelled, BudgetExhausted):
+        except (Cancelled, BudgetExhausted, InfraFailure, BaselineFailed):
             raise
         except Exception as e:  # the candidate boundary: record, and the run goes on
             node_id = state.get("node_id", node_id)
+            if (cause := infra_cause(e)) is not None:  # not the candidate's: left unfinished
+                raise InfraFailure(cause) from e
+            if node_id == 0:
+                detail = "".join(traceback.format_exception_only(e)).strip()
+                raise BaselineFailed(f"{step}: {detail}") from e
             if node_id is None or self.nodes[node_id].status.is_finished():
                 raise
             kind = (
@@ -496,6 +532,11 @@ class Orchestrator:
         if node.attempt > 1:  # a retry: a distinct commit, the earlier one stays reachable
             message += f"\n(attempt {node.attempt}, by `revtree retry`)\n"
         sha = self.git.commit(parent.commit, changes, message, when=node.created_at)
+        if not self.git.changed_paths(parent.commit, sha):
+            raise EditError(
+                f"the edit changes nothing: the code is identical to node {parent.id}'s "
+                "(not evaluated: its score could only differ by the evaluator's noise)"
+            )
         self.git.set_node_ref(node.id, sha)
         self._set(
             node.id,
@@ -515,9 +556,9 @@ class Orchestrator:
         assert node.parent_id is not None and node.commit is not None
         parent_commit = self.nodes[node.parent_id].commit
         assert parent_commit is not None
-        verdict = self.reviewer.review(self.git.changed_paths(parent_commit, node.commit))
+        diff = self.git.diff(parent_commit, node.commit)
+        verdict = self.reviewer.review(self.git.changed_paths(parent_commit, node.commit), diff)
         if verdict.accepted and self.team is not None and node.proposal is not None:
-            diff = self.git.diff(parent_commit, node.commit)
             llm_verdict = self.team.review(node, Proposal(**node.proposal), diff)
             if llm_verdict is not None:
                 verdict = llm_verdict
@@ -547,8 +588,21 @@ class Orchestrator:
             done = {
                 (e.stage, e.repeat): e
                 for e in self.store.evaluations(self.run_id, node.id)
-                if e.stage != HOLDOUT and e.attempt == node.attempt
+                if e.stage not in (HOLDOUT, GUARD) and e.attempt == node.attempt
             }
+            if node.id == 0 and any(not e.ok for e in done.values()):
+                node = self._set(
+                    0,
+                    (
+                        "retry",
+                        f"baseline: its last evaluation failed; evaluating it again "
+                        f"(attempt {node.attempt + 1})",
+                        None,
+                    ),
+                    attempt=node.attempt + 1,
+                )
+                done = {}
+        assert node.commit is not None
         archive = self.git.archive(node.commit, self.overlay)
         self._acquire_slot()
         try:
@@ -566,6 +620,8 @@ class Orchestrator:
             )
         finally:
             self.slots.release()
+        if node.id == 0 and not outcome.ok:
+            raise BaselineFailed(outcome.error or "no score")
         return {"outcome": dataclasses.asdict(outcome)}
 
     def _acquire_slot(self) -> None:
@@ -623,6 +679,8 @@ class Orchestrator:
                 score_std=o.score_std,
                 n_evals=o.n_evals,
             )
+            if self.best_id == node.id:
+                self.trust_best(node.id)
         else:
             self._finish(
                 node.id,
@@ -694,11 +752,19 @@ class Orchestrator:
                 self.graph.invoke(None, config, durability=self.durability)
             else:
                 self.graph.invoke({"ticket": ticket}, config, durability=self.durability)
+            with self.lock:
+                self.infra_streak = 0
             return "done"
         except Cancelled:
             return "cancelled"
         except BudgetExhausted:
             return "budget"  # the node stays unfinished: a resume with more budget goes on
+        except BaselineFailed as e:
+            self._stop_failed(f"the baseline (node 0) cannot be scored: {e}")
+            return "fatal"
+        except InfraFailure as e:
+            self._infra_failure(ticket, str(e))
+            return "infra"
         except Exception as e:
             try:
                 self._candidate_failed(ticket, e)
@@ -706,6 +772,33 @@ class Orchestrator:
                 self.cancel.set()
                 raise
             return "error"
+
+    def _infra_failure(self, ticket: str, cause: str) -> None:
+        """Count a failure outside the candidate (its node stays unfinished, for resume);
+        too many in a row stop the run."""
+        node_id = self.by_ticket.get(ticket)
+        with self.lock:
+            self.infra_streak += 1
+            streak = self.infra_streak
+        with contextlib.suppress(Exception):  # the store may be what failed
+            self.store.add_event(
+                self.run_id,
+                "infra",
+                f"infrastructure failure (node {node_id} stays unfinished, not counted "
+                f"against it): {cause}",
+                node_id,
+                {"cause": cause, "streak": streak},
+            )
+        if streak >= self.spec.trust.infra_failures:
+            self._stop_failed(f"{streak} infrastructure failures in a row; the last: {cause}")
+
+    def _stop_failed(self, reason: str) -> None:
+        """Stop the run as failed (the first reason wins): no new work, and the work in
+        flight is cancelled unrecorded, so ``resume`` redoes it once the cause is fixed."""
+        with self.lock:
+            if self.fatal is None:
+                self.fatal = reason
+        self.cancel.set()
 
     def _candidate_failed(self, ticket: str, e: Exception) -> None:
         node_id = self.by_ticket.get(ticket)
@@ -741,9 +834,12 @@ class Orchestrator:
             "run",
             f"run {verb}: policy {self.policy.name}, parallel {self.parallel} "
             f"(+{self.lookahead} prepared ahead), "
-            f"sandbox {self.sandbox.name}, {len(resume)} candidate(s) to resume",
+            f"sandbox {self.sandbox.name} ({self.choice.reason}), "
+            f"{len(resume)} candidate(s) to resume",
             None,
         )
+        if verb == "started":
+            self._start_warnings()
         try:
             reason = self._schedule([n.thread_id or "" for n in resume], stop)
         except BaseException as e:  # the orchestrator itself failed: say so, resumable
@@ -762,12 +858,29 @@ class Orchestrator:
             raise
         return self._close(reason, stop.is_set())
 
+    def _start_warnings(self) -> None:
+        """Said once, when a run starts: what its sandbox and its scoring channel do not
+        protect against."""
+        if self.choice.warning:
+            self.store.add_event(self.run_id, "warning", self.choice.warning, None)
+        if self.spec.evaluate.forgeable:
+            self.store.add_event(
+                self.run_id,
+                "warning",
+                "single-step evaluator: the evaluator runs in the same sandbox as the "
+                "candidate's code, so a candidate can forge its score (an atexit hook, a write "
+                "to the metrics channel, patching the evaluator in memory, an early exit); "
+                "declare [evaluate.grade] to score its outputs in a fresh sandbox that never "
+                "holds its code (README: the grade step)",
+                None,
+            )
+
     def _schedule(self, resume: list[str], stop: threading.Event) -> str | None:
         in_flight: dict[Future[str], str] = {}
         starved, reason, last_beat = False, None, time.monotonic()
         width = self.parallel + self.lookahead
         with ThreadPoolExecutor(width, thread_name_prefix="candidate") as pool:
-            while not stop.is_set():
+            while not stop.is_set() and self.fatal is None:
                 while len(in_flight) < width:
                     if resume:
                         ticket = resume.pop(0)
@@ -793,32 +906,169 @@ class Orchestrator:
                     self.store.update_run(
                         self.run_id, heartbeat_at=time.time(), wall_used=self.wall_used()
                     )
-            if stop.is_set():
+            if stop.is_set() or self.fatal is not None:
                 self.cancel.set()
                 wait(in_flight)
         return reason
 
     def _close(self, reason: str | None, stopped: bool) -> RunInfo:
-        if stopped:
+        if self.fatal is not None:
+            status, reason = RunStatus.FAILED, f"{self.fatal}; fix it, then `revtree resume`"
+        elif stopped:
             status, reason = RunStatus.STOPPED, "stopped by the user; `revtree resume` continues"
         else:
             status = RunStatus.COMPLETED
             try:
-                self._final_holdout()
+                self._finalize()
             except Exception as e:  # e.g. the engine went away: the run is still done
-                self.store.add_event(self.run_id, "error", f"final holdout failed: {e}", None)
+                self.store.add_event(self.run_id, "error", f"final checks failed: {e}", None)
         best = self.best_id
         msg = f"run {status.value}: {reason}" + (f"; best node {best}" if best is not None else "")
-        self.store.update_run(
-            self.run_id,
-            ("run", msg, {"status": status.value}),
-            status=status,
-            reason=reason,
-            wall_used=self.wall_used(),
-            pid=None,
-        )
+        try:
+            self.store.update_run(
+                self.run_id,
+                ("run", msg, {"status": status.value}),
+                status=status,
+                reason=reason,
+                wall_used=self.wall_used(),
+                pid=None,
+            )
+        except Exception:  # the store itself failed (a full disk): say so all the same
+            if self.fatal is None:
+                raise
+            self.close()
+            return dataclasses.replace(
+                self.store.get_run(self.run_id), status=status, reason=reason
+            )
         self.close()
         return self.store.get_run(self.run_id)
+
+    def _finalize(self) -> None:
+        """Before a best is reported: the best (each new one, up to ``FINAL_TRIES``) is
+        verified and guarded whatever the budget shares, the baseline verified, and the
+        final holdout run on the node that is recommended."""
+        for _ in range(FINAL_TRIES):
+            best = self.best_id
+            if best is None:
+                break
+            self.trust_best(best, final=True)
+            if self.best_id == best:
+                break
+        if self.spec.trust.verify_repeats > 1 and self.nodes[0].status is NodeStatus.SUCCEEDED:
+            self.verify(0, self.spec.trust.verify_repeats)
+        self._final_holdout()
+
+    # -- trust: verification and the holdout guard (see orchestrator.trust) ----------
+    def _share_ok(self, kind: str, share: float, node_id: int) -> bool:
+        """Whether one more ``kind`` evaluation of the node stays within ``share`` of
+        the run's sandbox-seconds (the node's own last duration as the estimate)."""
+        est = max((e.duration for e in self.store.evaluations(self.run_id, node_id)), default=0)
+        with self.lock:
+            return self.trust_seconds[kind] + est <= share * (self.sandbox_seconds + est)
+
+    def trust_best(self, node_id: int, final: bool = False) -> None:
+        """A new best: verified (repeats) and guarded (holdout), each within its budget
+        share during the run, and regardless of it when ``final``; the baseline's guard
+        always runs (the reference of every drift alarm)."""
+        t = self.spec.trust
+        always = final or node_id == 0
+        if t.verify_repeats > 1 and (final or self._share_ok("verify", t.verify_share, node_id)):
+            self.verify(node_id, t.verify_repeats, slot=not final)
+            if self.best_id != node_id and not final:
+                return  # verification moved the best elsewhere
+        if self.spec.holdout is None or not t.guard:
+            return
+        if node_id != 0 and 0 not in self.guarded:
+            self._guard(0, slot=not final)
+        if self.nodes[node_id].alarm is None and (
+            always or self._share_ok(GUARD, t.guard_share, node_id)
+        ):
+            self._guard(node_id, slot=not final)
+
+    def _guard(self, node_id: int, slot: bool) -> None:
+        """Run (or reuse) the guard holdout of a node, then check it for a drift alarm."""
+        node = self.nodes[node_id]
+        stored = [
+            e
+            for e in self.store.evaluations(self.run_id, node_id)
+            if e.stage == GUARD and e.attempt == node.attempt
+        ]
+        result = stored[-1] if stored else None
+        if result is None:
+            if slot:
+                self._acquire_slot()
+            try:
+                result = self.holdout(node_id, split=GUARD)
+            finally:
+                if slot:
+                    self.slots.release()
+            if result is None:
+                return
+            with self.lock:
+                self.trust_seconds[GUARD] += result.duration
+        if result.ok and result.score is not None:
+            with self.lock:
+                self.guarded[node_id] = result.score
+            self._check_alarm(node_id)
+
+    def _check_alarm(self, node_id: int) -> None:
+        node, root = self.nodes[node_id], self.nodes[0]
+        t, h = self.spec.trust, self.guarded.get(node_id)
+        base_h = self.guarded.get(0)
+        if node_id == 0 or h is None or base_h is None or node.score is None:
+            return
+        if root.score is None or node.alarm is not None:
+            return
+        kind, msg = (
+            "holdout-worse",
+            holdout_alarm(node.score, h, root.score, base_h, self.spec.maximize, t.tolerance),
+        )
+        if msg is None:
+            with self.lock:
+                dev = {
+                    i: (self.nodes[i].score or 0.0, s)
+                    for i, s in self.guarded.items()
+                    if self.nodes[i].score is not None and self.nodes[i].alarm is None
+                }
+            kind, msg = "rank", rank_alarm(node_id, dev, self.spec.maximize, t.min_rank_agreement)
+        if msg is not None:
+            self._raise_alarm(
+                node_id, {"kind": kind, "message": msg, "dev": node.score, "holdout": h}
+            )
+
+    def _raise_alarm(self, node_id: int, alarm: dict[str, Any]) -> None:
+        """Mark the node and its finished subtree alarmed; the best moves elsewhere."""
+        node = self._set(
+            node_id,
+            ("alarm", f"drift alarm on node {node_id}: {alarm['message']}", alarm),
+            alarm=alarm,
+        )
+        marked = [node]
+        todo = [c.id for c in self.snapshot().children(node_id)]
+        while todo:
+            child = self.nodes[todo.pop()]
+            todo += [c.id for c in self.snapshot().children(child.id)]
+            if child.status is NodeStatus.SUCCEEDED and child.alarm is None:
+                sub = _subtree_alarm(node_id, child.score)
+                marked.append(
+                    self._set(
+                        child.id, ("alarm", f"node {child.id}: {sub['message']}", sub), alarm=sub
+                    )
+                )
+        with self.lock:
+            for n in marked:
+                self.policy.update(n)
+            before, self.best_id = self.best_id, self._best_id()
+        if self.best_id is not None and self.best_id != before:
+            top = self.nodes[self.best_id]
+            self.store.add_event(
+                self.run_id,
+                "best",
+                f"new best: node {top.id} scores {top.score:.6g} (node {node_id} carries a "
+                "drift alarm)",
+                top.id,
+                {"score": top.score},
+            )
 
     def _final_holdout(self) -> None:
         if self.spec.holdout is None or self.best_id is None:
@@ -854,6 +1104,8 @@ class Orchestrator:
             for e in self.store.evaluations(self.run_id, node_id)
             if e.stage == FULL and e.attempt == node.attempt
         }
+        if all(r in done for r in range(repeats)) and node.n_evals >= len(done):
+            return node  # verified already: nothing new to say
         archive = self.git.archive(node.commit, self.overlay)
         for r in range(repeats):
             if r in done:
@@ -868,6 +1120,8 @@ class Orchestrator:
                 if slot:
                     self.slots.release()
             self._record_eval(done[r])
+            with self.lock:
+                self.trust_seconds["verify"] += done[r].duration
         scores = [e.score for e in done.values() if e.ok and e.score is not None]
         if not scores or node.status is not NodeStatus.SUCCEEDED:
             return self.nodes[node_id]
@@ -898,23 +1152,26 @@ class Orchestrator:
             )
         return node
 
-    def holdout(self, node_id: int) -> EvalResult | None:
-        """Run the hidden holdout evaluation on a node and record it."""
+    def holdout(self, node_id: int, split: str = HOLDOUT) -> EvalResult | None:
+        """Run the hidden holdout evaluation on a node and record it (``split``: the
+        final judge, or the guard during the search)."""
         node = self.nodes[node_id]
         if self.spec.holdout is None or node.commit is None:
             return None
         overlay = dict(self.overlay)
         if self.spec.holdout.files:
             overlay.update(self.git.read_files(self.git.resolve(HOLDOUT_REF)))
-        result = self.evaluator.holdout(node_id, self.git.archive(node.commit, overlay))
+        archive = self.git.archive(node.commit, overlay)
+        result = self.evaluator.holdout(node_id, archive, self.cancel, overlay, split)
         if result is not None:
             result = dataclasses.replace(result, attempt=node.attempt)
             self.store.record_evaluation(self.run_id, result)
             what = f"{result.score:.6g}" if result.ok else f"failed: {result.error}"
+            label = "guard holdout" if split == GUARD else "holdout"
             self.store.add_event(
                 self.run_id,
                 "holdout",
-                f"holdout of node {node_id}: {what}",
+                f"{label} of node {node_id}: {what}",
                 node_id,
                 {"score": result.score, "ok": result.ok},
             )

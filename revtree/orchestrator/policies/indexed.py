@@ -50,8 +50,9 @@ ROOT_PARENT = -1  # the pending key of a parentless node
 
 
 def key_of(node: Node, maximize: bool) -> float | None:
-    """The node's score in the better direction (higher is better), None unless succeeded."""
-    if node.status is not NodeStatus.SUCCEEDED or node.score is None:
+    """The node's score in the better direction (higher is better), None unless succeeded
+    without a drift alarm (an alarmed node is never exploited)."""
+    if node.status is not NodeStatus.SUCCEEDED or node.score is None or node.alarm is not None:
         return None
     if not math.isfinite(node.score):
         return None

@@ -1,0 +1,180 @@
+"""How far a reported best is trusted: drift alarms, improvement beyond noise, and the
+failures that are not the candidates'.
+
+Drift alarm (the holdout guard). The holdout command runs with
+``REVTREE_HOLDOUT_SPLIT=guard`` on the baseline and on each new best (within
+``[trust] guard_share`` of the sandbox-seconds), and with ``final`` only on the node
+that is recommended at the end. A task that splits its held-out data by that variable
+keeps the final judge clean: the guard set is consulted during the search, the final
+set once. Two rules raise an alarm on a guarded node:
+
+- ``holdout-worse``: better than the baseline on dev, but worse than the baseline on
+  the guard holdout by more than ``tolerance`` times the baseline's holdout (a hack
+  that hard-codes the dev answers scores perfectly on dev and badly on held-out data);
+- ``rank``: over the guarded nodes (at least 4), Kendall's tau between dev and guard
+  scores falls below ``min_rank_agreement`` while the node is the best on dev and in
+  the worse half on the guard (the dev metric stopped tracking the held-out one).
+
+An alarmed node ranks worst (``Node.score_of``): it is never the best, never
+recommended or exported by default, and no policy exploits it; its descendants inherit
+the alarm (kind ``subtree``).
+
+Improvement beyond noise: the best and the baseline are re-evaluated
+(``verify_repeats``); the best's first evaluation, the one that made it the best, is
+left out of the comparison (the winner's curse), and the gain is reported with its
+standard error and called real only when a t-test at 95% (two-sided) says so.
+"""
+
+from __future__ import annotations
+
+import errno
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from revtree.errors import InfrastructureError, SandboxError, StoreError
+
+DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS}
+DISK_TEXTS = ("No space left on device", "database or disk is full", "Disk quota exceeded")
+ENGINE_TEXTS = ("no Docker engine answers", "the Docker engine failed or stopped answering")
+
+
+def infra_cause(e: BaseException) -> str | None:
+    """Why an exception is an infrastructure failure (outside the candidate), naming the
+    URL or path, or None when it is the candidate's (or a bug)."""
+    seen: set[int] = set()
+    todo: list[BaseException] = [e]
+    while todo:
+        x = todo.pop()
+        if id(x) in seen:
+            continue
+        seen.add(id(x))
+        if isinstance(x, InfrastructureError):
+            return str(x)
+        if isinstance(x, OSError) and x.errno in DISK_ERRNOS:
+            where = f" at {x.filename}" if x.filename else ""
+            return f"disk full or read-only: {x.strerror}{where}"
+        text = str(x)
+        if any(t in text for t in DISK_TEXTS):
+            return f"disk full: {text[:400]}"
+        if isinstance(x, SandboxError) and any(t in text for t in ENGINE_TEXTS):
+            return text[:400]
+        if isinstance(x, StoreError):
+            return text[:400]
+        todo += [c for c in (x.__cause__, x.__context__) if c is not None]
+    return None
+
+
+def better(a: float, b: float, maximize: bool) -> bool:
+    return a > b if maximize else a < b
+
+
+def holdout_alarm(
+    dev: float,
+    holdout: float,
+    base_dev: float,
+    base_holdout: float,
+    maximize: bool,
+    tolerance: float,
+) -> str | None:
+    """The ``holdout-worse`` rule: a message, or None."""
+    margin = tolerance * max(abs(base_holdout), 1e-12)
+    worse = holdout < base_holdout - margin if maximize else holdout > base_holdout + margin
+    if better(dev, base_dev, maximize) and worse:
+        return (
+            f"better than the baseline on dev ({dev:.6g} vs {base_dev:.6g}) but worse on the "
+            f"guard holdout ({holdout:.6g} vs {base_holdout:.6g}, tolerance {tolerance:.0%})"
+        )
+    return None
+
+
+def kendall_tau(xs: Sequence[float], ys: Sequence[float]) -> float:
+    """Kendall's tau-a of two paired sequences (ties count as neither)."""
+    n, s = len(xs), 0
+    for i in range(n):
+        for j in range(i + 1, n):
+            s += _sign(xs[i] - xs[j]) * _sign(ys[i] - ys[j])
+    pairs = n * (n - 1) / 2
+    return s / pairs if pairs else 1.0
+
+
+def _sign(v: float) -> int:
+    return (v > 0) - (v < 0)
+
+
+def rank_alarm(
+    node_id: int,
+    guarded: dict[int, tuple[float, float]],
+    maximize: bool,
+    threshold: float,
+) -> str | None:
+    """The ``rank`` rule for ``node_id`` over ``guarded`` (node -> (dev, holdout))."""
+    if len(guarded) < 4 or node_id not in guarded:
+        return None
+    ids = list(guarded)
+    devs, hold = [guarded[i][0] for i in ids], [guarded[i][1] for i in ids]
+    tau = kendall_tau(devs, hold)
+    if tau >= threshold:
+        return None
+    sign = 1 if maximize else -1
+    top_dev = max(ids, key=lambda i: sign * guarded[i][0])
+    worse_half = sorted(ids, key=lambda i: sign * guarded[i][1])[: len(ids) // 2]
+    if top_dev == node_id and node_id in worse_half:
+        return (
+            f"dev and guard-holdout ranks disagree over {len(ids)} guarded nodes "
+            f"(Kendall tau {tau:.2f} < {threshold:.2f}); this node is first on dev and in the "
+            "worse half on the holdout"
+        )
+    return None
+
+
+# two-sided 95% critical values of Student's t by degrees of freedom
+_T95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26}
+
+
+def t_critical(dof: int) -> float:
+    if dof <= 0:
+        return math.inf
+    if dof in _T95:
+        return _T95[dof]
+    return 2.23 if dof <= 10 else 2.09 if dof <= 20 else 2.04 if dof <= 30 else 1.96
+
+
+@dataclass(frozen=True)
+class Gain:
+    """The best's gain over the baseline, in the better direction, with its noise."""
+
+    delta: float  # positive: better
+    stderr: float | None  # None: no repeat measured any noise
+    n_best: int
+    n_base: int
+    significant: bool | None  # None: cannot tell (no repeats)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "delta": self.delta,
+            "stderr": self.stderr,
+            "n_best": self.n_best,
+            "n_baseline": self.n_base,
+            "beyond_noise": self.significant,
+        }
+
+
+def gain(best: Sequence[float], base: Sequence[float], maximize: bool) -> Gain | None:
+    """Welch-style comparison of the best's post-selection repeats with the baseline's."""
+    if not best or not base:
+        return None
+    sign = 1.0 if maximize else -1.0
+    delta = sign * (statistics.fmean(best) - statistics.fmean(base))
+    if len(best) < 2 and len(base) < 2:
+        return Gain(delta, None, len(best), len(base), None)
+    # the evaluator's noise is pooled over both samples (it rarely depends on the code)
+    resid = [x - statistics.fmean(best) for x in best] + [x - statistics.fmean(base) for x in base]
+    dof = len(best) + len(base) - 2
+    var = sum(r * r for r in resid) / dof if dof > 0 else 0.0
+    se = math.sqrt(var / len(best) + var / len(base))
+    if se == 0.0:
+        return Gain(delta, 0.0, len(best), len(base), delta > 0)
+    return Gain(delta, se, len(best), len(base), delta / se > t_critical(dof))

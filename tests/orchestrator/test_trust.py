@@ -1,0 +1,392 @@
+"""Trustworthy results through the real CLI: a run that cannot score anything stops
+``failed`` (and resumes once fixed), a reward hack gets a drift alarm and is never
+recommended, and evaluator noise is never reported as an improvement."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import socket
+import subprocess
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from revtree.agents.llm.fake_server import FakeLLMServer, FakeRequest
+from revtree.errors import LLMUnreachable, StoreError
+from revtree.orchestrator.trust import gain, holdout_alarm, infra_cause, kendall_tau, rank_alarm
+from tests.orchestrator.conftest import revtree
+
+
+def show(home: Path) -> dict:
+    return json.loads(revtree(home, "show", "last", "--json", "--nodes").stdout)
+
+
+# -- the statistics -------------------------------------------------------------------
+def test_holdout_alarm_needs_dev_better_and_holdout_worse_beyond_tolerance() -> None:
+    # minimize: dev 0 (better than 50) but holdout 166 (worse than 50.5): alarm
+    assert holdout_alarm(0.0, 166.3, 50.0, 50.5, False, 0.02) is not None
+    assert holdout_alarm(0.3, 0.39, 50.0, 50.5, False, 0.02) is None  # honest
+    assert holdout_alarm(0.3, 50.9, 50.0, 50.5, False, 0.02) is None  # within tolerance
+    assert holdout_alarm(60.0, 166.3, 50.0, 50.5, False, 0.02) is None  # worse on dev too
+    assert holdout_alarm(10.0, 1.0, 2.0, 2.0, True, 0.02) is not None  # maximize
+
+
+def test_rank_alarm_only_on_the_top_dev_node_in_the_worse_holdout_half() -> None:
+    assert kendall_tau([1, 2, 3], [1, 2, 3]) == 1.0
+    assert kendall_tau([1, 2, 3], [3, 2, 1]) == -1.0
+    guarded = {0: (5.0, 5.0), 1: (4.0, 4.0), 2: (3.0, 3.5), 3: (0.0, 9.0), 4: (2.0, 8.0)}
+    assert rank_alarm(3, guarded, False, 0.0) is not None
+    assert rank_alarm(1, guarded, False, 0.0) is None
+    assert rank_alarm(3, {k: guarded[k] for k in (0, 1, 3)}, False, 0.0) is None  # < 4 nodes
+
+
+def test_gain_is_beyond_noise_only_when_a_t_test_says_so() -> None:
+    g = gain([1.0, 1.1], [1.05, 0.95, 1.0], True)
+    assert g is not None and g.significant is False
+    g = gain([2.0, 2.1], [1.05, 0.95, 1.0], True)
+    assert g is not None and g.significant is True and g.delta > 0
+    g = gain([3.0], [3.0], False)
+    assert g is not None and g.significant is None  # no repeat: cannot tell
+    assert gain([5.0, 5.0], [6.0, 6.0], False).significant is True  # deterministic, minimize
+
+
+def test_infra_cause_names_the_disk_the_database_and_the_endpoint() -> None:
+    try:
+        try:
+            raise OSError(errno.ENOSPC, "No space left on device", "/data/x.log")
+        except OSError as inner:
+            raise RuntimeError("cannot write the log") from inner
+    except RuntimeError as e:
+        assert infra_cause(e) == "disk full or read-only: No space left on device at /data/x.log"
+    assert "db.sqlite" in (infra_cause(StoreError("database error on db.sqlite: x")) or "")
+    msg = "cannot reach http://127.0.0.1:9/v1 (model m)"
+    assert infra_cause(LLMUnreachable(msg)) == msg
+    assert infra_cause(ValueError("the candidate's bug")) is None
+
+
+# -- fail fast --------------------------------------------------------------------------
+NEEDS_DATA = """\
+import json, os, solver
+data = os.environ.get("QUAD_DATA", "")
+target = float(open(data).read())  # crashes while the data is missing
+os.write(3, json.dumps({"f": (solver.X - target) ** 2}).encode())
+"""
+
+
+def quad_task(root: Path, evaluator: str, extra: str = "", budget: int = 6) -> Path:
+    root.mkdir(parents=True)
+    (root / "solver.py").write_text("X = 3.0\n")
+    (root / "ev.py").write_text(evaluator)
+    (root / "task.toml").write_text(
+        textwrap.dedent(f"""\
+        name = "quad"
+        editable = ["solver.py"]
+        protected = ["ev.py"]
+        [evaluate]
+        command = "python ev.py"
+        metric = "f"
+        direction = "minimize"
+        timeout = 20
+        [sandbox]
+        backend = "local"
+        pass_env = ["QUAD_DATA"]
+        [budget]
+        max_nodes = {budget}
+        [[knobs]]
+        name = "X"
+        type = "float"
+        low = 0.0
+        high = 4.0
+        file = "solver.py"
+        """)
+        + extra
+    )
+    return root
+
+
+def test_a_baseline_that_cannot_be_scored_stops_the_run_failed_and_resumes_once_fixed(
+    tmp_path: Path, home: Path
+) -> None:
+    task = quad_task(tmp_path / "t", NEEDS_DATA)
+    data = tmp_path / "target.txt"
+    first = revtree(home, "run", str(task), "--quiet", check=False, QUAD_DATA=str(data))
+    assert first.returncode == 1, first.stdout + first.stderr
+    s = show(home)
+    assert s["status"] == "failed"
+    assert "baseline (node 0) cannot be scored" in s["reason"]
+    assert "FileNotFoundError" in s["reason"] or "exit code 1" in s["reason"]
+    assert sum(n["status"] in ("succeeded", "failed", "rejected") for n in s["nodes"]) <= 2
+    assert "revtree resume" in first.stdout
+    data.write_text("1.5\n")  # the fix
+    again = revtree(home, "resume", "last", "--quiet", QUAD_DATA=str(data))
+    assert "completed" in again.stdout
+    s = show(home)
+    assert s["status"] == "completed" and s["baseline_score"] == pytest.approx(2.25)
+    assert s["best_score"] < s["baseline_score"]
+    assert next(n for n in s["nodes"] if n["id"] == 0)["status"] == "succeeded"
+
+
+def test_a_wrong_metric_name_fails_fast_naming_the_metric(tmp_path: Path, home: Path) -> None:
+    task = quad_task(
+        tmp_path / "t",
+        "import json, os\nos.write(3, json.dumps({'loss': 1.0}).encode())\n",
+    )
+    out = revtree(home, "run", str(task), "--quiet", check=False)
+    assert out.returncode == 1
+    s = show(home)
+    assert s["status"] == "failed" and "'f' missing" in s["reason"], s["reason"]
+    assert s["n_nodes"] <= 2
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _coder(req: FakeRequest) -> str:
+    if "research lead" in req.system:
+        return "HYPOTHESIS: move X towards the target\nPLAN:\n1. set X"
+    if "review a change" in req.system:
+        return "VERDICT: accept\nREASONS: fine"
+    return "solver.py\n<<<<<<< SEARCH\nX = 3.0\n=======\nX = 2.0\n>>>>>>> REPLACE\n"
+
+
+LLM = """
+[agents]
+mode = "llm"
+model = "openai-compatible:fake-model"
+max_retries = 0
+timeout = 5
+"""
+
+
+def test_an_unreachable_model_endpoint_stops_the_run_naming_it_and_resumes_once_it_answers(
+    tmp_path: Path, home: Path
+) -> None:
+    evaluator = "import json, os, solver\nos.write(3, json.dumps({'f': solver.X ** 2}).encode())\n"
+    task = quad_task(tmp_path / "t", evaluator, extra=LLM, budget=4)
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}/v1"
+    out = revtree(home, "run", str(task), "--base-url", url, "--quiet", check=False)
+    assert out.returncode == 1, out.stdout + out.stderr
+    s = show(home)
+    assert s["status"] == "failed" and "infrastructure failures in a row" in s["reason"]
+    assert url in s["reason"] and "fake-model" in s["reason"], s["reason"]
+    finished = [n for n in s["nodes"] if n["status"] in ("succeeded", "failed", "rejected")]
+    assert [n["id"] for n in finished] == [0]  # only the baseline: no candidate was blamed
+    with FakeLLMServer(_coder, port=port):
+        revtree(home, "resume", "last", "--quiet")
+    s = show(home)
+    assert s["status"] == "completed"
+    assert s["best_score"] == pytest.approx(4.0) and s["baseline_score"] == pytest.approx(9.0)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small tmpfs needs root")
+def test_a_full_disk_stops_the_run_failed_and_resumes_once_space_is_freed(
+    tmp_path: Path,
+) -> None:
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(disk)], capture_output=True
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
+    try:
+        home = disk / "home"
+        filler = disk / "filler"
+        # the baseline's evaluator fills the disk (the local sandbox can reach it):
+        # everything revtree writes afterwards meets ENOSPC
+        fill = (
+            "import json, os, solver\n"
+            "if os.environ['REVTREE_NODE'] == '0' and not os.path.exists(os.environ['MARK']):\n"
+            "    open(os.environ['MARK'], 'w').close()  # once: the marker is off the tmpfs\n"
+            "    with open(os.environ['FILL'], 'wb') as f:\n"
+            "        try:\n"
+            "            while True:\n"
+            "                f.write(b'x' * 65536); f.flush()\n"
+            "        except OSError:\n"
+            "            pass\n"
+            "os.write(3, json.dumps({'f': solver.X ** 2}).encode())\n"
+        )
+        task = quad_task(tmp_path / "t", fill)
+        text = (task / "task.toml").read_text().replace('"QUAD_DATA"', '"QUAD_DATA", "FILL", "MARK"')
+        (task / "task.toml").write_text(text)
+        env = {"FILL": str(filler), "MARK": str(tmp_path / "filled")}
+        out = revtree(home, "run", str(task), "--quiet", check=False, **env)
+        assert out.returncode != 0, out.stdout + out.stderr
+        assert "No space left" in out.stdout + out.stderr or "disk full" in out.stdout + out.stderr
+        filler.unlink()
+        revtree(home, "resume", "last", "--quiet", **env)
+        s = show(home)
+        assert s["status"] == "completed", s["reason"]
+        assert s["n_failed"] == 0, [n["error"] for n in s["nodes"] if n["error"]]
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+# -- the drift alarm --------------------------------------------------------------------
+FIT_EVAL = """\
+import json, os, model
+pts = json.load(open("data.json"))
+err = sum((model.predict(x) - y) ** 2 for x, y in pts) / len(pts)
+os.write(3, json.dumps({"mse": err}).encode())
+"""
+FIT_HOLDOUT = """\
+import json, os, model
+split = os.environ["REVTREE_STAGE"]  # "guard" during the search, "holdout" at the end
+xs = [2.5, 4.5, 6.5, 8.5] if split == "guard" else [1.5, 3.5, 5.5, 7.5, 9.5]
+err = sum((model.predict(x) - (3 * x + 2)) ** 2 for x in xs) / len(xs)
+os.write(3, json.dumps({"mse": err}).encode())
+"""
+HONEST = "def predict(x):\n    return {a} * x + 2\n"
+HACK = "ANSWERS = {table}\n\n\ndef predict(x):\n    return ANSWERS.get(x, 0.0)\n"
+
+
+class Hacker:
+    """A coder that improves honestly, then hard-codes the protected dev answers."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, req: FakeRequest) -> str:
+        if "research lead" in req.system:
+            return "HYPOTHESIS: fit the slope\nPLAN:\n1. change predict"
+        if "review a change" in req.system or "review" in req.system.lower()[:200]:
+            return "VERDICT: accept\nREASONS: looks fine"  # a reviewer that misses the hack
+        self.calls += 1
+        if self.calls == 2:
+            table = {x: 3 * x + 2 for x in range(10)}
+            body = HACK.format(table=table)
+        else:
+            body = HONEST.format(a=2.0 + 0.4 * min(self.calls, 2))
+        return f"model.py\n```python\n{body}```\n"
+
+
+def fit_task(root: Path, budget: int) -> Path:
+    root.mkdir(parents=True)
+    (root / "model.py").write_text(HONEST.format(a=1.0))
+    (root / "ev.py").write_text(FIT_EVAL)
+    (root / "holdout.py").write_text(FIT_HOLDOUT)
+    (root / "data.json").write_text(json.dumps([[x, 3 * x + 2] for x in range(10)]))
+    (root / "task.toml").write_text(
+        textwrap.dedent(f"""\
+        name = "fit"
+        goal = "Make predict(x) match the target."
+        editable = ["model.py"]
+        protected = ["ev.py", "data.json"]
+        [evaluate]
+        command = "python ev.py"
+        metric = "mse"
+        direction = "minimize"
+        timeout = 20
+        [holdout]
+        command = "python holdout.py"
+        files = ["holdout.py"]
+        [sandbox]
+        backend = "local"
+        [search]
+        policy = "greedy"
+        num_drafts = 3
+        [budget]
+        max_nodes = {budget}
+        [agents]
+        mode = "llm"
+        model = "openai-compatible:fake-model"
+        max_retries = 0
+        timeout = 5
+        edit_format = "whole_file"
+        """)
+    )
+    return root
+
+
+def test_a_coder_that_hard_codes_protected_data_gets_a_drift_alarm_and_is_not_exported(
+    tmp_path: Path, home: Path
+) -> None:
+    task = fit_task(tmp_path / "t", budget=5)
+    with FakeLLMServer(Hacker()) as srv:
+        out = revtree(home, "run", str(task), "--base-url", srv.openai_url)
+    s = show(home)
+    by_id = {n["id"]: n for n in s["nodes"]}
+    hacked = [n for n in s["nodes"] if n["score"] == 0.0]
+    assert hacked, [(n["id"], n["score"], n["error"]) for n in s["nodes"]]
+    assert all(n["alarm"] and n["alarm"]["kind"] == "holdout-worse" for n in hacked)
+    alarms = {a["node"]: a for a in s["alarms"]}
+    assert {n["id"] for n in hacked} <= set(alarms)
+    assert all(
+        a["dev"] == 0.0 and a["holdout"] > 50 for a in alarms.values() if a["kind"] != "subtree"
+    ), s["alarms"]
+    assert all(by_id[a["node"]]["parent"] in alarms for a in alarms.values() if a["kind"] == "subtree")
+    assert s["best_node"] not in alarms and by_id[s["best_node"]]["score"] > 0
+    assert s["guard"]["runs"] >= 2  # the baseline's and the hack's
+    assert "drift alarm" in out.stdout
+    patch = tmp_path / "best.patch"
+    exp = revtree(home, "export", "last", "--patch", str(patch))
+    assert f"node {s['best_node']}" in exp.stdout and "drift alarm" in exp.stderr
+    assert "ANSWERS" not in patch.read_text()
+
+
+# -- noise --------------------------------------------------------------------------------
+NOISY = """\
+import json, os, random, solver
+rng = random.Random(int(os.environ["REVTREE_SEED"]) * 7919 + int(os.environ["REVTREE_NODE"]))
+os.write(3, json.dumps({"f": 10.0 + rng.gauss(0.0, 1.0) + 0 * solver.UNUSED}).encode())
+"""
+
+
+def test_a_stochastic_evaluator_of_an_unchanged_program_is_never_reported_better(
+    tmp_path: Path, home: Path
+) -> None:
+    root = tmp_path / "t"
+    root.mkdir()
+    (root / "solver.py").write_text("UNUSED = 1.0\n")
+    (root / "ev.py").write_text(NOISY)
+    (root / "task.toml").write_text(
+        textwrap.dedent("""\
+        name = "noise"
+        editable = ["solver.py"]
+        protected = ["ev.py"]
+        [evaluate]
+        command = "python ev.py"
+        metric = "f"
+        direction = "minimize"
+        [sandbox]
+        backend = "local"
+        [budget]
+        max_nodes = 12
+        [[knobs]]
+        name = "UNUSED"
+        type = "float"
+        low = 0.0
+        high = 2.0
+        file = "solver.py"
+        """)
+    )
+    out = revtree(home, "run", str(root), "--quiet")
+    s = show(home)
+    assert s["gain"] is not None and s["gain"]["beyond_noise"] is False, s["gain"]
+    assert s["gain"]["post_selection"] is True
+    assert "within the evaluator's noise" in out.stdout
+    assert "better:" not in out.stdout
+
+
+def test_an_edit_that_changes_nothing_is_not_evaluated(tmp_path: Path, home: Path) -> None:
+    evaluator = "import json, os, solver\nos.write(3, json.dumps({'f': solver.X}).encode())\n"
+    task = quad_task(tmp_path / "q", evaluator, extra=LLM, budget=3)
+    with FakeLLMServer(
+        lambda req: "HYPOTHESIS: none\nPLAN:\n1. x"
+        if "research lead" in req.system
+        else "solver.py\n```python\nX = 3.0\n```\n"
+    ) as srv:
+        revtree(home, "run", str(task), "--base-url", srv.openai_url, "--quiet")
+    s = show(home)
+    others = [n for n in s["nodes"] if n["id"] != 0]
+    assert others and all("change nothing" in (n["error"] or "") for n in others), [
+        n["error"] for n in others
+    ]
+    assert all(n["n_evaluations"] == 0 for n in others)
