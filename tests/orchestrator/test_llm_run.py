@@ -16,9 +16,9 @@ from revtree.orchestrator.report import summarize
 from revtree.tasks import load_task
 
 EVALUATOR = """\
-import json, model
+import json, os, model
 err = sum((model.predict(x) - (3 * x + 2)) ** 2 for x in range(10))
-print(json.dumps({"err": err}))
+os.write(3, json.dumps({"err": err}).encode())
 """
 
 
@@ -30,7 +30,8 @@ def make_task(root: Path, *, budget: int = 6, extra: str = "", reviewer: bool = 
         "    return transform(x) * SCALE\n"
     )
     (root / "ev.py").write_text(EVALUATOR)
-    review = "\n[agents.reviewer]\nenabled = true\n" if reviewer else ""
+    # the reviewer is on by default in LLM mode: always say which one a test wants
+    review = f"\n[agents.reviewer]\nenabled = {'true' if reviewer else 'false'}\n"
     (root / "task.toml").write_text(
         textwrap.dedent(f"""\
         name = "fit"
@@ -80,13 +81,14 @@ class Scientist:
         if r == "proposer":
             return "HYPOTHESIS: fit the slope in helpers and the offset in model\nPLAN:\n1. edit"
         if r == "reviewer":
-            bad = "import ev" in req.user
+            # a hard-coded copy of the hidden target: no static rule sees it, only a review
+            bad = "3 * x + 2" in req.user
             verdict = "reject" if bad else "accept"
-            return f"VERDICT: {verdict}\nREASONS: {'patches the evaluator' if bad else 'fine'}"
+            return f"VERDICT: {verdict}\nREASONS: {'hard-codes the target' if bad else 'fine'}"
         self.coder_calls += 1
         if self.coder_calls == self.tamper_at:
             return (
-                "=== FILE: model.py ===\n```python\nimport ev\nfrom helpers import transform\n"
+                "=== FILE: model.py ===\n```python\nfrom helpers import transform\n"
                 "def predict(x):\n    return 3 * x + 2\n```\n"
             )
         slope = 3 - 1 / (self.coder_calls + 1)
@@ -123,10 +125,10 @@ def test_llm_run_improves_across_two_files_rejects_tampering_and_stops_at_the_do
     root = store.node(run_id, 0)
     assert git.changed_paths(root.commit or "", best.commit or "") == ["helpers.py", "model.py"]
     rejected = [n for n in store.nodes(run_id) if n.status is NodeStatus.REJECTED]
-    assert len(rejected) == 1 and "patches the evaluator" in (rejected[0].error or "")
+    assert len(rejected) == 1 and "hard-codes the target" in (rejected[0].error or "")
     assert rejected[0].review == {
         "accepted": False,
-        "reasons": ["llm review: patches the evaluator"],
+        "reasons": ["llm review: hard-codes the target"],  # the LLM's, no static flag
     }
     assert not store.evaluations(run_id, rejected[0].id)
     calls = store.llm_calls(run_id)
@@ -360,3 +362,121 @@ def test_agentic_policy_steers_and_falls_back_to_greedy(
     assert "policy" in {c.role for c in store.llm_calls(run_id)}
     assert store.get_run(run_id).status is RunStatus.COMPLETED
     assert store.get_run(run_id).policy_state["fallbacks"] >= 2
+
+
+def test_edits_in_every_dialect_land_through_the_openai_sdk(
+    tmp_path: Path, home: Path, store: Store
+) -> None:
+    from revtree.agents.llm.fake_server import DIALECTS, DialectCycle, current_file
+
+    task = make_task(tmp_path / "t", budget=17)
+    text = (task / "task.toml").read_text()
+    (task / "task.toml").write_text(text.replace('["model.py", "helpers.py"]', '["model.py"]'))
+    cycle, coder_calls = DialectCycle(), []
+
+    def answer(req: FakeRequest) -> FakeReply | str:
+        if role(req) == "proposer":
+            return "**Hypothesis:** scale the prediction up\n\n**Plan:**\n1. raise SCALE"
+        if role(req) == "reviewer":
+            return "Verdict: accept\nReasons: a plain change"
+        coder_calls.append(role(req))
+        model = current_file(req, "model.py") or ""
+        old = next(ln for ln in model.splitlines() if ln.startswith("SCALE = "))
+        new = f"SCALE = {float(old.split('=')[1]) + 0.25 + len(coder_calls) / 1000:.4f}"
+        return cycle.answer("model.py", model, old, new)
+
+    with FakeLLMServer(answer) as srv:
+        run_id = drive(store, home, task, srv.openai_url)
+    candidates = [n for n in store.nodes(run_id) if n.id > 0]
+    landed = [n for n in candidates if n.error_kind not in ("code", "propose")]
+    assert len(candidates) == 16 and set(cycle.used) == set(DIALECTS)
+    assert len(landed) / len(candidates) >= 0.9, [n.error for n in candidates]
+    assert coder_calls.count("repair") == 0, cycle.used  # every dialect landed at once
+    assert all(
+        (n.proposal or {}).get("hypothesis") == "scale the prediction up" for n in candidates
+    )
+
+
+def make_openevolve_folder(root: Path) -> Path:
+    """A tiny OpenEvolve-format folder: maximise -(A - 3)^2 inside the EVOLVE-BLOCK."""
+    root.mkdir(parents=True)
+    (root / "initial_program.py").write_text(
+        "# EVOLVE-BLOCK-START\nA = 0.0\n# EVOLVE-BLOCK-END\n\n\ndef value():\n    return A\n"
+    )
+    (root / "evaluator.py").write_text(
+        "import importlib.util\n\n\ndef evaluate(program_path):\n"
+        "    spec = importlib.util.spec_from_file_location('p', program_path)\n"
+        "    p = importlib.util.module_from_spec(spec)\n    spec.loader.exec_module(p)\n"
+        "    return {'combined_score': -((p.value() - 3.0) ** 2)}\n"
+    )
+    return root
+
+
+class OneCallModel:
+    """Answers as OpenEvolve's model does: a line of prose, then the diff, in one call."""
+
+    def __init__(self) -> None:
+        self.a = 0.0
+
+    def __call__(self, req: FakeRequest) -> str:
+        assert "HYPOTHESIS" in req.system and "research lead" not in req.system
+        self.a += 1.0
+        return (
+            f"HYPOTHESIS: set A to {self.a:g}, closer to the optimum\n\n"
+            "=== FILE: initial_program.py ===\n```python\n# EVOLVE-BLOCK-START\n"
+            f"A = {self.a!r}\n# EVOLVE-BLOCK-END\n\n\ndef value():\n    return A\n```\n"
+        )
+
+
+@pytest.mark.parametrize("how", ["calls", "proposer disabled"])
+def test_one_call_mode_on_an_openevolve_folder_makes_one_call_per_candidate(
+    tmp_path: Path, home: Path, store: Store, how: str
+) -> None:
+    import warnings
+
+    folder = make_openevolve_folder(tmp_path / "oe")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        spec = load_task(folder)
+    one = {"calls": "one"} if how == "calls" else {"proposer": {"enabled": False}}
+    model = OneCallModel()
+    with FakeLLMServer(model) as srv:
+        spec = spec.with_overrides(
+            budget={"max_nodes": 5},
+            search={"parallel": 1},
+            sandbox={"backend": "local"},
+            agents={
+                "mode": "llm",
+                "model": "openai-compatible:fake-model",
+                "base_url": srv.openai_url,
+                "max_retries": 0,
+                "reviewer": {"enabled": False},
+                **one,
+            },
+        )
+        run = create_run(store, spec, home)
+        Orchestrator(store, run.id, home=home).drive()
+        n_requests = len(srv.requests)
+    assert spec.agents.one_call
+    candidates = [n for n in store.nodes(run.id) if n.parent_id is not None]
+    assert candidates and all(n.status is NodeStatus.SUCCEEDED for n in candidates), [
+        (n.status, n.error) for n in candidates
+    ] + [e.message for e in store.events_since(run.id)]
+    print(f"one-call mode: {n_requests / len(candidates):.2f} calls per candidate")
+    assert n_requests / len(candidates) == 1.00
+    assert {c.role for c in store.llm_calls(run.id)} == {"coder"}
+    assert candidates[0].proposal is not None
+    assert candidates[0].proposal["hypothesis"] == "set A to 1, closer to the optimum"
+    assert store.get_run(run.id).status is RunStatus.COMPLETED
+
+
+def test_disabling_a_role_is_validated_never_a_keyerror(tmp_path: Path) -> None:
+    from revtree.errors import TaskSpecError
+
+    spec = load_task(make_task(tmp_path / "t"))
+    assert not spec.agents.one_call
+    assert spec.with_overrides(agents={"proposer": {"enabled": False}}).agents.one_call
+    with pytest.raises(TaskSpecError, match=r"the coder .* cannot be disabled"):
+        spec.with_overrides(agents={"coder": {"enabled": False}})
+    with pytest.raises(TaskSpecError, match=r"enable \[agents\.proposer\] or set agents\.calls"):
+        spec.with_overrides(agents={"calls": "two", "proposer": {"enabled": False}})

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from revtree.errors import SandboxError
 from revtree.sandboxes import ExecRequest, ExecResult, Limits
+from revtree.sandboxes.base import OUTPUT_FILE_CAP
 from revtree.sandboxes.docker import DockerSandbox
 from revtree.tasks.spec import SandboxConfig
 from tests.sandboxes.conftest import leftovers
@@ -187,19 +187,37 @@ def test_disk_filling_is_capped(box, tar_of):
     assert "No space left" in result.stderr or "File too large" in result.stderr
 
 
+@pytest.fixture(params=[True, False], ids=["host-volume", "engine-api"])
+def roomy_box(docker_client, request):
+    """A box whose disk cap leaves room for a file over ``OUTPUT_FILE_CAP``; outputs read
+    in the volume's folder on this host, or through the engine's API."""
+    sb = DockerSandbox(
+        SandboxConfig(disk="256m", outputs=("result.txt",)), host_volumes=request.param
+    )
+    yield sb
+    sb.close()
+
+
 @pytest.mark.parametrize(
-    "make",
+    ("make", "why"),
     [
-        "import os; os.symlink('/etc/passwd', 'result.txt')",
-        "import os; os.symlink('../out/metrics.json', 'result.txt')",
-        "import os; os.mkdir('result.txt'); open('result.txt/x', 'w').write('x')",
-        "open('result.txt', 'wb').write(b'x' * (17 * 2**20))",
+        ("import os; os.symlink('/etc/passwd', 'result.txt')", "symbolic link"),
+        ("import os; os.symlink('../out/metrics.json', 'result.txt')", "symbolic link"),
+        ("import os; os.mkdir('result.txt'); open('result.txt/x', 'w').write('x')", None),
+        (f"open('result.txt', 'wb').truncate({OUTPUT_FILE_CAP + 1})", "over the cap"),
     ],
     ids=["symlink-absolute", "symlink-relative", "directory", "over-cap"],
 )
-def test_hostile_outputs_are_refused(box, tar_of, make):
-    with pytest.raises(SandboxError, match="refused"):
-        run(box, tar_of, make)
+def test_hostile_outputs_are_refused(roomy_box, tar_of, make, why):
+    make += "\nimport os; os.write(3, b'{\"score\": 1}')"
+    result = run(roomy_box, tar_of, make)
+    assert result.exit_code == 0, result.stderr
+    assert result.files == {}  # nothing copied: no link followed, no folder, no huge file
+    if why is None:  # a folder is walked, never copied (its x matches no declared output)
+        assert result.refused == {}
+    else:
+        assert why in result.refused["result.txt"], result.refused
+    assert result.metrics_text == '{"score": 1}'  # the run itself still counts
 
 
 def test_declared_output_is_copied_out(box, tar_of):
@@ -217,10 +235,56 @@ def test_overwritten_evaluator_is_fresh_next_time(box, tar_of):
     assert again.stdout == "honest\n"
 
 
-def test_a_metrics_symlink_does_not_leak_host_files(box, tar_of):
-    code = "import os; os.symlink('/etc/shadow', os.environ['REVTREE_METRICS'])"
-    with pytest.raises(SandboxError, match="refused"):
-        run(box, tar_of, code)
+@pytest.mark.parametrize(
+    "tamper",
+    [
+        "os.symlink(SECRET, path)",
+        "os.symlink('/etc/shadow', path)",
+        "os.symlink('/proc/self/fd/3', path)",  # the host's own descriptor 3, if followed
+        "os.symlink('/proc/1/root' + SECRET, path)",
+        "os.mkfifo(path)",  # a reader that follows it would block
+        "os.mkdir(path)",
+    ],
+    ids=["host-secret", "etc-shadow", "proc-self-fd-3", "proc-1-root", "fifo", "directory"],
+)
+@pytest.mark.parametrize("host_volumes", [True, False], ids=["host-volume", "engine-api"])
+def test_a_metrics_symlink_does_not_leak_host_files(
+    docker_client, tar_of, tmp_path, tamper, host_volumes
+):
+    """The candidate finds fd 3's file through /proc/self/fd/3, writes honest metrics,
+    then swaps the file for a link to a host secret (or a FIFO, a folder): the host
+    reads nothing through it, and drops the metrics rather than trust the swapped file."""
+    secret = tmp_path / "secret.txt"
+    secret.write_text("HOST-SECRET-8d1f")
+    code = f"""
+import os
+SECRET = {str(secret)!r}
+path = os.readlink('/proc/self/fd/3')
+assert path == '/sandbox/out/metrics.json', path
+os.write(3, b'{{"score": 1}}')
+os.unlink(path)
+{tamper}
+print('tampered')
+"""
+    box = DockerSandbox(SandboxConfig(disk="64m"), host_volumes=host_volumes)
+    try:
+        result = run(box, tar_of, code)
+    finally:
+        box.close()
+    assert result.exit_code == 0 and result.stdout == "tampered\n", result.stderr
+    assert result.metrics_text is None
+    assert "metrics of descriptor 3 were not read" in result.stderr, result.stderr
+    everything = result.stdout + result.stderr + repr(result.files)
+    assert "HOST-SECRET" not in everything and "root:" not in everything
+
+
+def test_metrics_written_through_proc_self_fd_3_come_back(box, tar_of):
+    """Writing the metrics through ``/proc/self/fd/3`` reaches the same regular file as
+    descriptor 3: what comes back is what was written, nothing of the host."""
+    code = "open('/proc/self/fd/3', 'w').write('{\"score\": 2}')"
+    result = run(box, tar_of, code)
+    assert result.exit_code == 0, result.stderr
+    assert result.metrics_text == '{"score": 2}'
 
 
 def test_hostile_cases_leave_nothing_running(box, tmp_path):
