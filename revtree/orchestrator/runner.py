@@ -282,6 +282,7 @@ class Orchestrator:
         spent = store.seconds_by_kind(self.run_id, self.spec.evaluate.repeats)
         self.trust_seconds = {"verify": spent.get("verify", 0.0), GUARD: spent.get(GUARD, 0.0)}
         self.guarded: dict[int, float] = {}  # node -> its guard holdout score
+        self._guard_locks: dict[int, threading.Lock] = {}  # one guard run per node at once
         root = self.nodes[0]
         assert root.commit is not None
         if isinstance(self.proposer, KnobProposer):  # improve of the root starts here
@@ -986,7 +987,14 @@ class Orchestrator:
             self._guard(node_id, slot=not final)
 
     def _guard(self, node_id: int, slot: bool) -> None:
-        """Run (or reuse) the guard holdout of a node, then check it for a drift alarm."""
+        """Run (or reuse) the guard holdout of a node, then check it for a drift alarm.
+        Candidates that need the same node's guard (the baseline's) wait for one run."""
+        with self.lock:
+            once = self._guard_locks.setdefault(node_id, threading.Lock())
+        with once:
+            self._guard_once(node_id, slot)
+
+    def _guard_once(self, node_id: int, slot: bool) -> None:
         node = self.nodes[node_id]
         stored = [
             e

@@ -214,7 +214,9 @@ def test_a_full_disk_stops_the_run_failed_and_resumes_once_space_is_freed(
             "os.write(3, json.dumps({'f': solver.X ** 2}).encode())\n"
         )
         task = quad_task(tmp_path / "t", fill)
-        text = (task / "task.toml").read_text().replace('"QUAD_DATA"', '"QUAD_DATA", "FILL", "MARK"')
+        text = (
+            (task / "task.toml").read_text().replace('"QUAD_DATA"', '"QUAD_DATA", "FILL", "MARK"')
+        )
         (task / "task.toml").write_text(text)
         env = {"FILL": str(filler), "MARK": str(tmp_path / "filled")}
         out = revtree(home, "run", str(task), "--quiet", check=False, **env)
@@ -321,7 +323,9 @@ def test_a_coder_that_hard_codes_protected_data_gets_a_drift_alarm_and_is_not_ex
     assert all(
         a["dev"] == 0.0 and a["holdout"] > 50 for a in alarms.values() if a["kind"] != "subtree"
     ), s["alarms"]
-    assert all(by_id[a["node"]]["parent"] in alarms for a in alarms.values() if a["kind"] == "subtree")
+    assert all(
+        by_id[a["node"]]["parent"] in alarms for a in alarms.values() if a["kind"] == "subtree"
+    )
     assert s["best_node"] not in alarms and by_id[s["best_node"]]["score"] > 0
     assert s["guard"]["runs"] >= 2  # the baseline's and the hack's
     assert "drift alarm" in out.stdout
@@ -379,9 +383,11 @@ def test_an_edit_that_changes_nothing_is_not_evaluated(tmp_path: Path, home: Pat
     evaluator = "import json, os, solver\nos.write(3, json.dumps({'f': solver.X}).encode())\n"
     task = quad_task(tmp_path / "q", evaluator, extra=LLM, budget=3)
     with FakeLLMServer(
-        lambda req: "HYPOTHESIS: none\nPLAN:\n1. x"
-        if "research lead" in req.system
-        else "solver.py\n```python\nX = 3.0\n```\n"
+        lambda req: (
+            "HYPOTHESIS: none\nPLAN:\n1. x"
+            if "research lead" in req.system
+            else "solver.py\n```python\nX = 3.0\n```\n"
+        )
     ) as srv:
         revtree(home, "run", str(task), "--base-url", srv.openai_url, "--quiet")
     s = show(home)
