@@ -365,6 +365,8 @@ class Evaluator:
             assert res.score is not None
             better = res.score >= st.threshold if self.spec.maximize else res.score <= st.threshold
             if not better:
+                if ev.cascade == "keep":  # OpenEvolve: the stage's score stands
+                    return self._outcome(results, None, None, res.score)
                 msg = (
                     f"stage {st.name!r}: {res.score:.6g} does not reach threshold {st.threshold:g}"
                 )

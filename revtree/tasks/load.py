@@ -36,22 +36,26 @@ ALWAYS_EXCLUDED = (
 def load_task(path: str | Path) -> TaskSpec:
     """Read and check the task at ``path``: a folder holding task.toml, or the file, or an
     OpenEvolve or ShinkaEvolve task folder (see :mod:`revtree.tasks.compat`), whose loader
-    warns (``UserWarning``) about every setting it does not carry over."""
+    warns (``UserWarning``) about every setting it does not carry over, then lists what
+    it mapped in one ``CompatNote`` (a ``UserWarning`` subclass that is no problem)."""
     file = Path(path).expanduser().resolve()
     if file.is_dir() and not (file / TASK_FILE).exists():
-        from revtree.tasks.compat import load_compat
+        from revtree.tasks.compat import CompatNote, load_compat
 
         if (found := load_compat(file)) is not None:
-            for message in found[1]:
+            for message in found.warnings:
                 warnings.warn(message, UserWarning, stacklevel=2)
-            return found[0]
+            if found.mapped:
+                note = f"{file}: mapped onto revtree settings: {', '.join(found.mapped)}"
+                warnings.warn(note, CompatNote, stacklevel=2)
+            return found.spec
     if file.is_dir():
         file = file / TASK_FILE
     if not file.is_file():
         raise TaskSpecError(
             f"{file}: no such task file (a task folder holds a {TASK_FILE}, or is an "
-            "OpenEvolve folder with initial_program.py and evaluator.py, or a ShinkaEvolve "
-            "folder with initial.py and evaluate.py)"
+            "OpenEvolve folder with initial_program.* and evaluator.py, or a ShinkaEvolve "
+            "folder with initial.* and evaluate.py)"
         )
     try:
         data = tomllib.loads(file.read_text(encoding="utf-8"))

@@ -97,8 +97,9 @@ class Grade(_Section):
 
 
 class Stage(_Section):
-    """A cheap evaluation that gates the full one: below threshold, the node stops there.
-    With a grade step, the stage's command is its run step and the grader scores it."""
+    """A cheap evaluation that gates the full one: below threshold, the node stops there
+    (failed, or scored by the stage: see ``evaluate.cascade``). With a grade step, the
+    stage's command is its run step and the grader scores it."""
 
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$", description="Stage name, unique.")
     command: str = Field(min_length=1, description="Shell command run in the workspace.")
@@ -124,6 +125,12 @@ class Evaluate(_Section):
     timeout: Duration = Field(600.0, description="Wall timeout of one run of the command.")
     repeats: int = Field(1, ge=1, le=100, description="Runs of the full stage; score is the mean.")
     stages: tuple[Stage, ...] = Field((), description="Cheap stages run first, in order.")
+    cascade: Literal["gate", "keep"] = Field(
+        "gate",
+        description="A node below a stage's threshold: 'gate' fails it (error_kind 'gated'); "
+        "'keep' (OpenEvolve's meaning) succeeds with that stage's score and runs no later "
+        "stage.",
+    )
     outputs: tuple[str, ...] = Field(
         (), description="Globs of workspace files the run step hands to the grade step."
     )
@@ -583,6 +590,9 @@ class EnsembleMember(_Section):
     weight: float = Field(1.0, gt=0, description="Relative chance of being picked for a call.")
 
 
+Structured = Literal["auto", "tools", "json_schema", "off"]
+
+
 class Role(_Section):
     """Settings of one LLM role. Unset values fall back to the [agents] defaults."""
 
@@ -597,6 +607,9 @@ class Role(_Section):
         True,
         description="Off: the role is skipped (reviewer, analyst); a disabled proposer "
         "means one call per candidate (see agents.calls); the coder cannot be disabled.",
+    )
+    structured: Structured | None = Field(
+        None, description="Structured answers for this role (default: agents.structured)."
     )
 
 
@@ -634,6 +647,14 @@ class Agents(_Section):
     edit_format: Literal["search_replace", "whole_file", "auto"] = Field(
         "auto", description="How the coder edits: SEARCH/REPLACE blocks, whole files, or either."
     )
+    structured: Structured = Field(
+        "auto",
+        description="Typed answers (edits as edit_file/write_file calls, the hypothesis, "
+        "plan and verdict as fields): tools (tool calls), json_schema (an OpenAI JSON "
+        "response format; tools for Anthropic), off (plain text), or auto: tools for "
+        "openai: and anthropic: models, text for openai-compatible: ones. A server that "
+        "refuses them gets plain text for the rest of the run.",
+    )
     calls: Literal["auto", "one", "two"] = Field(
         "auto",
         description="Model calls per candidate: two (the proposer's hypothesis, then the "
@@ -641,7 +662,23 @@ class Agents(_Section):
         "when [agents.proposer] is disabled, else two.",
     )
     memory_tokens: int = Field(1500, ge=0, description="Token budget of memory in a prompt.")
-    context_tokens: int = Field(24000, ge=1000, description="Token budget of code in a prompt.")
+    context_tokens: int = Field(
+        24000,
+        ge=1000,
+        description="Token budget of code in a prompt: the editable files first, then a "
+        "repository map, then the files retrieval finds for the candidate.",
+    )
+    repo_map_share: float = Field(
+        0.1, ge=0, le=0.5, description="Share of context_tokens for the repository map."
+    )
+    related_files: int = Field(
+        5, ge=0, le=50, description="Most files retrieval adds to a candidate's prompt."
+    )
+    embeddings_model: str | None = Field(
+        None,
+        description="Model of an OpenAI-compatible /embeddings endpoint (at base_url) for "
+        "semantic search; unset: keyword search (BM25) only.",
+    )
     prices: dict[str, Price] = Field(default_factory=dict, description="Per-model price overrides.")
     proposer: Role = Role()
     coder: Role = Role()

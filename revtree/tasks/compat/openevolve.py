@@ -1,45 +1,85 @@
-"""OpenEvolve task folders, unchanged: ``initial_program.py``, ``evaluator.py``, ``config.yaml``.
+"""OpenEvolve task folders, unchanged: ``initial_program.*``, ``evaluator.py``, ``config.yaml``.
 
 The mapping onto a :class:`TaskSpec`:
 
-- ``initial_program.py`` is editable, ``evaluator.py`` protected; other files are context
-  the agents may read but not change. ``config.yaml`` stays out of the repository (it may
-  hold an API key) and so does ``openevolve_output/``.
-- Scoring: each stage runs ``python _revtree_openevolve_runner.py FUNCTION``, which calls
-  that evaluator function on the program and reports ``combined_score`` (OpenEvolve's
-  fitness; the mean of the numeric metrics when the evaluator gives none), maximized.
-- Cascade: when ``evaluator.cascade_evaluation`` is on (OpenEvolve's default) and the
-  evaluator defines ``evaluate_stage1``, that stage gates at ``cascade_thresholds[0]``, then
-  ``evaluate_stage2`` at ``cascade_thresholds[1]``, then ``evaluate()`` gives the score. A
-  stage function that only returns ``evaluate(program_path)`` is not run twice.
+- The program is ``initial_program.py``, or the one ``initial_program.*`` of another
+  language (``.rs``, ``.go``, ``.jl``, ``.f90``, ``.cpp``, ``.js``, ...; ``file_suffix`` in
+  config.yaml picks one); it is editable, and a non-Python program's language is named in
+  the goal. ``evaluator.py`` is protected; other files are context the agents may read but
+  not change. ``config.yaml`` stays out of the repository (it may hold an API key) and so
+  does ``openevolve_output/``.
+- Scoring: each stage runs ``python _revtree_openevolve_runner.py FUNCTION [PROGRAM]``,
+  which calls that evaluator function on the program's absolute path, whatever its
+  language (as OpenEvolve does), and reports ``combined_score`` (OpenEvolve's fitness; the
+  mean of the numeric metrics when the evaluator gives none), maximized. Artifacts
+  (``EvaluationResult.artifacts``) go into the metrics and are printed as the evaluation's
+  output, which the agents read with the parent's evaluation.
+- Cascade, with OpenEvolve's meaning (``evaluate.cascade = "keep"``): when
+  ``evaluator.cascade_evaluation`` is on (OpenEvolve's default) and the evaluator defines
+  ``evaluate_stage1``, a program below ``cascade_thresholds[0]`` keeps stage 1's score and
+  stops there; above it, ``evaluate_stage2`` with ``cascade_thresholds[1]`` likewise, then
+  ``evaluate()`` gives the score. A stage function that only returns
+  ``evaluate(program_path)`` is not run twice.
+- One model call per candidate (``agents.calls = "one"``), as OpenEvolve makes.
 
-What differs from OpenEvolve: each stage is gated on its own metrics (OpenEvolve merges a
-stage's metrics with the earlier ones); the score always comes from ``evaluate()`` (in
-OpenEvolve's cascade, from the last stage reached, and ``evaluate()`` is not called), so
-``evaluate_stage3`` is not run; a candidate below a threshold fails as "gated" (OpenEvolve
-keeps its stage metrics as its score); an evaluator that raises or times out fails the
-candidate (OpenEvolve scores it 0 after ``max_retries``).
+What differs from OpenEvolve: each stage is judged on its own metrics (OpenEvolve merges a
+stage's metrics with the earlier ones); past the last stage the score comes from
+``evaluate()`` (OpenEvolve returns the last stage's result and does not call it), so
+``evaluate_stage3`` is not run; an evaluator that raises or times out fails the candidate
+(OpenEvolve scores it 0 after ``max_retries``).
 
-``config.yaml`` keys with a revtree counterpart: ``max_iterations`` (``budget.max_nodes``,
-plus one for the root), ``random_seed`` (``search.seed``), ``evaluator.timeout`` (default
-300 s, OpenEvolve's), ``evaluator.parallel_evaluations`` (``search.parallel``),
-``evaluator.cascade_evaluation`` and ``evaluator.cascade_thresholds``, and
-``prompt.system_message`` (``goal``). Every other key is named in a warning.
+``config.yaml`` keys with a revtree counterpart (the loader lists what it mapped; every
+other key is named in a warning): ``max_iterations`` (``budget.max_nodes``, plus one for
+the root), ``random_seed`` / ``database.random_seed`` (``search.seed``), ``language``,
+``file_suffix``, ``diff_based_evolution`` (false: ``agents.edit_format = "whole_file"``);
+``llm.models`` / ``primary_model`` / ``secondary_model`` with their weights (the heaviest is
+``agents.model``; several make the coder's weighted ensemble), ``llm.api_base``
+(``agents.base_url``, and ``openai-compatible:`` models unless it is OpenAI's),
+``llm.temperature``, ``max_tokens``, ``timeout`` and ``retries``; ``prompt.system_message``
+(``goal``), ``prompt.include_artifacts`` and ``evaluator.enable_artifacts``;
+``evaluator.timeout`` (default 300 s, OpenEvolve's), ``parallel_evaluations``
+(``search.parallel``), ``cascade_evaluation`` and ``cascade_thresholds``;
+``database.num_islands``, ``migration_interval``, ``migration_rate``, ``archive_size``,
+``exploration_ratio``, ``exploitation_ratio``, ``feature_bins`` and
+``feature_dimensions`` (``diversity`` as revtree's ``lineage``; the others have no
+counterpart) set ``[search] policy = "evolution"``. API keys are never read.
 """
 
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from revtree.errors import TaskSpecError
 from revtree.tasks.compat._common import (
+    OPENAI_URL,
     SHIMS,
+    Loaded,
+    Settings,
     default_goal,
-    has_key,
-    leaf_keys,
+    find_program,
+    is_bool,
+    is_count,
+    is_int,
+    is_max_tokens,
+    is_model_list,
+    is_number,
+    is_number_min0,
+    is_parallel,
+    is_positive,
+    is_positive_int,
+    is_ratio,
+    is_retries,
+    is_str,
+    is_str_list,
+    is_suffix,
+    is_temperature,
+    is_thresholds,
+    language_note,
+    model_name,
     parse_python,
     read_yaml,
     support_files,
@@ -47,8 +87,8 @@ from revtree.tasks.compat._common import (
     top_level_names,
 )
 from revtree.tasks.load import spec_from_dict
-from revtree.tasks.spec import TaskSpec
 
+STEM = "initial_program"
 PROGRAM = "initial_program.py"
 EVALUATOR = "evaluator.py"
 CONFIG = "config.yaml"
@@ -61,159 +101,255 @@ SUPPORT = {
 DEFAULT_THRESHOLDS = (0.5, 0.75)
 DEFAULT_TIMEOUT = 300.0
 SECTIONS = ("llm", "prompt", "database", "evaluator", "evolution_trace")
+#: OpenEvolve feature dimension -> revtree's evolution feature
+FEATURES = {"diversity": "lineage"}
+#: database keys of the same name and meaning in revtree's evolution policy
+DATABASE = (
+    "num_islands",
+    "migration_interval",
+    "migration_rate",
+    "archive_size",
+    "exploration_ratio",
+    "exploitation_ratio",
+)
 
 
 def is_openevolve(folder: Path) -> bool:
-    return (folder / PROGRAM).is_file() and (folder / EVALUATOR).is_file()
+    return (folder / EVALUATOR).is_file() and find_program(folder, STEM) is not None
 
 
-def command(function: str) -> str:
-    return f"python {RUNNER} {function}"
+def command(function: str, program: str = PROGRAM, artifacts: bool = True) -> str:
+    extra = ("" if program == PROGRAM else f" {program}") + ("" if artifacts else " --no-artifacts")
+    return f"python {RUNNER} {function}{extra}"
 
 
-def load_openevolve(path: str | Path) -> tuple[TaskSpec, list[str]]:
-    """The task of an OpenEvolve folder, and warnings naming what is not carried over."""
+def load_openevolve(path: str | Path) -> Loaded:
+    """The task of an OpenEvolve folder, warnings naming what is not carried over, and
+    what was mapped."""
     folder = Path(path).expanduser().resolve()
-    for name in (PROGRAM, EVALUATOR):
-        if not (folder / name).is_file():
-            raise TaskSpecError(
-                f"{folder / name}: no such file (an OpenEvolve task folder holds "
-                f"{PROGRAM} and {EVALUATOR})"
-            )
+    config_file = folder / CONFIG
+    settings = read_yaml(config_file) if config_file.is_file() else {}
+    config = Settings(settings, config_file, SECTIONS, llm="llm")
+    program = _program(folder, config)
     evaluator = folder / EVALUATOR
+    if not evaluator.is_file():
+        raise TaskSpecError(
+            f"{evaluator}: no such file (an OpenEvolve task folder holds {STEM}.* and {EVALUATOR})"
+        )
     functions, star = top_level_names(parse_python(evaluator))
     if "evaluate" not in functions and not star:
         raise TaskSpecError(
             f"{evaluator}: defines no function 'evaluate(program_path)', "
             "which OpenEvolve calls to score a program"
         )
-    config_file = folder / CONFIG
-    config = _Config(read_yaml(config_file) if config_file.is_file() else {}, config_file)
-    stages, notes = _stages(functions, config, evaluator)
+    artifacts = _artifacts(config)
+    run = functools.partial(command, program=program, artifacts=artifacts)
+    stages, notes = _stages(functions, config, evaluator, run)
     data: dict[str, Any] = {
         "name": task_name(folder),
-        "goal": _goal(config, folder),
-        "editable": [PROGRAM],
+        "goal": _goal(config, folder, program),
+        "editable": [program],
         "protected": [EVALUATOR],
         "exclude": [CONFIG, "openevolve_output/**"],
         "evaluate": {
-            "command": command("evaluate"),
+            "command": run("evaluate"),
             "metric": "combined_score",
             "direction": "maximize",
-            "timeout": config.get("evaluator.timeout", _positive, "a positive number of seconds")
+            "timeout": config.take(
+                "evaluator.timeout", is_positive, "a positive number of seconds", "evaluate.timeout"
+            )
             or DEFAULT_TIMEOUT,
             "stages": stages,
+            "cascade": "keep",
         },
+        "agents": {"calls": "one", **_agents(config)},
         "support_files": support_files(SUPPORT),
     }
-    search = {
-        "seed": config.get("random_seed", _int, "an integer"),
-        "parallel": config.get("evaluator.parallel_evaluations", _parallel, "an integer 1..256"),
-    }
-    if search := {k: v for k, v in search.items() if v is not None}:
+    if search := _search(config):
         data["search"] = search
-    iterations = config.get("max_iterations", _count, "a non-negative integer")
+    iterations = config.take(
+        "max_iterations", is_count, "a non-negative integer", "budget.max_nodes (plus the root)"
+    )
     if iterations is not None:
         data["budget"] = {"max_nodes": iterations + 1}
     spec = spec_from_dict(data, config_file if config_file.is_file() else evaluator)
-    return spec, [*config.ignored(), *notes]
+    return Loaded(spec, [*config.ignored(), *notes], config.mapped)
 
 
-def _int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
+def _program(folder: Path, config: Settings) -> str:
+    suffix = config.take("file_suffix", is_suffix, "a file suffix such as '.rs'", "the program")
+    program = find_program(folder, STEM, suffix)
+    if program is not None:
+        return program
+    if suffix is not None:
+        raise TaskSpecError(
+            f"{folder / (STEM + suffix)}: no such file (config.yaml's file_suffix names it)"
+        )
+    found = sorted(p.name for p in folder.glob(f"{STEM}.*"))
+    if found:
+        raise TaskSpecError(
+            f"{folder}: {len(found)} candidate programs {found}: set file_suffix in "
+            f"config.yaml to pick one"
+        )
+    raise TaskSpecError(
+        f"{folder / PROGRAM}: no such file (an OpenEvolve task folder holds "
+        f"{STEM}.* and {EVALUATOR})"
+    )
 
 
-def _count(v: Any) -> bool:
-    return _int(v) and v >= 0
+def _artifacts(config: Settings) -> bool:
+    """Whether artifacts reach the agents (both of OpenEvolve's switches must allow it)."""
+    on = [
+        config.take(key, is_bool, "true or false", "artifacts shown to the agents")
+        for key in ("evaluator.enable_artifacts", "prompt.include_artifacts")
+    ]
+    return False not in on
 
 
-def _parallel(v: Any) -> bool:
-    return _int(v) and 1 <= v <= 256
+def _agents(config: Settings) -> dict[str, Any]:
+    """``[agents]`` settings from ``llm.*`` and ``diff_based_evolution``."""
+    agents: dict[str, Any] = {}
+    for key, field, check, expected in (
+        ("llm.temperature", "temperature", is_temperature, "a number in [0, 2]"),
+        ("llm.max_tokens", "max_tokens", is_max_tokens, "an integer of at least 16"),
+        ("llm.timeout", "timeout", is_positive, "a positive number of seconds"),
+        ("llm.retries", "max_retries", is_retries, "an integer 0..20"),
+    ):
+        value = config.take(key, check, expected, f"agents.{field}")
+        if value is not None:
+            agents[field] = value
+    base = config.get("llm.api_base", is_str, "a URL")
+    models = _models(config, base)
+    local = base is not None and base.rstrip("/") != OPENAI_URL
+    if base is not None:
+        config.note("llm.api_base", "agents.base_url" if local else "(OpenAI's endpoint)")
+    if local:
+        agents["base_url"] = base
+    if models:
+        named = [(model_name(n, base), w) for n, w in models]
+        agents["model"] = max(named, key=lambda m: m[1])[0]
+        if len(named) > 1:
+            agents["coder"] = {"ensemble": [{"model": m, "weight": w} for m, w in named]}
+    diff = config.take("diff_based_evolution", is_bool, "true or false", "agents.edit_format")
+    if diff is False:
+        agents["edit_format"] = "whole_file"
+    return agents
 
 
-def _number(v: Any) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool)
+def _models(config: Settings, base: str | None) -> list[tuple[str, float]]:
+    """(name, weight) of the evolution models: ``llm.models``, else ``primary_model`` and
+    ``secondary_model`` (OpenEvolve's weights: 1.0 and 0.2 by default; weight 0 drops one)."""
+    models = config.get("llm.models", is_model_list, "a list of {name, weight} mappings")
+    out: list[tuple[str, float]] = []
+    for i, m in enumerate(models or []):
+        where = f"llm.models[{i}]"
+        weight = m.get("weight", 1.0)
+        if not is_number(weight) or weight < 0:
+            raise TaskSpecError(
+                f"{config.file}: key '{where}.weight': expected a non-negative number, "
+                f"got {weight!r:.80}"
+            )
+        own_base = m.get("api_base")
+        extra = sorted(set(m) - {"name", "weight", "api_base"})
+        if own_base is not None and own_base != base:
+            extra.insert(0, "api_base")
+        config.unmapped.extend(f"{where}.{k}" for k in extra)
+        if weight > 0:
+            out.append((str(m["name"]), float(weight)))
+    if models:
+        config.note("llm.models", "agents.model and the coder's ensemble")
+    for key, default in (("primary_model", 1.0), ("secondary_model", 0.2)):
+        name = config.get(f"llm.{key}", is_str, "a model name")
+        weight = config.get(f"llm.{key}_weight", is_number_min0, "a non-negative number")
+        if name is None:
+            continue
+        config.note(f"llm.{key}", "agents.model and the coder's ensemble")
+        w = default if weight is None else float(weight)
+        if w > 0 and name not in (n for n, _ in out):
+            out.append((name, w))
+    return out
 
 
-def _positive(v: Any) -> bool:
-    return _number(v) and v > 0
+def _search(config: Settings) -> dict[str, Any]:
+    """``[search]`` settings: seed, parallelism, and the evolution policy from ``database.*``."""
+    seed = config.take("random_seed", is_int, "an integer", "search.seed")
+    db_seed = config.get("database.random_seed", is_int, "an integer")
+    if db_seed is not None:
+        config.note("database.random_seed", "search.seed" if seed is None else "(random_seed)")
+    search = {
+        "seed": db_seed if seed is None else seed,
+        "parallel": config.take(
+            "evaluator.parallel_evaluations", is_parallel, "an integer 1..256", "search.parallel"
+        ),
+    }
+    evolution: dict[str, Any] = {}
+    for key in DATABASE:
+        rate = key.endswith(("_rate", "is_ratio"))
+        check, expected = (
+            (is_ratio, "a number in [0, 1]") if rate else (is_positive_int, "an integer >= 1")
+        )
+        value = config.take(f"database.{key}", check, expected, f"search.{key}")
+        if value is not None:
+            evolution[key] = value
+    bins = config.get("database.feature_bins", lambda v: True, "")
+    if is_positive_int(bins):
+        config.note("database.feature_bins", "search.feature_bins")
+        evolution["feature_bins"] = bins
+    elif bins is not None:
+        config.used.discard("database.feature_bins")  # per-dimension bins: no counterpart
+    features = _features(config)
+    if features:
+        evolution["features"] = features
+    if evolution:
+        evolution["policy"] = "evolution"
+    return {k: v for k, v in {**search, **evolution}.items() if v is not None}
 
 
-def _str(v: Any) -> bool:
-    return isinstance(v, str)
+def _features(config: Settings) -> list[str]:
+    dims = config.get("database.feature_dimensions", is_str_list, "a list of names")
+    if not dims:
+        return []
+    mapped = [FEATURES[d] for d in dims if d in FEATURES]
+    others = [d for d in dims if d not in FEATURES]
+    if mapped:
+        pairs = ", ".join(f"{d} as {FEATURES[d]}" for d in dims if d in FEATURES)
+        config.note("database.feature_dimensions", f"search.features ({pairs})")
+    if others:
+        config.unmapped.append(
+            f"database.feature_dimensions {others} (revtree's features see the tree, not the "
+            "code or its metrics)"
+        )
+    return mapped
 
 
-def _bool(v: Any) -> bool:
-    return isinstance(v, bool)
-
-
-def _thresholds(v: Any) -> bool:
-    return isinstance(v, list) and len(v) > 0 and all(_number(x) for x in v)
-
-
-class _Config:
-    """The settings of config.yaml, type-checked on access; keys never read are ignored."""
-
-    def __init__(self, data: dict[str, Any], file: Path) -> None:
-        self.data, self.file = data, file
-        self.used: set[str] = set()
-        for section in SECTIONS:
-            if data.get(section) is not None and not isinstance(data[section], dict):
-                raise TaskSpecError(f"{file}: key '{section}': expected a mapping of settings")
-
-    def get(self, key: str, check: Callable[[Any], bool], expected: str) -> Any:
-        """The value at dotted ``key``, None when absent; raises when it fails ``check``."""
-        self.used.add(key)
-        value: Any = self.data
-        for part in key.split("."):
-            if not isinstance(value, dict) or part not in value:
-                return None
-            value = value[part]
-        if value is not None and not check(value):
-            raise TaskSpecError(f"{self.file}: key '{key}': expected {expected}, got {value!r:.80}")
-        return value
-
-    def ignored(self) -> list[str]:
-        """One warning per section, naming every key that was not used."""
-        groups: dict[str, list[str]] = {}
-        for key in leaf_keys(self.data):
-            if key not in self.used:
-                groups.setdefault(key.split(".")[0] if "." in key else "", []).append(key)
-        out = []
-        for section, keys in groups.items():
-            names = ", ".join(keys)
-            if section == "llm":
-                secret = (
-                    " (API keys in config.yaml are never read)"
-                    if has_key(self.data["llm"], "api_key")
-                    else ""
-                )
-                out.append(
-                    f"{self.file}: LLM settings are not used yet; revtree's agents take their "
-                    f"models from the task's [agents] settings{secret}: {names}"
-                )
-            else:
-                what = f"'{section}' settings" if section else "settings"
-                out.append(f"{self.file}: {what} without a revtree counterpart, ignored: {names}")
-        return out
-
-
-def _goal(config: _Config, folder: Path) -> str:
-    message = config.get("prompt.system_message", _str, "a string")
+def _goal(config: Settings, folder: Path, program: str) -> str:
+    message = config.get("prompt.system_message", is_str, "a string")
+    named = config.take("language", is_str, "a language name", "the goal (the program's language)")
     if message and " " in message.strip():
-        return str(message).strip()
-    if message:  # the name of a prompt template, not a text
-        config.used.discard("prompt.system_message")
-    return default_goal(folder, PROGRAM, EVALUATOR)
+        config.note("prompt.system_message", "goal")
+        goal = str(message).strip()
+    else:
+        if message:  # the name of a prompt template, not a text
+            config.used.discard("prompt.system_message")
+        goal = default_goal(folder, program, EVALUATOR)
+    return goal + language_note(program, named)
 
 
 def _stages(
-    functions: dict[str, ast.AST], config: _Config, evaluator: Path
+    functions: dict[str, ast.AST],
+    config: Settings,
+    evaluator: Path,
+    command: Callable[[str], str],
 ) -> tuple[list[dict[str, Any]], list[str]]:
-    """The gating stages, and notes on the stage functions that are not run."""
-    cascade = config.get("evaluator.cascade_evaluation", _bool, "true or false")
-    thresholds = config.get(
-        "evaluator.cascade_thresholds", _thresholds, "a non-empty list of numbers"
+    """The cascade stages, and notes on the stage functions that are not run."""
+    cascade = config.take(
+        "evaluator.cascade_evaluation", is_bool, "true or false", "evaluate.stages"
+    )
+    thresholds = config.take(
+        "evaluator.cascade_thresholds",
+        is_thresholds,
+        "a non-empty list of numbers",
+        "evaluate.stages thresholds",
     ) or list(DEFAULT_THRESHOLDS)
     if cascade is False or "evaluate_stage1" not in functions:
         return [], []

@@ -44,7 +44,7 @@ def folder(tmp_path: Path, evaluator: str = EVALUATOR, config: str | None = None
 
 
 def test_example_maps_onto_a_task() -> None:
-    spec, warnings = load_openevolve(EXAMPLE)
+    spec, warnings, mapped = load_openevolve(EXAMPLE)
     assert spec.name == "openevolve-function-minimization"
     assert spec.root == str(EXAMPLE.resolve())
     assert spec.editable == ("initial_program.py",) and spec.protected == ("evaluator.py",)
@@ -63,19 +63,38 @@ def test_example_maps_onto_a_task() -> None:
         "_revtree_compat/openevolve/evaluation_result.py",
     }
     assert "config.yaml" not in code_files(spec)
-    text = "\n".join(warnings)
-    for key in ("log_level", "llm.primary_model", "llm.temperature", "database.num_islands"):
+    assert ev.cascade == "keep" and spec.agents.one_call
+    a = spec.agents
+    assert (a.model, a.temperature, a.max_tokens) == ("openai:gpt-4o-mini", 0.7, 4096)
+    assert spec.search.policy == "evolution" and spec.search.num_islands == 3
+    # only the key without a counterpart is warned about; the start lists what was mapped
+    assert warnings == [
+        f"{EXAMPLE / 'config.yaml'}: settings without a revtree counterpart, ignored: log_level"
+    ]
+    text = ", ".join(mapped)
+    for key in (
+        "max_iterations",
+        "random_seed",
+        "evaluator.timeout",
+        "cascade_thresholds",
+        "llm.primary_model",
+        "llm.temperature",
+        "database.num_islands",
+        "prompt.system_message",
+    ):
         assert key in text
-    for mapped in ("max_iterations", "random_seed", "evaluator.timeout", "cascade_thresholds"):
-        assert mapped not in text
-    assert all(w.startswith(str(EXAMPLE / "config.yaml")) for w in warnings)
 
 
-def test_load_task_dispatches_and_warns() -> None:
+def test_load_task_dispatches_warns_and_notes_the_mapping() -> None:
+    from revtree.tasks.compat import CompatNote
+
     with pytest.warns(UserWarning) as record:
         spec = load_task(EXAMPLE)
-    assert (spec, [str(w.message) for w in record]) == load_openevolve(EXAMPLE)
-    assert len(record) == 3
+    loaded = load_openevolve(EXAMPLE)
+    problems = [str(w.message) for w in record if w.category is not CompatNote]
+    notes = [str(w.message) for w in record if w.category is CompatNote]
+    assert (spec, problems) == (loaded.spec, loaded.warnings)
+    assert len(notes) == 1 and "llm.primary_model -> agents.model" in notes[0]
 
 
 def test_a_task_toml_takes_precedence(tmp_path: Path) -> None:
@@ -89,7 +108,7 @@ def test_a_task_toml_takes_precedence(tmp_path: Path) -> None:
 
 
 def test_a_bare_folder_gets_openevolve_defaults_and_no_warnings(tmp_path: Path) -> None:
-    spec, warnings = load_openevolve(folder(tmp_path))
+    spec, warnings, _ = load_openevolve(folder(tmp_path))
     assert warnings == []
     assert spec.name == "oe_task" and spec.evaluate.stages == ()
     assert spec.evaluate.timeout == 300.0  # OpenEvolve's default
@@ -147,7 +166,7 @@ def test_cascade_mapping(
     stages: list[tuple[str, float]],
     note: str | None,
 ) -> None:
-    spec, warnings = load_openevolve(folder(tmp_path, EVALUATOR + extra, config))
+    spec, warnings, _ = load_openevolve(folder(tmp_path, EVALUATOR + extra, config))
     assert [(s.name, s.threshold) for s in spec.evaluate.stages] == stages
     for s in spec.evaluate.stages:
         assert s.command == f"python _revtree_openevolve_runner.py evaluate_{s.name}"
@@ -168,12 +187,14 @@ def test_api_keys_are_never_echoed_nor_copied(tmp_path: Path) -> None:
       max_retries: 2
     diff_based_evolution: true
     """
-    spec, warnings = load_openevolve(folder(tmp_path, config=config))
+    spec, warnings, _ = load_openevolve(folder(tmp_path, config=config))
     text = "\n".join(warnings)
     assert "sk-do-not-leak" not in text
     assert "API keys in config.yaml are never read" in text
-    for key in ("llm.api_key", "llm.models", "evaluator.max_retries", "diff_based_evolution"):
+    for key in ("llm.api_key", "llm.models[0].api_key", "evaluator.max_retries"):
         assert key in text
+    assert "diff_based_evolution" not in text  # mapped: true is revtree's default
+    assert spec.agents.model == "openai:gpt-4o"
     assert "config.yaml" not in code_files(spec)
     assert "sk-do-not-leak" not in json.dumps(spec.model_dump(mode="json"))
 
@@ -253,7 +274,7 @@ def test_malformed_folder_names_the_file(
 
 
 def ws_for(tmp_path: Path, evaluator: str) -> Path:
-    spec, _ = load_openevolve(folder(tmp_path, evaluator))
+    spec, _, _ = load_openevolve(folder(tmp_path, evaluator))
     return workspace(spec, tmp_path / "ws")
 
 
@@ -380,7 +401,7 @@ def test_threads_left_running_do_not_hold_the_runner(tmp_path: Path) -> None:
 
 
 def test_example_stages_run_and_score(tmp_path: Path) -> None:
-    spec, _ = load_openevolve(EXAMPLE)
+    spec, _, _ = load_openevolve(EXAMPLE)
     ws = workspace(spec, tmp_path / "ws")
     stage1 = run(ws, spec.evaluate.stages[0].command)
     assert stage1.code == 0, stage1.stderr
@@ -425,3 +446,166 @@ def test_an_installed_openevolve_takes_precedence_over_the_shim(tmp_path: Path) 
         "combined_score": 1.0,
         "real": False,
     }
+
+
+# -- OpenEvolve's cascade meaning, end to end ---------------------------------------------
+
+CASCADE = EXAMPLES / "openevolve-cascade"
+
+
+def test_cascade_example_baseline_stops_at_stage1_with_a_score_and_the_run_improves(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The baseline scores 0.29 at stage 1, below the 0.5 threshold: it succeeds with that
+    score (OpenEvolve's meaning), and candidates improve on it. The folder has no knobs and
+    a candidate identical to its parent is refused, so the offline knob proposer gets one
+    knob over the program's GUESS (the folder itself stays as it is)."""
+    from revtree.memory import NodeStatus, RunStatus, Store
+    from revtree.orchestrator import Orchestrator, create_run
+    from revtree.tasks.spec import TaskSpec
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("REVTREE_HOME", str(home))
+    monkeypatch.delenv("REVTREE_DB", raising=False)
+    spec, warnings, _ = load_openevolve(CASCADE)
+    assert warnings == [] and spec.evaluate.cascade == "keep"
+    assert [(s.name, s.threshold) for s in spec.evaluate.stages] == [("stage1", 0.5)]
+    spec = spec.with_overrides(
+        budget={"max_nodes": 7},
+        sandbox={"backend": "local"},
+        agents={"mode": "knobs"},  # offline, whatever keys the environment holds
+    )
+    knob = {"file": "initial_program.py", "variable": "GUESS", "low": 0.0, "high": 6.0}
+    spec = TaskSpec.model_validate(
+        {**spec.model_dump(mode="python"), "knobs": [{"name": "g", "type": "float", **knob}]}
+    )
+    store = Store(f"sqlite:///{home / 'revtree.db'}")
+    try:
+        run_info = create_run(store, spec, home)
+        Orchestrator(store, run_info.id, home=home).drive()
+        assert store.get_run(run_info.id).status is RunStatus.COMPLETED
+        nodes = store.nodes(run_info.id)
+        root = nodes[0]
+        assert root.status is NodeStatus.SUCCEEDED, root.error
+        assert root.score == pytest.approx(1 / 3.5)  # its stage-1 score
+        first = [e for e in store.evaluations(run_info.id, 0) if e.attempt == root.attempt]
+        assert first[0].stage == "stage1" and first[0].ok
+        # artifacts are in the metrics and, readable, in the output the agents see
+        assert first[0].metrics["artifacts"]["feedback"] == "guess 0.5: the hidden number is higher"
+        assert "### feedback\nguess 0.5: the hidden number is higher" in first[0].stdout_tail
+        finished = [n for n in nodes[1:] if n.status is NodeStatus.SUCCEEDED]
+        assert finished and all(n.score is not None for n in finished)
+        best = max(n.score for n in finished if n.score is not None)
+        print(f"cascade keep: baseline {root.score:.4f}, best {best:.4f}")
+        assert root.score is not None and best > root.score
+        # a candidate above the threshold went on to evaluate(); one below stopped at stage 1
+        stages = {
+            e.node_id: {x.stage for x in store.evaluations(run_info.id, e.node_id)}
+            for e in store.evaluations(run_info.id)
+        }
+        assert any("full" in s for s in stages.values())
+    finally:
+        store.close()
+
+
+def test_native_tasks_gate_by_default() -> None:
+    from revtree.tasks.spec import Evaluate
+
+    ev = Evaluate(command="x", metric="m", direction="maximize")
+    assert ev.cascade == "gate"
+    with pytest.raises(ValueError):
+        Evaluate(command="x", metric="m", direction="maximize", cascade="merge")
+
+
+def test_llm_and_database_settings_are_mapped(tmp_path: Path) -> None:
+    config = """\
+    llm:
+      api_base: http://localhost:8000/v1
+      models:
+        - {name: qwen2.5-coder:7b, weight: 0.8}
+        - {name: llama3, weight: 0.2}
+      temperature: 0.4
+      max_tokens: 2048
+      timeout: 90
+      retries: 2
+      top_p: 0.9
+    database:
+      num_islands: 3
+      migration_interval: 20
+      migration_rate: 0.2
+      feature_dimensions: [complexity, diversity]
+      feature_bins: 8
+      population_size: 500
+    prompt:
+      system_message: Make the search faster and more reliable.
+    diff_based_evolution: false
+    """
+    spec, warnings, mapped = load_openevolve(folder(tmp_path, config=config))
+    a = spec.agents
+    assert (a.model, a.base_url) == (
+        "openai-compatible:qwen2.5-coder:7b",
+        "http://localhost:8000/v1",
+    )
+    assert [(m.model, m.weight) for m in a.coder.ensemble] == [
+        ("openai-compatible:qwen2.5-coder:7b", 0.8),
+        ("openai-compatible:llama3", 0.2),
+    ]
+    assert (a.temperature, a.max_tokens, a.timeout, a.max_retries) == (0.4, 2048, 90.0, 2)
+    assert (a.edit_format, a.one_call) == ("whole_file", True)
+    s = spec.search
+    assert s.policy == "evolution"
+    assert (s.num_islands, s.migration_interval, s.migration_rate) == (3, 20, 0.2)
+    assert (s.features, s.feature_bins) == (("lineage",), 8)
+    assert spec.goal == "Make the search faster and more reliable."
+    text = "\n".join(warnings)
+    for unmapped in ("llm.top_p", "database.population_size", "['complexity']"):
+        assert unmapped in text
+    assert "llm.temperature" not in text and "num_islands" not in text
+    assert "llm.models -> agents.model and the coder's ensemble" in mapped
+    assert "llm.api_base -> agents.base_url" in mapped
+
+
+def test_openai_endpoint_keeps_the_openai_provider(tmp_path: Path) -> None:
+    config = "llm:\n  api_base: https://api.openai.com/v1\n  primary_model: gpt-4.1\n"
+    spec, warnings, _ = load_openevolve(folder(tmp_path, config=config))
+    assert (spec.agents.model, spec.agents.base_url, warnings) == ("openai:gpt-4.1", None, [])
+    assert spec.agents.coder.ensemble == ()  # one model: agents.model, which --model overrides
+
+
+RUST_EVALUATOR = """\
+import os, subprocess
+
+
+def evaluate(program_path):
+    text = open(program_path).read()
+    return {"combined_score": 1.0, "suffix": os.path.splitext(program_path)[1],
+            "lines": text.count("\\n")}
+"""
+
+
+def test_a_rust_program_is_recognised_named_and_handed_over_by_path(tmp_path: Path) -> None:
+    root = write_folder(
+        tmp_path / "rust_sort",
+        {
+            "initial_program.rs": "fn main() {}\n",
+            "evaluator.py": RUST_EVALUATOR,
+            "config.yaml": "language: rust\nevaluator:\n  enable_artifacts: false\n",
+        },
+    )
+    spec, warnings, _ = load_openevolve(root)
+    assert warnings == [] and spec.editable == ("initial_program.rs",)
+    assert spec.goal.endswith("The program, initial_program.rs, is written in Rust.")
+    cmd = "python _revtree_openevolve_runner.py evaluate initial_program.rs --no-artifacts"
+    assert spec.evaluate.command == cmd
+    ran = run(workspace(spec, tmp_path / "ws"), spec.evaluate.command)
+    assert ran.code == 0, ran.stderr
+    assert ran.metrics == {"combined_score": 1.0, "suffix": ".rs", "lines": 1}
+
+
+def test_two_candidate_programs_need_file_suffix(tmp_path: Path) -> None:
+    files = {"initial_program.rs": "", "initial_program.go": "", "evaluator.py": EVALUATOR}
+    root = write_folder(tmp_path / "two", files)
+    with pytest.raises(TaskSpecError, match="file_suffix"):
+        load_openevolve(root)
+    (root / "config.yaml").write_text("file_suffix: .go\n")
+    assert load_openevolve(root).spec.editable == ("initial_program.go",)

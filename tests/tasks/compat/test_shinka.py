@@ -11,6 +11,7 @@ import pytest
 from revtree.errors import TaskSpecError
 from revtree.tasks import code_files, load_task
 from revtree.tasks.compat import load_shinka
+from revtree.tasks.spec import EvolutionSearch
 
 from .conftest import EXAMPLES, run, workspace, write_folder
 
@@ -42,7 +43,7 @@ def folder(tmp_path: Path, evaluator: str = RAW_EVALUATOR, value: str = "1.5") -
 
 
 def test_example_maps_onto_a_task() -> None:
-    spec, warnings = load_shinka(EXAMPLE)
+    spec, warnings, mapped = load_shinka(EXAMPLE)
     assert spec.name == "shinka-circle-packing-lite"
     assert spec.editable == ("initial.py",) and spec.protected == ("evaluate.py",)
     ev = spec.evaluate
@@ -60,27 +61,98 @@ def test_example_maps_onto_a_task() -> None:
     }
     assert "EVOLVE-BLOCK" in spec.goal
     assert "shinka_small.yaml" not in code_files(spec)
-    assert len(warnings) == 1 and warnings[0].startswith(str(EXAMPLE / "shinka_small.yaml"))
-    assert "not read" in warnings[0]
+    # the one shinka*.yaml is read: only its key without a counterpart is warned about
+    assert warnings == [
+        f"{EXAMPLE / 'shinka_small.yaml'}: 'evo_config' settings without a revtree "
+        "counterpart, ignored: evo_config.job_type"
+    ]
+    assert (spec.budget.max_nodes, spec.search.parallel, spec.search.policy) == (
+        21,
+        2,
+        "evolution",
+    )
+    assert isinstance(spec.search, EvolutionSearch)
+    assert (spec.search.num_islands, spec.search.archive_size) == (2, 20)
+    assert spec.agents.model == "openai:gpt-4o-mini" and spec.agents.one_call
+    assert "evo_config.num_generations -> budget.max_nodes" in mapped
 
 
-def test_load_task_dispatches_and_warns() -> None:
+def test_load_task_dispatches_and_notes_the_mapping() -> None:
+    from revtree.tasks.compat import CompatNote
+
     with pytest.warns(UserWarning, match=r"shinka_small\.yaml") as record:
         spec = load_task(EXAMPLE)
-    assert (spec, [str(w.message) for w in record]) == load_shinka(EXAMPLE)
+    loaded = load_shinka(EXAMPLE)
+    assert spec == loaded.spec
+    assert [str(w.message) for w in record if w.category is not CompatNote] == loaded.warnings
+    assert sum(w.category is CompatNote for w in record) == 1
 
 
 def test_run_configs_are_named_and_kept_out(tmp_path: Path) -> None:
     root = folder(tmp_path)
-    write_folder(root, {"shinka.yaml": "evo_config: {}\n", "run_evo.py": "pass\n"})
-    spec, warnings = load_shinka(root)
-    names = [w.split(":")[0] for w in warnings]
-    assert names == [str(root.resolve() / "run_evo.py"), str(root.resolve() / "shinka.yaml")]
+    write_folder(
+        root,
+        {"shinka.yaml": "evo_config: {}\n", "shinka_b.yaml": "{}\n", "run_evo.py": "pass\n"},
+    )
+    spec, warnings, _ = load_shinka(root)
+    names = [w.split(":")[0] for w in warnings]  # two run configs: neither is read
+    assert names == [
+        str(root.resolve() / n) for n in ("run_evo.py", "shinka.yaml", "shinka_b.yaml")
+    ]
     assert code_files(spec) == ["evaluate.py", "initial.py"]
 
 
+def test_shinka_yaml_llm_and_program_mapping(tmp_path: Path) -> None:
+    root = folder(tmp_path)
+    config = """\
+    evo_config:
+      task_sys_msg: Find the fastest Collatz step counter.
+      language: go
+      init_program_path: initial.go
+      patch_types: [full]
+      llm_models: [local-qwen2.5-coder-http://localhost:11434/v1]
+      llm_kwargs: {temperatures: [0.3], max_tokens: 2048}
+      max_api_costs: 1.5
+    """
+    write_folder(root, {"initial.go": "package main\n", "shinka.yaml": config})
+    spec, warnings, mapped = load_shinka(root)
+    assert warnings == [] and spec.editable == ("initial.go",)
+    assert spec.evaluate.command == "python _revtree_shinka_runner.py initial.go"
+    assert spec.goal == (
+        "Find the fastest Collatz step counter. The program, initial.go, is written in Go."
+    )
+    a = spec.agents
+    assert (a.model, a.base_url) == ("openai-compatible:qwen2.5-coder", "http://localhost:11434/v1")
+    assert (a.edit_format, a.temperature, a.max_tokens) == ("whole_file", 0.3, 2048)
+    assert spec.budget.max_usd == 1.5 and len(mapped) == 8
+
+
+def test_a_go_program_is_recognised_and_handed_over_by_path(tmp_path: Path) -> None:
+    evaluator = """\
+    import argparse, json, os
+    p = argparse.ArgumentParser()
+    p.add_argument("--program_path")
+    p.add_argument("--results_dir")
+    a = p.parse_args()
+    text = open(a.program_path).read()
+    os.makedirs(a.results_dir, exist_ok=True)
+    json.dump({"correct": True}, open(os.path.join(a.results_dir, "correct.json"), "w"))
+    score = {"combined_score": float(len(text)), "path": a.program_path}
+    json.dump(score, open(os.path.join(a.results_dir, "metrics.json"), "w"))
+    """
+    root = write_folder(
+        tmp_path / "go_task", {"initial.go": "package main\n", "evaluate.py": evaluator}
+    )
+    spec = load_shinka(root).spec
+    assert "written in Go" in spec.goal and spec.editable == ("initial.go",)
+    ws = workspace(spec, tmp_path / "ws")
+    ran = run(ws, spec.evaluate.command)
+    assert ran.code == 0, ran.stderr
+    assert ran.metrics == {"combined_score": 13.0, "path": "initial.go"}
+
+
 def test_a_bare_folder_loads_without_warnings(tmp_path: Path) -> None:
-    spec, warnings = load_shinka(folder(tmp_path))
+    spec, warnings, _ = load_shinka(folder(tmp_path))
     assert warnings == [] and spec.name == "shinka_task"
     assert "EVOLVE-BLOCK" not in spec.goal
 
@@ -105,7 +177,7 @@ def _example_score() -> float:
 
 
 def test_example_runs_through_the_shim(tmp_path: Path) -> None:
-    spec, _ = load_shinka(EXAMPLE)
+    spec, _, _ = load_shinka(EXAMPLE)
     ran = run(workspace(spec, tmp_path / "ws"), spec.evaluate.command)
     assert ran.code == 0, ran.stderr
     m = ran.metrics
@@ -117,7 +189,7 @@ def test_example_runs_through_the_shim(tmp_path: Path) -> None:
 
 
 def test_an_incorrect_program_fails_with_shinkas_error(tmp_path: Path) -> None:
-    spec, _ = load_shinka(EXAMPLE)
+    spec, _, _ = load_shinka(EXAMPLE)
     overlapping = (
         (EXAMPLE / "initial.py")
         .read_text()
@@ -135,7 +207,7 @@ def test_an_incorrect_program_fails_with_shinkas_error(tmp_path: Path) -> None:
 
 
 def test_a_program_that_crashes_is_incorrect(tmp_path: Path) -> None:
-    spec, _ = load_shinka(EXAMPLE)
+    spec, _, _ = load_shinka(EXAMPLE)
     ws = workspace(spec, tmp_path / "ws", {"initial.py": "def run_packing():\n    1 / 0\n"})
     ran = run(ws, spec.evaluate.command)
     assert ran.code == 1 and "division by zero" in ran.last_stderr_line
@@ -143,7 +215,7 @@ def test_a_program_that_crashes_is_incorrect(tmp_path: Path) -> None:
 
 
 def test_a_raw_protocol_evaluator_works_and_long_strings_are_cut(tmp_path: Path) -> None:
-    spec, _ = load_shinka(folder(tmp_path))
+    spec, _, _ = load_shinka(folder(tmp_path))
     ran = run(workspace(spec, tmp_path / "ws"), COMMAND)
     assert ran.code == 0, ran.stderr
     assert ran.metrics is not None and ran.metrics["combined_score"] == 1.5
@@ -151,7 +223,7 @@ def test_a_raw_protocol_evaluator_works_and_long_strings_are_cut(tmp_path: Path)
 
 
 def test_correct_false_fails_with_the_error(tmp_path: Path) -> None:
-    spec, _ = load_shinka(folder(tmp_path, value="-2"))
+    spec, _, _ = load_shinka(folder(tmp_path, value="-2"))
     ran = run(workspace(spec, tmp_path / "ws"), COMMAND)
     assert ran.code == 1
     assert ran.last_stderr_line == "revtree: initial.py is not correct: VALUE must not be negative"
@@ -174,7 +246,7 @@ def test_correct_false_fails_with_the_error(tmp_path: Path) -> None:
     ],
 )
 def test_evaluator_failures_exit_nonzero(tmp_path: Path, evaluator: str, reason: str) -> None:
-    spec, _ = load_shinka(folder(tmp_path, evaluator))
+    spec, _, _ = load_shinka(folder(tmp_path, evaluator))
     ran = run(workspace(spec, tmp_path / "ws"), COMMAND)
     assert ran.code == 1
     assert ran.last_stderr_line.startswith(reason), ran.stderr
@@ -203,7 +275,7 @@ def test_an_installed_shinka_takes_precedence_over_the_shim(tmp_path: Path) -> N
     hook = write_folder(
         tmp_path / "hook", {"sitecustomize.py": f"import sys\nsys.path.append({str(fake)!r})\n"}
     )
-    spec, _ = load_shinka(EXAMPLE)
+    spec, _, _ = load_shinka(EXAMPLE)
     ws = workspace(spec, tmp_path / "ws")
     ran = run(ws, spec.evaluate.command, env={"PYTHONPATH": str(hook)})
     assert ran.code == 0, ran.stderr

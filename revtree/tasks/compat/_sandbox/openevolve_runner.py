@@ -1,17 +1,22 @@
 """Run one function of an OpenEvolve ``evaluator.py`` and report revtree metrics.
 
-Usage, in the evaluation workspace: ``python _revtree_openevolve_runner.py FUNCTION``, where
-FUNCTION is ``evaluate`` or ``evaluate_stage1`` / ``2`` / ``3``. The function is called with
-the absolute path of ``initial_program.py``, as OpenEvolve does. Its result (a dict or an
-``EvaluationResult``) becomes one JSON object, written to file descriptor 3 (revtree's
-metrics channel) and printed as the last line of stdout (a log: revtree reads fd 3):
+Usage, in the evaluation workspace:
+``python _revtree_openevolve_runner.py FUNCTION [PROGRAM] [--no-artifacts]``, where FUNCTION
+is ``evaluate`` or ``evaluate_stage1`` / ``2`` / ``3`` and PROGRAM the program file
+(default ``initial_program.py``; any language: the evaluator compiles or runs it). The
+function is called with the program's absolute path, as OpenEvolve does. Its result (a
+dict or an ``EvaluationResult``) becomes one JSON object, written to file descriptor 3
+(revtree's metrics channel) and printed as the last line of stdout (a log: revtree reads
+fd 3):
 
 - every metric, made JSON-safe (numpy values become numbers or lists, other objects
   strings, long strings truncated);
 - ``combined_score``: the evaluator's own when it is a number, else the mean of the
   numeric metrics except ``error`` (OpenEvolve's fallback), with ``combined_score_is_mean``
   set to true;
-- ``artifacts``: the artifacts as strings, each truncated.
+- ``artifacts``: the artifacts as strings, each truncated (none with ``--no-artifacts``).
+  On stdout they are printed before that line instead, one ``### name`` section each, as
+  OpenEvolve shows them to its model: the agents read them in the evaluation's output.
 
 A function that raises, a missing function or a result that is neither a dict nor an
 ``EvaluationResult`` exits with code 1, the traceback and then a one-line reason on stderr.
@@ -124,8 +129,8 @@ def load_evaluator(path: str) -> Any:
     return module
 
 
-def run(function: str, here: str) -> dict[str, Any]:
-    """Call ``function`` of the evaluator in ``here`` on the program there."""
+def run(function: str, here: str, program: str = PROGRAM) -> dict[str, Any]:
+    """Call ``function`` of the evaluator in ``here`` on ``program`` there."""
     if function not in FUNCTIONS:
         raise Failure(f"unknown function {function!r}; expected one of {FUNCTIONS}")
     module = load_evaluator(os.path.join(here, EVALUATOR))
@@ -133,14 +138,24 @@ def run(function: str, here: str) -> dict[str, Any]:
     if not callable(fn):
         raise Failure(f"{EVALUATOR} defines no function {function}(program_path)")
     try:
-        result = fn(os.path.join(here, PROGRAM))
+        result = fn(os.path.join(here, program))
     except (Exception, SystemExit) as e:
         traceback.print_exc()
         raise Failure(f"{function}() raised {type(e).__name__}: {e}") from e
     return to_metrics(result, function)
 
 
+def show_artifacts(artifacts: Any) -> None:
+    """The artifacts, readable, on stdout: the agents see them in the evaluation's output."""
+    if not isinstance(artifacts, dict):
+        return
+    for name, value in artifacts.items():
+        text = value if isinstance(value, str) else json.dumps(value, default=str)
+        print(f"### {name}\n{text.rstrip()}")
+
+
 def report(metrics: dict[str, Any]) -> None:
+    show_artifacts(metrics.get("artifacts"))
     text = json.dumps(metrics, default=str)
     if len(text) > MAX_JSON and "artifacts" in metrics:
         metrics = {**metrics, "artifacts": {"note": "dropped: the metrics were too large"}}
@@ -149,6 +164,8 @@ def report(metrics: dict[str, Any]) -> None:
         raise Failure(f"the metrics are too large ({len(text)} characters of JSON)")
     write_metrics(text)
     sys.stdout.flush()
+    if "artifacts" in metrics:
+        text = json.dumps({k: v for k, v in metrics.items() if k != "artifacts"}, default=str)
     print(text)
 
 
@@ -163,13 +180,21 @@ def write_metrics(text: str) -> None:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        print(f"usage: python {os.path.basename(__file__)} FUNCTION", file=sys.stderr)
+    artifacts = "--no-artifacts" not in argv
+    args = [a for a in argv if a != "--no-artifacts"]
+    if not 1 <= len(args) <= 2 or any(a.startswith("-") for a in args):
+        print(
+            f"usage: python {os.path.basename(__file__)} FUNCTION [PROGRAM] [--no-artifacts]",
+            file=sys.stderr,
+        )
         return 2
     here = os.path.dirname(os.path.abspath(__file__))
     sys.path.append(os.path.join(here, SHIMS))
     try:
-        report(run(argv[0], here))
+        metrics = run(args[0], here, *args[1:])
+        if not artifacts:
+            metrics.pop("artifacts", None)
+        report(metrics)
     except Failure as e:
         sys.stdout.flush()
         print("revtree: " + " ".join(str(e).splitlines()), file=sys.stderr)

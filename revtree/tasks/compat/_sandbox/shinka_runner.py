@@ -1,7 +1,9 @@
 """Run a ShinkaEvolve ``evaluate.py`` on ``initial.py`` and report revtree metrics.
 
-Usage, in the evaluation workspace: ``python _revtree_shinka_runner.py``. It runs
-``python evaluate.py --program_path initial.py --results_dir DIR`` with a fresh temporary
+Usage, in the evaluation workspace: ``python _revtree_shinka_runner.py [PROGRAM]``
+(default ``initial.py``; a program in another language is handed over by path the same
+way). It runs ``python evaluate.py --program_path PROGRAM --results_dir DIR`` with a fresh
+temporary
 DIR (the evaluator's output goes to this process's stdout and stderr), then reads
 ``DIR/correct.json`` and ``DIR/metrics.json``:
 
@@ -78,9 +80,9 @@ def read_json(path: str, what: str) -> Any:
         raise Failure(f"{EVALUATOR} wrote an unreadable {what}: {e}") from e
 
 
-def evaluate(here: str, results: str) -> tuple[dict[str, Any], str | None]:
+def evaluate(here: str, results: str, program: str = PROGRAM) -> tuple[dict[str, Any], str | None]:
     """(metrics, error): ``error`` is None when the program is correct."""
-    command = [sys.executable, EVALUATOR, "--program_path", PROGRAM, "--results_dir", results]
+    command = [sys.executable, EVALUATOR, "--program_path", program, "--results_dir", results]
     sys.stdout.flush()
     code = subprocess.call(command, cwd=here, env=evaluator_env(here))
     if code != 0:
@@ -114,14 +116,18 @@ def write_metrics(text: str) -> None:
         pass  # not run by revtree: the printed line stands alone
 
 
-def main() -> int:
+def main(argv: list[str]) -> int:
+    if len(argv) > 1:
+        print(f"usage: python {os.path.basename(__file__)} [PROGRAM]", file=sys.stderr)
+        return 2
+    program = argv[0] if argv else PROGRAM
     here = os.path.dirname(os.path.abspath(__file__))
     results = tempfile.mkdtemp(prefix="shinka-results-")
     try:
-        metrics, error = evaluate(here, results)
+        metrics, error = evaluate(here, results, program)
         report(metrics)
         if error is not None:
-            raise Failure(f"{PROGRAM} is not correct: {truncate(error, 2000)}")
+            raise Failure(f"{program} is not correct: {truncate(error, 2000)}")
     except Failure as e:
         sys.stdout.flush()
         print("revtree: " + " ".join(str(e).splitlines()), file=sys.stderr)
@@ -132,4 +138,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))
