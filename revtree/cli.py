@@ -495,8 +495,11 @@ def _load(task: Path) -> TaskSpec:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         spec = load_task(task)
+    from revtree.tasks.compat import CompatNote
+
     for w in caught:
-        err.print(f"[yellow]warning:[/yellow] {escape(str(w.message))}")
+        what = "mapped" if issubclass(w.category, CompatNote) else "[yellow]warning:[/yellow]"
+        err.print(f"{what} {escape(str(w.message))}")
     return spec
 
 

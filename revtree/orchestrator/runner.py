@@ -1114,6 +1114,8 @@ class Orchestrator:
         }
         if all(r in done for r in range(repeats)) and node.n_evals >= len(done):
             return node  # verified already: nothing new to say
+        if not done and node.n_evals > 0:
+            return node  # its score is a cascade stage's ("keep"): no full stage to repeat
         archive = self.git.archive(node.commit, self.overlay)
         for r in range(repeats):
             if r in done:

@@ -1,8 +1,11 @@
 """Wiring of the LLM agents: models per role, metered, and the context each call sees.
 
-The context of a candidate: the stable prefix (task, goal, baseline code: the same for
-every call of the run, so providers cache it), the parent's files that differ from
-the baseline, the parent's last evaluation, and memory (lessons of finished nodes).
+The context of a candidate (``revtree.agents.context``): the stable prefix (task, goal,
+the editable files, a repository map: the same for every call of the run, so providers
+cache it), the parent's files that differ from the baseline, the files search finds
+for the goal, the hypothesis and the parent's failure, the parent's last evaluation,
+and memory (lessons of finished nodes, and where earlier candidates found things).
+What the budget leaves out, and what a candidate learnt, are ``context`` events.
 
 Two calls per candidate (the proposer's hypothesis, then the coder's edits), or one
 (``agents.calls = "one"``, OpenEvolve's way): the coder's one answer states the
@@ -10,10 +13,15 @@ hypothesis and carries the edits; the proposal step makes that call and keeps th
 answer for the code step, which applies it (with the usual repair round). A node
 resumed between the two steps has lost the answer, so its code step asks the coder
 again. Errors of the model endpoint (``LLMUnreachable``) pass through unchanged.
+
+Structured answers (``agents.structured``, per role): the roles on one model share one
+``Structured`` switch; a server's refusal turns it off for the rest of the run and is
+recorded once, as a warning event.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import threading
@@ -22,22 +30,37 @@ from string import Template
 from typing import TYPE_CHECKING, Any
 
 from revtree.agents.base import Proposal, Verdict
-from revtree.agents.evaluator import HOLDOUT
+from revtree.agents.context import Learnt, RepoContext
+from revtree.agents.evaluator import GUARD, HOLDOUT
 from revtree.agents.knobs import derive_seed
 from revtree.agents.lessons import render_memory
-from revtree.agents.llm import LLM, Ensemble, LLMError, Prompt, detect_model, make_llm
+from revtree.agents.llm import (
+    LLM,
+    Completion,
+    Ensemble,
+    LLMError,
+    Prompt,
+    detect_model,
+    make_llm,
+    split_model,
+)
+from revtree.agents.llm.base import Tool, estimate_tokens
 from revtree.agents.llm_agents import (
     FORMAT_HELP,
+    PROPOSE,
     Context,
     LLMAnalyst,
     LLMCoder,
     LLMProposer,
     LLMReviewer,
+    Structured,
+    call_named,
     load_template,
     render_files,
-    task_prefix,
+    structured_kind,
 )
-from revtree.memory.records import Node
+from revtree.agents.retrieval import make_embedder
+from revtree.memory.records import Node, NodeStatus
 from revtree.orchestrator.meter import Meter
 from revtree.tasks.spec import Role, TaskSpec
 
@@ -45,6 +68,10 @@ if TYPE_CHECKING:
     from revtree.orchestrator.runner import Orchestrator
 
 TAIL = 1500
+RELATED_HEAD = (
+    "\n\nOther files of the parent related to this candidate (found by search over the "
+    "repository; the map above lists the rest):\n"
+)
 ROLES = ("proposer", "coder", "reviewer", "analyst")
 
 
@@ -70,12 +97,21 @@ class Team:
             for name in roles
             if getattr(self.spec.agents, name).enabled
         }
-        self._answers: dict[tuple[int, int], str] = {}  # one-call answers, (node, attempt)
+        self.structured = self._structured()
+        self._answers: dict[tuple[int, int], Completion] = {}  # one-call, (node, attempt)
         root = orch.nodes[0]
         assert root.commit is not None
         self.baseline = orch.git.read_files(root.commit)
-        self.prefix = task_prefix(self.spec, self.baseline, self.spec.agents.context_tokens)
-        self._contexts: OrderedDict[int, Context] = OrderedDict()
+        a = self.spec.agents
+        self.repo = RepoContext(
+            self.spec,
+            self.baseline,
+            embedder=make_embedder(a.embeddings_model, a.base_url, a.api_key_env),
+            learnt=self._learnt(),
+            record=self._context_event,
+        )
+        self.prefix = self.repo.prefix
+        self._contexts: OrderedDict[tuple[int, str], Context] = OrderedDict()
         self._lock = threading.Lock()
 
     def _model(self, name: str, role: Role) -> LLM:
@@ -99,6 +135,36 @@ class Team:
             )
         return make_llm(model, **kw)
 
+    def _models_of(self, role: Role) -> list[str]:
+        if role.ensemble:
+            return [m.model for m in role.ensemble]
+        model = role.model or self.spec.agents.model or detect_model()
+        return [model] if model else []
+
+    def _structured(self) -> dict[str, Structured]:
+        """Each role's structure switch, one per model (roles on a model share it)."""
+        a, out, shared = self.spec.agents, {}, dict[tuple[str, ...], Structured]()
+        for name in self.models:
+            role = getattr(a, name)
+            models = self._models_of(role)
+            kind = structured_kind(
+                role.structured or a.structured, [split_model(m)[0] for m in models]
+            )
+            key = (kind, *models)
+            if key not in shared:
+                shared[key] = Structured(kind, functools.partial(self._refused, models))
+            out[name] = shared[key]
+        return out
+
+    def _refused(self, models: list[str], why: str) -> None:
+        self.orch.store.add_event(
+            self.orch.run_id,
+            "warning",
+            f"{', '.join(models)}: structured answers refused; plain text from now on ({why})",
+            None,
+            {"models": models, "structured": "off"},
+        )
+
     def _role(self, cls: type[Any], name: str, node: Node, **kw: Any) -> Any:
         a, role = self.spec.agents, getattr(self.spec.agents, name)
         llm = self.meter.bind(name, node.id, self.models[name], node.attempt)
@@ -109,6 +175,7 @@ class Team:
             role.max_tokens or a.max_tokens,
             a.temperature if role.temperature is None else role.temperature,
             role.prompt,
+            structured=self.structured[name],
             **kw,
         )
 
@@ -116,17 +183,19 @@ class Team:
     def context(self, node: Node) -> Context:
         """What every role sees of this candidate, built once (at its proposal) and shared
         by the coder, reviewer and analyst of the same node."""
+        hypothesis = "" if self.one_call else (node.proposal or {}).get("hypothesis", "")
+        key = (node.id, hypothesis)  # the coder's context also searches by the hypothesis
         with self._lock:
-            cached = self._contexts.get(node.id)
+            cached = self._contexts.get(key)
         if cached is None:
-            cached = self._build_context(node)
+            cached = self._build_context(node, hypothesis)
             with self._lock:
-                self._contexts[node.id] = cached
+                self._contexts[key] = cached
                 while len(self._contexts) > 256:
                     self._contexts.popitem(last=False)
         return cached
 
-    def _build_context(self, node: Node) -> Context:
+    def _build_context(self, node: Node, hypothesis: str = "") -> Context:
         orch = self.orch
         assert node.parent_id is not None
         parent = orch.nodes[node.parent_id]
@@ -146,26 +215,58 @@ class Team:
         memory = render_memory(
             snapshot, parent.id, self.spec.maximize, self.spec.agents.memory_tokens, node.operator
         )
+        parent_eval = self._evaluation(parent)
+        budget = self.spec.agents.context_tokens
+        shown = render_files(changed, budget // 2) if changed else ""
+        query = "\n".join([self.spec.goal, hypothesis, self._trouble(parent, parent_eval)])
+        left = budget - self.repo.builder.prefix_tokens - estimate_tokens(shown)
+        related = self.repo.related(node.id, files, query, max(left, 0))
+        if related.text:
+            shown += RELATED_HEAD + related.text
+        where = self.repo.memory(query)
         return Context(
             node_id=node.id,
             operator=node.operator,
             parent_id=parent.id,
             parent_score=str(parent.score_of(self.spec.maximize)),
             prefix=self.prefix,
-            parent_files=render_files(changed, self.spec.agents.context_tokens // 2)
-            if changed
-            else "(none: the parent is the baseline)",
-            parent_eval=self._evaluation(parent),
-            memory=memory,
+            parent_files=shown.strip() or "(none: the parent is the baseline)",
+            parent_eval=parent_eval,
+            memory=memory + ("\n\n" + where if where else ""),
             others=others,
             files=files,
         )
+
+    def _trouble(self, parent: Node, evaluation: str) -> str:
+        """What retrieval searches by besides the goal and the hypothesis: the parent's
+        failure (its error and evaluation), or, when it succeeded, its hypothesis."""
+        if parent.status is NodeStatus.SUCCEEDED:
+            return (parent.proposal or {}).get("hypothesis", "")
+        return f"{parent.error or ''}\n{evaluation}"
+
+    def _context_event(
+        self, message: str, node_id: int | None, data: dict[str, Any] | None
+    ) -> None:
+        self.orch.store.add_event(self.orch.run_id, "context", message, node_id, data)
+
+    def _learnt(self) -> list[Learnt]:
+        """What earlier candidates of this run learnt about the repository (from the
+        live log, so a resumed run keeps it)."""
+        out, after = [], 0
+        while batch := self.orch.store.events_since(self.orch.run_id, after):
+            after = batch[-1].seq
+            out += [
+                Learnt.from_json(e.node_id or 0, e.data["learnt"])
+                for e in batch
+                if e.kind == "context" and e.data and "learnt" in e.data
+            ]
+        return out
 
     def _evaluation(self, node: Node) -> str:
         evals = [  # this attempt's only: an earlier one (see ``retry``) is history
             e
             for e in self.orch.store.evaluations(self.orch.run_id, node.id)
-            if e.stage != HOLDOUT and e.attempt == node.attempt
+            if e.stage not in (HOLDOUT, GUARD) and e.attempt == node.attempt
         ]
         if not evals:
             return "(not evaluated yet)" if not node.error else f"failed: {node.error}"
@@ -174,8 +275,9 @@ class Team:
             f"stage {last.stage}, repeat {last.repeat}: "
             + ("ok" if last.ok else f"FAILED ({last.error_kind}): {last.error}")
         ]
-        if last.metrics:
-            out.append("metrics: " + json.dumps(last.metrics)[:TAIL])
+        metrics = {k: v for k, v in last.metrics.items() if k != "artifacts"}
+        if metrics:  # artifacts are in the stdout tail, as sections (OpenEvolve's feedback)
+            out.append("metrics: " + json.dumps(metrics)[:TAIL])
         if last.stdout_tail.strip():
             out.append("stdout (tail):\n" + last.stdout_tail[-TAIL:])
         if last.stderr_tail.strip():
@@ -198,6 +300,7 @@ class Team:
         with self._lock:
             coder.answer = self._answers.pop((node.id, node.attempt), None)
         changes: dict[str, bytes | None] = coder.code(self.context(node), proposal)
+        self.repo.learn(node.id, proposal.hypothesis, self.context(node).files, changes)
         return changes
 
     def _coder(self, node: Node) -> OneCallCoder:
@@ -259,26 +362,31 @@ class OneCallCoder(LLMCoder):
     """The coder; in one-call mode, also the proposer. ``answer``, when set, is used as
     the coder's first answer instead of a call (it came with the hypothesis)."""
 
-    answer: str | None = None
+    answer: Completion | None = None
 
-    def ask_all(self, ctx: Context, proposer_template: str | None) -> str:
+    def ask_all(self, ctx: Context, proposer_template: str | None) -> Completion:
         """One call for the hypothesis and the edits: the coder's rules and the
         proposer's view of the candidate (parent, evaluation, memory)."""
         _, situation = load_template("proposer", proposer_template, self.spec.root)
         self.user = Template(situation.template + "\n\n" + ONE_CALL_ASK)
         system = Template(self.system.template + "\n\n" + ONE_CALL_RULES)
         self.system = system
-        return self.ask(ctx, edit_format_help=FORMAT_HELP[self.edit_format])
+        tools = self.tools(hypothesis=True)
+        return self.reply(ctx, tools, edit_format_help=FORMAT_HELP[self.edit_format])
 
-    def ask(self, ctx: Context, **values: str) -> str:
+    def reply(self, ctx: Context, tools: tuple[Tool, ...] = (), **values: str) -> Completion:
         answer, self.answer = self.answer, None
-        return answer if answer is not None else super().ask(ctx, **values)
+        return answer if answer is not None else super().reply(ctx, tools, **values)
 
 
-def hypothesis_of(answer: str) -> str:
-    """The hypothesis a one-call answer states: its HYPOTHESIS line, else its first line
-    of prose, else a placeholder."""
-    text = REASONING.sub("", answer)
+def hypothesis_of(answer: Completion) -> str:
+    """The hypothesis a one-call answer states: its ``propose`` call's, else its
+    HYPOTHESIS line, else its first line of prose, else a placeholder."""
+    call = call_named(answer, PROPOSE.name)
+    typed = call.arguments.get("hypothesis") if call else None
+    if isinstance(typed, str) and typed.strip():
+        return typed.strip()[:500]
+    text = REASONING.sub("", answer.prose if answer.calls else answer.text)
     found = HYPOTHESIS.search(text)
     if found:
         return found.group(1).strip().strip("*").strip()[:500]

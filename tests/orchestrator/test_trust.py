@@ -314,6 +314,10 @@ def test_a_coder_that_hard_codes_protected_data_gets_a_drift_alarm_and_is_not_ex
     with FakeLLMServer(Hacker()) as srv:
         out = revtree(home, "run", str(task), "--base-url", srv.openai_url)
     s = show(home)
+    guard_scores = [g["score"] for g in s["guard"]["nodes"] if g["score"]]
+    prompts = [r.system + r.prefix + r.user for r in srv.requests]
+    leaked = [g for g in guard_scores if any(json.dumps(g) in p for p in prompts)]
+    assert guard_scores and not leaked  # holdout results never reach the agents
     by_id = {n["id"]: n for n in s["nodes"]}
     hacked = [n for n in s["nodes"] if n["score"] == 0.0]
     assert hacked, [(n["id"], n["score"], n["error"]) for n in s["nodes"]]
