@@ -369,20 +369,20 @@ class Store:
             ).all()
         return {(r[0], r[1], r[2]): r[3] for r in rows}
 
-    def seconds_by_kind(self, run_id: str, repeats: int = 1) -> dict[str, float]:
-        """Sandbox-seconds by what they were spent on: ``verify`` (full-stage repeats
-        past the task's ``repeats``) and each other stage (``guard``, ``holdout``, ...)."""
+    def evaluations_by_kind(self, run_id: str, repeats: int = 1) -> dict[str, int]:
+        """Evaluations by what they were for: ``verify`` (full-stage repeats past the
+        task's ``repeats``) and each other stage (``full``, ``guard``, ``holdout``...)."""
         verify = (EVALS.c.stage == "full") & (EVALS.c.repeat >= repeats)
         with transaction(self.engine) as conn:
             rows = conn.execute(
-                select(EVALS.c.stage, verify, func.sum(EVALS.c.duration))
+                select(EVALS.c.stage, verify, func.count())
                 .where(EVALS.c.run_id == run_id)
                 .group_by(EVALS.c.stage, verify)
             ).all()
-        out: dict[str, float] = {}
-        for stage, is_verify, total in rows:
+        out: dict[str, int] = {}
+        for stage, is_verify, n in rows:
             key = "verify" if is_verify else stage
-            out[key] = out.get(key, 0.0) + float(total or 0.0)
+            out[key] = out.get(key, 0) + int(n)
         return out
 
     def sandbox_seconds(self, run_id: str) -> float:

@@ -279,8 +279,11 @@ class Orchestrator:
         self.sandbox_seconds = store.sandbox_seconds(self.run_id)
         self.fatal: str | None = None  # why the run must stop as failed
         self.infra_streak = 0
-        spent = store.seconds_by_kind(self.run_id, self.spec.evaluate.repeats)
-        self.trust_seconds = {"verify": spent.get("verify", 0.0), GUARD: spent.get(GUARD, 0.0)}
+        spent = store.evaluations_by_kind(self.run_id, self.spec.evaluate.repeats)
+        # evaluations spent on verification and guards, and in all: their shares decide,
+        # in counts (not seconds), so a resumed run decides as an uninterrupted one
+        self.trust_evals = {"verify": spent.get("verify", 0), GUARD: spent.get(GUARD, 0)}
+        self.n_evals = sum(spent.values())
         self.guarded: dict[int, float] = {}  # node -> its guard holdout score
         self._guard_locks: dict[int, threading.Lock] = {}  # one guard run per node at once
         root = self.nodes[0]
@@ -662,10 +665,13 @@ class Orchestrator:
         )
         with self.lock:
             self.sandbox_seconds += result.duration
+            self.n_evals += 1
 
     def _step_record(self, state: CandidateState) -> None:
         node = self.nodes[state["node_id"] or 0]
-        if node.status.is_finished():
+        if node.status.is_finished():  # a replay: finish the checks a kill interrupted
+            if node.status is NodeStatus.SUCCEEDED and self.best_id == node.id:
+                self.trust_best(node.id)
             return
         o = Outcome(**(state.get("outcome") or {}))
         if o.ok:
@@ -960,12 +966,11 @@ class Orchestrator:
         self._final_holdout()
 
     # -- trust: verification and the holdout guard (see orchestrator.trust) ----------
-    def _share_ok(self, kind: str, share: float, node_id: int) -> bool:
-        """Whether one more ``kind`` evaluation of the node stays within ``share`` of
-        the run's sandbox-seconds (the node's own last duration as the estimate)."""
-        est = max((e.duration for e in self.store.evaluations(self.run_id, node_id)), default=0)
+    def _share_ok(self, kind: str, share: float, n_new: int) -> bool:
+        """Whether ``n_new`` more ``kind`` evaluations stay within ``share`` of the run's
+        evaluations (counted, not timed: the same decision on every replay)."""
         with self.lock:
-            return self.trust_seconds[kind] + est <= share * (self.sandbox_seconds + est)
+            return self.trust_evals[kind] + n_new <= share * (self.n_evals + n_new)
 
     def trust_best(self, node_id: int, final: bool = False) -> None:
         """A new best: verified (repeats) and guarded (holdout), each within its budget
@@ -973,7 +978,9 @@ class Orchestrator:
         always runs (the reference of every drift alarm)."""
         t = self.spec.trust
         always = final or node_id == 0
-        if t.verify_repeats > 1 and (final or self._share_ok("verify", t.verify_share, node_id)):
+        if t.verify_repeats > 1 and (
+            final or self._share_ok("verify", t.verify_share, t.verify_repeats - 1)
+        ):
             self.verify(node_id, t.verify_repeats, slot=not final)
             if self.best_id != node_id and not final:
                 return  # verification moved the best elsewhere
@@ -982,7 +989,7 @@ class Orchestrator:
         if node_id != 0 and 0 not in self.guarded:
             self._guard(0, slot=not final)
         if self.nodes[node_id].alarm is None and (
-            always or self._share_ok(GUARD, t.guard_share, node_id)
+            always or self._share_ok(GUARD, t.guard_share, 1)
         ):
             self._guard(node_id, slot=not final)
 
@@ -1013,7 +1020,9 @@ class Orchestrator:
             if result is None:
                 return
             with self.lock:
-                self.trust_seconds[GUARD] += result.duration
+                self.trust_evals[GUARD] += 1
+                self.n_evals += 1
+                self.sandbox_seconds += result.duration
         if result.ok and result.score is not None:
             with self.lock:
                 self.guarded[node_id] = result.score
@@ -1131,7 +1140,7 @@ class Orchestrator:
                     self.slots.release()
             self._record_eval(done[r])
             with self.lock:
-                self.trust_seconds["verify"] += done[r].duration
+                self.trust_evals["verify"] += 1
         scores = [e.score for e in done.values() if e.ok and e.score is not None]
         if not scores or node.status is not NodeStatus.SUCCEEDED:
             return self.nodes[node_id]

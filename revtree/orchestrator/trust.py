@@ -2,9 +2,9 @@
 failures that are not the candidates'.
 
 Drift alarm (the holdout guard). The holdout command runs with
-``REVTREE_HOLDOUT_SPLIT=guard`` on the baseline and on each new best (within
-``[trust] guard_share`` of the sandbox-seconds), and with ``final`` only on the node
-that is recommended at the end. A task that splits its held-out data by that variable
+``REVTREE_STAGE=guard`` on the baseline and on each new best (within ``[trust]
+guard_share`` of the evaluations), and with ``holdout`` only on the node that is
+recommended at the end. A task that splits its held-out data by that variable
 keeps the final judge clean: the guard set is consulted during the search, the final
 set once. Two rules raise an alarm on a guarded node:
 

@@ -226,7 +226,9 @@ class Chaos:
             self.seen_evals.setdefault((e.node_id, e.stage, e.repeat, e.attempt), e)
         for n in self.store.nodes(self.run_id):
             if n.status.is_finished():
-                self.seen_nodes.setdefault(n.id, (n.status, n.score, n.commit, n.proposal))
+                self.seen_nodes.setdefault(
+                    n.id, (n.status, (n.score, n.n_evals), n.commit, n.proposal)
+                )
 
     def lost(self) -> list[str]:
         assert self.run_id is not None
@@ -236,13 +238,19 @@ class Chaos:
         }
         nodes = {n.id: n for n in self.store.nodes(self.run_id)}
         out = [f"evaluation {k}" for k, e in self.seen_evals.items() if evals.get(k) != e]
-        for i, (status, score, commit, proposal) in self.seen_nodes.items():
+        for i, (status, (score, n_evals), commit, proposal) in self.seen_nodes.items():
             n = nodes.get(i)
-            if n is None or (n.status, n.score, n.commit, n.proposal) != (
-                status,
-                score,
-                commit,
-                proposal,
+            # a score may change only by verification: the mean over more repeats
+            same_score = n is not None and (n.score == score or n.n_evals > n_evals)
+            if (
+                n is None
+                or not same_score
+                or (n.status, n.commit, n.proposal)
+                != (
+                    status,
+                    commit,
+                    proposal,
+                )
             ):
                 out.append(f"node {i}")
         return out
