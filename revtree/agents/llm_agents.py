@@ -6,20 +6,42 @@ system prompt, the part below the variable user message. The stable prefix betwe
 them (task, goal, baseline code) is the same for every call of a run, so providers
 cache it. Bad answers raise errors that say what was wrong; the orchestrator records
 them on the node.
+
+Structured answers (``Structured``, per role): the proposer calls ``propose(hypothesis,
+plan)``, the coder ``edit_file(path, search, replace)`` / ``write_file(path, content)``
+(and ``propose`` in one-call mode), the reviewer ``verdict(verdict, kind, reasons)``, as
+tool calls or as one JSON object. Typed edits go through ``apply_edits`` like parsed
+ones: the editable globs and EVOLVE-BLOCK regions are enforced alike, and a bad call
+gets the same repair round. An answer without calls (a model that wrote prose anyway)
+is parsed as text. A server that refuses the structure switches the role's model to
+plain text for the rest of the run, once, through ``Structured.refuse``.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import re
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from string import Template
 
 from revtree.agents.base import Proposal, Verdict
-from revtree.agents.edits import apply_edits, parse_edits
-from revtree.agents.llm.base import LLM, LLMError, Prompt, estimate_tokens
+from revtree.agents.context import ContextBuilder
+from revtree.agents.edits import Edit, apply_edits, parse_edits
+from revtree.agents.llm.base import (
+    LLM,
+    Completion,
+    LLMError,
+    Prompt,
+    Structure,
+    StructureRefused,
+    Tool,
+    ToolCall,
+    estimate_tokens,
+)
 from revtree.agents.parsing import parse_proposal, parse_verdict
 from revtree.errors import EditError
 from revtree.tasks.spec import TaskSpec
@@ -54,6 +76,154 @@ class AnswerError(LLMError, ValueError):
     """The model answered, but not in the form asked for."""
 
 
+def _object(**props: str | list[str]) -> dict[str, object]:
+    """A strict JSON schema of string fields: ``name=description`` or ``name=[enum]``."""
+    properties = {
+        k: {"type": "string", "enum": v}
+        if isinstance(v, list)
+        else {"type": "string", "description": v}
+        for k, v in props.items()
+    }
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": list(properties),
+        "additionalProperties": False,
+    }
+
+
+PROPOSE = Tool(
+    "propose",
+    "State the change to try: the hypothesis and the plan.",
+    _object(
+        hypothesis="One sentence: what you change and why it improves the score.",
+        plan="Numbered steps a programmer can follow.",
+    ),
+)
+EDIT_FILE = Tool(
+    "edit_file",
+    "Replace the exact, contiguous lines `search`, copied verbatim from the current file "
+    "(short but unique), with `replace`. An empty `search` creates a new file.",
+    _object(
+        path="The file's path, relative to the project.",
+        search="The lines to find, copied from the file.",
+        replace="The lines to put instead.",
+    ),
+    many=True,
+)
+WRITE_FILE = Tool(
+    "write_file",
+    "Write a file whole: its complete new content, nothing left out.",
+    _object(
+        path="The file's path, relative to the project.",
+        content="The complete new content.",
+    ),
+    many=True,
+)
+VERDICT = Tool(
+    "verdict",
+    "Give the review's verdict.",
+    _object(
+        verdict=["accept", "reject"],
+        kind=[
+            "none",
+            "hard-coding",
+            "evaluator-data",
+            "special-casing",
+            "scoring-channel",
+            "tampering",
+        ],
+        reasons="One or two sentences, naming the file and line that decide it.",
+    ),
+)
+EDIT_TOOLS = {
+    "search_replace": (EDIT_FILE,),
+    "whole_file": (WRITE_FILE,),
+    "auto": (EDIT_FILE, WRITE_FILE),
+}
+TOOLS_HELP = (
+    "Make each change with a call of the edit tools: edit_file(path, search, replace) "
+    "replaces exact, contiguous lines copied from the current file (keep `search` short "
+    "but unique), write_file(path, content) writes a whole file. Use several calls for "
+    "several places or files."
+)
+
+
+class Structured:
+    """How a role's model is asked for structured answers: ``kind`` is "tools",
+    "json_schema" or "off". Shared by the roles on one model for a run; ``refuse``
+    switches it off for good (once: ``on_refused`` hears of the first refusal only)."""
+
+    def __init__(self, kind: str, on_refused: Callable[[str], None] | None = None) -> None:
+        self.kind, self.on_refused = kind, on_refused
+        self._lock = threading.Lock()
+
+    def refuse(self, reason: str) -> None:
+        with self._lock:
+            first, self.kind = self.kind != "off", "off"
+        if first and self.on_refused is not None:
+            self.on_refused(reason)
+
+
+def structured_kind(setting: str, providers: Sequence[str]) -> str:
+    """The kind of structure a role asks for: its setting, where "auto" is tools when
+    every model of the role is an ``openai:`` or ``anthropic:`` one, else off (local
+    servers often have no tool support)."""
+    if setting != "auto":
+        return setting
+    return "tools" if providers and all(p in ("openai", "anthropic") for p in providers) else "off"
+
+
+def structure_help(s: Structure) -> str:
+    """The instruction appended to a role's rules when it is asked for structure."""
+    if s.kind == "tools":
+        names = ", ".join(t.signature() for t in s.tools)
+        return (
+            f"Answer by calling the tools ({names}); their fields take the place of any "
+            "written form described above."
+        )
+    keys = ", ".join(f"{t.name!r}" for t in s.tools)
+    return (
+        f"Answer with one JSON object with the keys {keys}, as the response schema says; "
+        "its fields take the place of any written form described above."
+    )
+
+
+def _strings(call: ToolCall, index: int, *names: str) -> list[str]:
+    """The string arguments ``names`` of a call, or an EditError naming the call."""
+    values = []
+    for name in names:
+        value = call.arguments.get(name)
+        if not isinstance(value, str):
+            got = "missing" if value is None else f"a {type(value).__name__}, not a string"
+            raise EditError(f"call {index} ({call.name}): the argument {name!r} is {got}")
+        values.append(value)
+    return values
+
+
+def edits_of(calls: Sequence[ToolCall], offered: Sequence[Tool]) -> list[Edit]:
+    """The edits of a structured answer (other calls offered, like ``propose``, are
+    skipped); a call of a tool not offered, or with bad arguments, is an EditError."""
+    names, edits = {t.name for t in offered}, []
+    for i, c in enumerate(calls, 1):
+        if c.name not in names:
+            raise EditError(f"call {i}: no tool {c.name!r}; the tools are {sorted(names)}")
+        if c.name == EDIT_FILE.name:
+            path, search, replace = _strings(c, i, "path", "search", "replace")
+            edits.append(Edit(path.strip(), search, replace, index=i))
+        elif c.name == WRITE_FILE.name:
+            path, content = _strings(c, i, "path", "content")
+            edits.append(Edit(path.strip(), None, content, index=i))
+    if not edits:
+        raise EditError("the answer makes no edit_file or write_file call")
+    return edits
+
+
+def call_named(reply: Completion, name: str) -> ToolCall | None:
+    """The first call of the tool ``name`` in an answer."""
+    return next((c for c in reply.calls if c.name == name), None)
+
+
 @dataclass(frozen=True)
 class Context:
     """What the agents see of one candidate; built by the orchestrator."""
@@ -84,17 +254,12 @@ def load_template(role: str, override: str | None, root: str) -> tuple[Template,
 
 
 def task_prefix(spec: TaskSpec, baseline: Mapping[str, bytes], budget_tokens: int) -> str:
-    """The stable part of every prompt of a run: the task and the baseline code."""
-    head = [
-        f"# Task: {spec.name}",
-        spec.goal or "(no goal text given)",
-        f"Score: {spec.evaluate.metric}, to {spec.evaluate.direction}.",
-        f"Editable files (globs): {', '.join(spec.editable)}",
-        f"Evaluator and its data (protected, never change): {', '.join(spec.protected) or '-'}",
-        "",
-        "# Baseline code",
-    ]
-    return "\n".join(head) + "\n" + render_files(baseline, budget_tokens)
+    """The stable part of every prompt of a run: the task, the editable files, then a
+    repository map, within ``budget_tokens`` (see ``revtree.agents.context``; protected
+    files never shown). A run's agents get it from ``RepoContext``, with retrieval."""
+    return ContextBuilder(
+        spec, baseline, budget_tokens, map_share=spec.agents.repo_map_share
+    ).prefix
 
 
 def render_files(files: Mapping[str, bytes], budget_tokens: int) -> str:
@@ -121,12 +286,35 @@ class _Role:
         max_tokens: int,
         temperature: float,
         template: str | None = None,
+        structured: Structured | None = None,
     ) -> None:
         self.role, self.llm, self.spec = role, llm, spec
         self.max_tokens, self.temperature = max_tokens, temperature
         self.system, self.user = load_template(role, template, spec.root)
+        self.structured = structured or Structured("off")
 
     def ask(self, ctx: Context, **values: str) -> str:
+        """A plain-text answer."""
+        return self.reply(ctx, (), **values).text
+
+    def reply(self, ctx: Context, tools: tuple[Tool, ...] = (), **values: str) -> Completion:
+        """The answer, structured as calls of ``tools`` where this role's model is asked
+        for structure (else, or where the server refuses it, text)."""
+        return self.structured_call(lambda s: self._prompt(ctx, s, values), tools)
+
+    def structured_call(
+        self, build: Callable[[Structure | None], Prompt], tools: tuple[Tool, ...]
+    ) -> Completion:
+        """The answer to ``build(structure)``; on a refusal, to ``build(None)``."""
+        kind = self.structured.kind if tools else "off"
+        if kind != "off":
+            try:
+                return self._call(build(Structure(kind, self.role, tools)))
+            except StructureRefused as e:
+                self.structured.refuse(str(e))
+        return self._call(build(None))
+
+    def _prompt(self, ctx: Context, s: Structure | None, values: Mapping[str, str]) -> Prompt:
         base = {
             "operator": ctx.operator,
             "operator_help": OPERATORS.get(ctx.operator, ""),
@@ -141,27 +329,44 @@ class _Role:
             "editable": ", ".join(self.spec.editable),
         }
         base.update(values)
-        prompt = Prompt(
-            self.system.safe_substitute(base), ctx.prefix, self.user.safe_substitute(base)
+        return Prompt(
+            self._system(s, base), ctx.prefix, self.user.safe_substitute(base), structure=s
         )
-        return self._call(prompt)
 
-    def _call(self, prompt: Prompt) -> str:
+    def _system(self, s: Structure | None, values: dict[str, str]) -> str:
+        """The role's rules, for a structured answer with the tools' help instead of the
+        edit format's and the instruction to answer by the structure."""
+        if s is None:
+            return self.system.safe_substitute(values)
+        rules = self.system.safe_substitute({**values, "edit_format_help": TOOLS_HELP})
+        return rules + "\n\n" + structure_help(s)
+
+    def _call(self, prompt: Prompt) -> Completion:
         reply = self.llm.complete(prompt, max_tokens=self.max_tokens, temperature=self.temperature)
         if reply.truncated:
             raise AnswerError(
                 f"{self.role}: the answer was cut off at max_tokens "
                 f"({self.max_tokens}); raise agents.{self.role}.max_tokens"
             )
-        if not reply.text.strip():
+        if not reply.calls and not reply.text.strip():
             raise AnswerError(f"{self.role}: the model returned an empty answer")
-        return reply.text
+        return reply
 
 
 class LLMProposer(_Role):
     def propose(self, ctx: Context) -> Proposal:
-        hypothesis, plan = parse_proposal(self.ask(ctx))
-        return Proposal(hypothesis=hypothesis, plan=plan)
+        reply = self.reply(ctx, (PROPOSE,))
+        call = call_named(reply, PROPOSE.name)
+        hypothesis = call.arguments.get("hypothesis") if call else None
+        if isinstance(hypothesis, str) and hypothesis.strip():
+            plan = call.arguments.get("plan") if call else None
+            return Proposal(hypothesis=hypothesis.strip()[:500], plan=str(plan or "").strip())
+        if reply.calls and not reply.prose.strip():
+            raise AnswerError(
+                f"proposer: no 'propose' call with a hypothesis in {reply.text[:200]!r}"
+            )
+        text_hyp, text_plan = parse_proposal(reply.prose or reply.text)
+        return Proposal(hypothesis=text_hyp, plan=text_plan)
 
 
 class LLMCoder(_Role):
@@ -170,10 +375,16 @@ class LLMCoder(_Role):
         self.edit_format = edit_format
         _, self.repair = load_template("repair", None, self.spec.root)
 
+    def tools(self, hypothesis: bool = False) -> tuple[Tool, ...]:
+        """The coder's tools: the edit tools of its edit format, and ``propose`` when the
+        answer also states the hypothesis (one-call mode)."""
+        return ((PROPOSE,) if hypothesis else ()) + EDIT_TOOLS[self.edit_format]
+
     def code(self, ctx: Context, proposal: Proposal) -> dict[str, bytes | None]:
         """The changes for the plan; a failed apply gets one repair round."""
-        answer = self.ask(
+        answer = self.reply(
             ctx,
+            self.tools(),
             hypothesis=proposal.hypothesis,
             plan=proposal.plan or "-",
             edit_format_help=FORMAT_HELP[self.edit_format],
@@ -187,28 +398,36 @@ class LLMCoder(_Role):
                 parent_files=ctx.parent_files,
                 editable=", ".join(self.spec.editable),
             )
-            again = Prompt(
-                self.system.safe_substitute(edit_format_help=FORMAT_HELP[self.edit_format]),
-                ctx.prefix,
+            user = (
                 repair
                 + "\n\nYour previous answer:\n"
-                + answer[-6000:]
+                + answer.text[-6000:]
                 + "\n\n"
-                + self.repair.safe_substitute(error=str(first)),
+                + self.repair.safe_substitute(error=str(first))
+            )
+            values = {"edit_format_help": FORMAT_HELP[self.edit_format]}
+            again = self.structured_call(
+                lambda s: Prompt(self._system(s, values), ctx.prefix, user, structure=s),
+                self.tools(),
             )
             try:
-                return self._apply(self._call(again), ctx)
+                return self._apply(again, ctx)
             except EditError as second:
                 raise EditError(
                     f"{second} (after one repair round; first error: {first})"
                 ) from second
 
-    def _apply(self, answer: str, ctx: Context) -> dict[str, bytes | None]:
-        edits = parse_edits(
-            answer,
-            allow_blocks=self.edit_format != "whole_file",
-            allow_files=self.edit_format != "search_replace",
-        )
+    def _apply(self, answer: Completion, ctx: Context) -> dict[str, bytes | None]:
+        """The changes of an answer: its edit calls, else the edits written in its text;
+        either way applied by ``apply_edits`` (editable globs, EVOLVE-BLOCK regions)."""
+        if answer.calls:
+            edits = edits_of(answer.calls, self.tools(hypothesis=True))
+        else:
+            edits = parse_edits(
+                answer.text,
+                allow_blocks=self.edit_format != "whole_file",
+                allow_files=self.edit_format != "search_replace",
+            )
         changes = apply_edits(edits, ctx.files, self.spec.editable)
         if not changes:
             raise EditError("the edits change nothing")
@@ -222,7 +441,15 @@ class LLMReviewer(_Role):
     DIFF_TOKENS = 6000
 
     def review(self, ctx: Context, proposal: Proposal, diff: str) -> Verdict:
-        text = self.ask(ctx, hypothesis=proposal.hypothesis, diff=self._fit(diff))
+        reply = self.reply(ctx, (VERDICT,), hypothesis=proposal.hypothesis, diff=self._fit(diff))
+        call = call_named(reply, VERDICT.name)
+        typed = parse_verdict(json.dumps(dict(call.arguments))) if call else None
+        if call is not None and typed is not None:
+            label = str(call.arguments.get("kind") or "none").lower()
+            why = typed[1][:500] or "(no reasons given)"
+            head = "llm review" if label == "none" else f"llm review ({label})"
+            return Verdict(typed[0], (f"{head}: {why}",))
+        text = reply.prose or reply.text
         verdict = parse_verdict(text)
         if verdict is None:
             raise AnswerError(f"reviewer: no 'VERDICT: accept|reject' line in {text[:120]!r}")

@@ -2,6 +2,10 @@
 
 Streamed (``stream``), ``timeout`` bounds each wait for the next event: a stalled stream
 raises ``StreamStalled`` with the text that had come, and is not retried.
+
+A prompt's ``structure`` is sent as tools (the one tool forced, or any of several
+required; a "json_schema" structure too, as Anthropic has no response format), and the
+``tool_use`` blocks of the answer come back as ``Completion.calls``.
 """
 
 from __future__ import annotations
@@ -17,10 +21,14 @@ from revtree.agents.llm.base import (
     LLMError,
     Prompt,
     Streamed,
+    Structure,
+    ToolCall,
     Usage,
     bad_answer,
+    calls_text,
     sdk_error,
     stream_timeout,
+    tool_call,
 )
 
 
@@ -58,6 +66,7 @@ class AnthropicChat:
             "system": system,
             "messages": [{"role": "user", "content": prompt.user}],
             "extra_body": {"temperature": temperature},  # not a typed argument in every SDK
+            **_structure_args(prompt.structure),
         }
         try:
             if self.stream:
@@ -67,8 +76,12 @@ class AnthropicChat:
             if not isinstance(blocks, list):
                 raise LLMError(f"{self.model}: the answer has no content list")
             text = "".join(getattr(b, "text", "") or "" for b in blocks)
-            return Completion(
+            calls = tuple(
+                tool_call(b.name, b.input) for b in blocks if getattr(b, "type", "") == "tool_use"
+            )
+            return _completion(
                 text,
+                calls,
                 reply.model or self.model,
                 _usage(reply.usage, reply.usage.output_tokens),
                 time.monotonic() - t0,
@@ -76,7 +89,12 @@ class AnthropicChat:
             )
         except anthropic.APIError as e:
             raise sdk_error(
-                anthropic, e, model=self.model, url=self.url, key_env=self.key_env
+                anthropic,
+                e,
+                model=self.model,
+                url=self.url,
+                key_env=self.key_env,
+                structured=prompt.structure is not None,
             ) from e
         except SHAPE_ERRORS as e:
             raise bad_answer(self.model, e) from e
@@ -84,13 +102,19 @@ class AnthropicChat:
     def _streamed(self, args: dict[str, Any], t0: float) -> Completion:
         """The answer streamed event by event (a stall raises ``StreamStalled``)."""
         got, model, stop, start, out = Streamed(), self.model, "stop", None, 0
+        calls: dict[int, list[str]] = {}  # block index -> [name, input JSON so far]
         stream = self.client.messages.create(**args, stream=True)
         try:
             for event in stream:
                 if event.type == "message_start":
                     model, start = event.message.model or model, event.message.usage
+                elif event.type == "content_block_start" and event.content_block.type == "tool_use":
+                    calls[event.index] = [event.content_block.name, ""]
                 elif event.type == "content_block_delta" and event.delta.type == "text_delta":
                     got.add(event.delta.text)
+                elif event.type == "content_block_delta" and event.delta.type == "input_json_delta":
+                    calls[event.index][1] += event.delta.partial_json
+                    got.add(event.delta.partial_json, text=False)
                 elif event.type == "message_delta":
                     stop, out = event.delta.stop_reason or stop, event.usage.output_tokens or out
         except Exception as e:
@@ -100,7 +124,31 @@ class AnthropicChat:
         finally:
             stream.close()
         usage = _usage(start, out) if start is not None else Usage(0, out)
-        return Completion(got.text, model, usage, time.monotonic() - t0, stop)
+        made = tuple(tool_call(name, text) for _, (name, text) in sorted(calls.items()))
+        return _completion(got.text, made, model, usage, time.monotonic() - t0, stop)
+
+
+def _structure_args(s: Structure | None) -> dict[str, Any]:
+    """The request's tools for a structured answer (none for plain text)."""
+    if s is None:
+        return {}
+    tools = [
+        {"name": t.name, "description": t.description, "input_schema": dict(t.parameters)}
+        for t in s.tools
+    ]
+    one = len(s.tools) == 1
+    return {
+        "tools": tools,
+        "tool_choice": {"type": "tool", "name": s.tools[0].name} if one else {"type": "any"},
+    }
+
+
+def _completion(
+    text: str, calls: tuple[ToolCall, ...], model: str, usage: Usage, latency: float, stop: str
+) -> Completion:
+    if not calls:
+        return Completion(text, model, usage, latency, stop, prose=text)
+    return Completion(calls_text(text, calls), model, usage, latency, stop, calls, text)
 
 
 def _usage(u: Any, output_tokens: int | None) -> Usage:

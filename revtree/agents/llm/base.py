@@ -5,12 +5,23 @@ run and every role: task, goal, baseline code; it is sent first, as the first sy
 block, which Anthropic gets marked ``cache_control`` and OpenAI caches by itself as a
 long identical prefix), ``system`` (the role's rules) and ``user`` (this call's
 variable part).
+
+A prompt may ask for a structured answer (``Prompt.structure``): typed calls of the
+given ``Tool``s, as tool calls (OpenAI ``tools``, Anthropic tool use) or as one JSON
+object (OpenAI ``response_format`` json_schema; Anthropic gets tools). The answer's
+``Completion.calls`` holds them; ``text`` then holds the whole answer as JSON (what a
+transcript keeps). Not guaranteed: that the model calls the tools (a client that cannot,
+like ``ScriptedLLM``, or a model that writes prose instead answers text and no calls),
+nor that the arguments fit the schema (callers check them). A server that refuses the
+structure (HTTP 400 naming tools or response_format) raises ``StructureRefused``.
 """
 
 from __future__ import annotations
 
+import json
+import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -31,6 +42,11 @@ class StreamStalled(LLMError, TimeoutError):
         self.partial = partial
 
 
+class StructureRefused(LLMError):
+    """The server refused a structured request (tools or a response format): the caller
+    may ask again for plain text."""
+
+
 SHAPE_ERRORS = (ValueError, TypeError, KeyError, AttributeError)
 Progress = Callable[[int, float], None]  # (tokens so far, seconds elapsed)
 # Where a streaming client reports the progress of the call in this thread, if anywhere
@@ -47,8 +63,11 @@ class Streamed:
     t0: float = field(default_factory=time.monotonic)
     sink: Progress | None = field(default_factory=PROGRESS.get)
 
-    def add(self, piece: str) -> None:
-        self.parts.append(piece)
+    def add(self, piece: str, text: bool = True) -> None:
+        """Count ``piece`` for progress, and keep it as text unless ``text`` is false
+        (the arguments of a tool call, kept by the client)."""
+        if text:
+            self.parts.append(piece)
         self.chars += len(piece)
         if self.sink is not None:
             self.sink(estimate_tokens(self.chars), time.monotonic() - self.t0)
@@ -75,14 +94,19 @@ def bad_answer(model: str, e: Exception) -> LLMError:
 
 
 def sdk_error(
-    sdk: Any, e: Exception, *, model: str, url: str, key_env: str
+    sdk: Any, e: Exception, *, model: str, url: str, key_env: str, structured: bool = False
 ) -> LLMError | LLMUnreachable:
     """The error for an exception of the openai or anthropic SDK (``sdk``, the module).
+
+    A request that asked for structure (``structured``) and was answered 400 or 422
+    naming tools, functions or the response format is ``StructureRefused``.
 
     An endpoint that cannot be reached, refuses the key or knows no such model is
     ``LLMUnreachable`` (infrastructure: no candidate is to blame), naming the URL, the
     model and, for a refused key, its variable. Anything else is an ``LLMError``."""
     name, where = type(e).__name__, f"{url} (model {model})"
+    if structured and refuses_structure(sdk, e):
+        return StructureRefused(f"{model}: {url} refused the structured request: {name}: {e}")
     if isinstance(e, sdk.APITimeoutError) and not _named(e.__cause__, "ConnectTimeout"):
         return LLMError(f"{model}: no answer from {url} in time: {name}: {e}")
     if isinstance(e, sdk.APIConnectionError):
@@ -97,6 +121,19 @@ def sdk_error(
             f"without its path (e.g. /v1): {name}: {e}"
         )
     return LLMError(f"{model}: {name}: {e}")
+
+
+_STRUCTURE_WORDS = re.compile(r"tool|function|response_format|json_schema|structured", re.I)
+
+
+def refuses_structure(sdk: Any, e: Exception) -> bool:
+    """Whether ``e`` is a server's refusal of tools or a response format."""
+    status = getattr(e, "status_code", None)
+    return (
+        isinstance(e, sdk.APIStatusError)
+        and status in (400, 422)
+        and bool(_STRUCTURE_WORDS.search(str(e)))
+    )
 
 
 def stream_timeout(sdk: Any, e: BaseException) -> bool:
@@ -116,13 +153,79 @@ class BudgetExhausted(RevtreeError):
 
 
 @dataclass(frozen=True)
+class Tool:
+    """One typed call a model may make: its name, what it is for, and the JSON schema of
+    its arguments (an object, every property required, no others). ``many``: it may be
+    called several times in one answer (in a JSON answer, a list under its name)."""
+
+    name: str
+    description: str
+    parameters: Mapping[str, Any]
+    many: bool = False
+
+    def signature(self) -> str:
+        return f"{self.name}({', '.join(self.parameters.get('properties', {}))})"
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    name: str
+    arguments: Mapping[str, Any]  # as the model gave them: check before use
+
+
+@dataclass(frozen=True)
+class Structure:
+    """A request for a structured answer: ``kind`` "tools" (tool calls) or "json_schema"
+    (one JSON object with a key per tool), named ``name``."""
+
+    kind: str
+    name: str
+    tools: tuple[Tool, ...]
+
+    def schema(self) -> dict[str, Any]:
+        """The JSON answer's schema (strict: every key required, no others)."""
+        props = {
+            t.name: {"type": "array", "items": dict(t.parameters), "description": t.description}
+            if t.many
+            else {**t.parameters, "description": t.description}
+            for t in self.tools
+        }
+        return {
+            "type": "object",
+            "properties": props,
+            "required": list(props),
+            "additionalProperties": False,
+        }
+
+    def decode(self, text: str) -> tuple[ToolCall, ...]:
+        """The calls of a JSON answer; none when it is not a JSON object."""
+        try:
+            data = json.loads(text)
+        except ValueError:
+            return ()
+        if not isinstance(data, dict):
+            return ()
+        calls: list[ToolCall] = []
+        for t in self.tools:
+            value = data.get(t.name)
+            items = value if t.many and isinstance(value, list) else [value]
+            calls += [ToolCall(t.name, v) for v in items if isinstance(v, dict)]
+        return tuple(calls)
+
+    def chars(self) -> int:
+        return sum(len(t.description) + len(json.dumps(t.parameters)) for t in self.tools)
+
+
+@dataclass(frozen=True)
 class Prompt:
     system: str
     prefix: str
     user: str
+    structure: Structure | None = None  # ask for typed calls (see the module docstring)
 
     def chars(self) -> int:
-        return len(self.system) + len(self.prefix) + len(self.user)
+        extra = self.structure.chars() if self.structure else 0
+        return len(self.system) + len(self.prefix) + len(self.user) + extra
 
 
 @dataclass(frozen=True)
@@ -140,10 +243,34 @@ class Completion:
     usage: Usage
     latency: float
     finish_reason: str = "stop"  # "length" when cut off at max_tokens
+    calls: tuple[ToolCall, ...] = ()  # a structured answer's calls (``text`` is its JSON)
+    prose: str = ""  # the text the model wrote besides its tool calls
 
     @property
     def truncated(self) -> bool:
         return self.finish_reason in ("length", "max_tokens")
+
+
+def calls_text(prose: str, calls: tuple[ToolCall, ...]) -> str:
+    """An answer with tool calls as text, for transcripts: a JSON object of the model's
+    prose (``content``) and its calls."""
+    data = {
+        "content": prose,
+        "tool_calls": [{"name": c.name, "arguments": c.arguments} for c in calls],
+    }
+    return json.dumps(data, ensure_ascii=False, indent=1)
+
+
+def tool_call(name: str, arguments: str | Mapping[str, Any] | None) -> ToolCall:
+    """A call from the arguments as sent (JSON text, or already an object); arguments
+    that are no JSON object are kept under ``_invalid`` for the caller to refuse."""
+    if isinstance(arguments, Mapping):
+        return ToolCall(name, dict(arguments))
+    try:
+        data = json.loads(arguments or "{}")
+    except ValueError:
+        data = None
+    return ToolCall(name, data if isinstance(data, dict) else {"_invalid": arguments})
 
 
 class LLM(Protocol):

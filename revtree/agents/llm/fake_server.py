@@ -4,6 +4,11 @@ The real SDK clients talk to it over real HTTP. A responder decides each answer:
 an HTTP error with headers (429 with retry-after, 500), a delay (a hung connection),
 a raw body (invalid JSON), or a cut-off answer. Usage is reported like the providers
 do, including prompt caching: a prompt prefix seen before counts as cached tokens.
+
+Structured answers: a responder sees the request's tools and response format
+(``FakeRequest.tools``, ``FakeRequest.schema``) and may answer tool calls
+(``FakeReply.tool_calls``: OpenAI ``message.tool_calls``, Anthropic ``tool_use`` blocks),
+a JSON text, or a 400 whose ``message`` names what the server does not support.
 """
 
 from __future__ import annotations
@@ -28,6 +33,20 @@ class FakeRequest:
     prefix: str
     body: dict[str, Any]
 
+    @property
+    def tools(self) -> list[str]:
+        """The names of the tools the request offers (either API)."""
+        return [t.get("function", t).get("name", "") for t in self.body.get("tools") or ()]
+
+    @property
+    def schema(self) -> dict[str, Any] | None:
+        """The JSON schema of a ``json_schema`` response format, if the request has one."""
+        fmt = self.body.get("response_format") or {}
+        if fmt.get("type") != "json_schema":
+            return None
+        schema: dict[str, Any] = fmt["json_schema"]["schema"]
+        return schema
+
 
 @dataclass
 class FakeReply:
@@ -37,6 +56,8 @@ class FakeReply:
     delay: float = 0.0
     raw: bytes | None = None
     finish_reason: str = "stop"
+    tool_calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # (name, args)
+    message: str | None = None  # an error's message (status >= 400)
 
 
 Responder = Callable[[FakeRequest], "FakeReply | str"]
@@ -114,7 +135,8 @@ class FakeLLMServer:
 
     def _answer(self, req: FakeRequest, reply: FakeReply) -> dict[str, Any]:
         if reply.status >= 400:
-            return {"error": {"type": "fake_error", "message": f"fake status {reply.status}"}}
+            error = reply.message or f"fake status {reply.status}"
+            return {"error": {"type": "invalid_request_error", "message": error}}
         prompt_tokens = estimate_tokens(req.system + req.user)
         with self._lock:
             if req.api == "anthropic":  # explicit: the block marked cache_control
@@ -128,8 +150,23 @@ class FakeLLMServer:
                 common -= common % 512
                 cached_tokens = estimate_tokens(common) if common >= self.cache_min_chars else 0
                 self.seen_prompts.append(full)
-        out_tokens = estimate_tokens(reply.text)
+        calls_json = json.dumps(reply.tool_calls) if reply.tool_calls else ""
+        out_tokens = estimate_tokens(reply.text + calls_json)
         if req.api == "openai":
+            message: dict[str, Any] = {"role": "assistant", "content": reply.text}
+            if reply.tool_calls:
+                message["content"] = reply.text or None
+                message["tool_calls"] = [
+                    {
+                        "id": f"call_{i}",
+                        "type": "function",
+                        "function": {"name": name, "arguments": json.dumps(args)},
+                    }
+                    for i, (name, args) in enumerate(reply.tool_calls)
+                ]
+            finish = reply.finish_reason
+            if reply.tool_calls and finish == "stop":
+                finish = "tool_calls"
             return {
                 "id": "chatcmpl-fake",
                 "object": "chat.completion",
@@ -138,8 +175,8 @@ class FakeLLMServer:
                 "choices": [
                     {
                         "index": 0,
-                        "finish_reason": reply.finish_reason,
-                        "message": {"role": "assistant", "content": reply.text},
+                        "finish_reason": finish,
+                        "message": message,
                     }
                 ],
                 "usage": {
@@ -159,8 +196,22 @@ class FakeLLMServer:
             "type": "message",
             "role": "assistant",
             "model": req.model,
-            "content": [{"type": "text", "text": reply.text}],
-            "stop_reason": "max_tokens" if reply.finish_reason == "length" else "end_turn",
+            "content": [
+                *(
+                    [{"type": "text", "text": reply.text}]
+                    if reply.text or not reply.tool_calls
+                    else []
+                ),
+                *(
+                    {"type": "tool_use", "id": f"toolu_{i}", "name": name, "input": args}
+                    for i, (name, args) in enumerate(reply.tool_calls)
+                ),
+            ],
+            "stop_reason": "max_tokens"
+            if reply.finish_reason == "length"
+            else "tool_use"
+            if reply.tool_calls
+            else "end_turn",
             "stop_sequence": None,
             "usage": {
                 "input_tokens": prompt_tokens - cached_tokens - write,
@@ -348,9 +399,19 @@ def _openai_events(whole: dict[str, Any], pieces: list[str]) -> list[tuple[str, 
         return "", json.dumps({**base, "choices": [choice]})
 
     finish = whole["choices"][0]["finish_reason"]
+    calls: list[tuple[str, str]] = []  # tool calls, streamed after the text
+    for i, c in enumerate(whole["choices"][0]["message"].get("tool_calls") or ()):
+        head = {**c, "index": i, "function": {"name": c["function"]["name"], "arguments": ""}}
+        calls.append(chunk({"tool_calls": [head]}, None))
+        args = c["function"]["arguments"]
+        calls += [
+            chunk({"tool_calls": [{"index": i, "function": {"arguments": args[k : k + 16]}}]}, None)
+            for k in range(0, len(args), 16)
+        ]
     return [
         chunk({"role": "assistant", "content": ""}, None),
         *(chunk({"content": p}, None) for p in pieces),
+        *calls,
         chunk({}, finish),
         ("", json.dumps({**base, "choices": [], "usage": whole["usage"]})),
         ("", "[DONE]"),
@@ -368,6 +429,7 @@ def _anthropic_events(whole: dict[str, Any], pieces: list[str]) -> list[tuple[st
             for p in pieces
         ),
         {"type": "content_block_stop", "index": 0},
+        *_tool_use_events([b for b in whole["content"] if b["type"] == "tool_use"]),
         {
             "type": "message_delta",
             "delta": {"stop_reason": whole["stop_reason"], "stop_sequence": None},
@@ -376,3 +438,90 @@ def _anthropic_events(whole: dict[str, Any], pieces: list[str]) -> list[tuple[st
         {"type": "message_stop"},
     ]
     return [(e["type"], json.dumps(e)) for e in events]
+
+
+def _tool_use_events(blocks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The streamed events of ``tool_use`` blocks (indexes after the text block's 0)."""
+    events: list[dict[str, Any]] = []
+    for i, block in enumerate(blocks, 1):
+        args = json.dumps(block["input"])
+        events.append(
+            {"type": "content_block_start", "index": i, "content_block": {**block, "input": {}}}
+        )
+        events += [
+            {
+                "type": "content_block_delta",
+                "index": i,
+                "delta": {"type": "input_json_delta", "partial_json": args[k : k + 16]},
+            }
+            for k in range(0, len(args), 16)
+        ]
+        events.append({"type": "content_block_stop", "index": i})
+    return events
+
+
+import base64  # noqa: E402  (the embeddings fake, appended)
+import hashlib  # noqa: E402
+import math  # noqa: E402
+import re  # noqa: E402
+import struct  # noqa: E402
+
+
+def fake_embedding(text: str, dims: int = 256) -> list[float]:
+    """A deterministic unit vector: hashed features of the words' first five letters, so
+    texts sharing word stems (``smoothing``, ``smoothed``) are near, as real embeddings
+    of related texts are."""
+    vec = [0.0] * dims
+    for word in re.findall(r"[a-z]{3,}", re.sub(r"([a-z])([A-Z])", r"\1 \2", text).lower()):
+        h = int.from_bytes(hashlib.blake2b(word[:5].encode(), digest_size=4).digest(), "big")
+        vec[h % dims] += 1.0 if h & 1 << 31 else -1.0
+    norm = math.sqrt(sum(x * x for x in vec)) or 1.0
+    return [x / norm for x in vec]
+
+
+class EmbeddingsFakeLLMServer(FakeLLMServer):
+    """A ``FakeLLMServer`` that also answers OpenAI's ``POST /v1/embeddings`` with
+    ``fake_embedding`` vectors (float or base64, as asked); each call's inputs are kept
+    in ``embedding_inputs``. ``embeddings_status`` other than 200 fails those calls."""
+
+    def __init__(self, responder: Responder, *, embeddings_status: int = 200, **kw: Any) -> None:
+        self.embedding_inputs: list[list[str]] = []
+        self.embeddings_status = embeddings_status
+        super().__init__(responder, **kw)
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        fake, plain = self, super()._handler()
+
+        class Handler(plain):  # type: ignore[misc, valid-type]
+            def do_POST(self) -> None:
+                if not self.path.endswith("/embeddings"):
+                    super().do_POST()
+                    return
+                body = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))))
+                texts = body.get("input")
+                texts = [texts] if isinstance(texts, str) else list(texts or [])
+                with fake._lock:
+                    fake.embedding_inputs.append(texts)
+                status, payload = fake._embeddings(body, texts)
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        return Handler
+
+    def _embeddings(self, body: dict[str, Any], texts: list[str]) -> tuple[int, dict[str, Any]]:
+        if self.embeddings_status != 200:
+            error = {"type": "fake_error", "message": f"fake status {self.embeddings_status}"}
+            return self.embeddings_status, {"error": error}
+        rows: list[dict[str, Any]] = []
+        for i, text in enumerate(texts):
+            vec: Any = fake_embedding(text)
+            if body.get("encoding_format") == "base64":
+                vec = base64.b64encode(struct.pack(f"<{len(vec)}f", *vec)).decode()
+            rows.append({"object": "embedding", "index": i, "embedding": vec})
+        tokens = sum(estimate_tokens(t) for t in texts)
+        usage = {"prompt_tokens": tokens, "total_tokens": tokens}
+        return 200, {"object": "list", "data": rows, "model": body.get("model"), "usage": usage}

@@ -4,6 +4,11 @@ Retries on 429, 5xx, timeouts and dropped connections are the SDK's (exponential
 backoff that honours ``retry-after``); ``timeout`` bounds each attempt. Streamed
 (``stream``), ``timeout`` bounds each wait for the next chunk: a stalled stream raises
 ``StreamStalled`` with the text that had come, and is not retried.
+
+A prompt's ``structure`` is sent as ``tools`` (the one tool forced, or any of several
+required) or as a strict ``json_schema`` response format; tool calls and a JSON answer
+both come back as ``Completion.calls``. A JSON answer that does not parse has no calls
+(its text is the caller's fallback).
 """
 
 from __future__ import annotations
@@ -19,11 +24,15 @@ from revtree.agents.llm.base import (
     LLMError,
     Prompt,
     Streamed,
+    Structure,
+    ToolCall,
     Usage,
     bad_answer,
+    calls_text,
     estimate_tokens,
     sdk_error,
     stream_timeout,
+    tool_call,
 )
 
 
@@ -58,29 +67,44 @@ class OpenAIChat:
                 {"role": "system", "content": prompt.prefix + "\n\n" + prompt.system},
                 {"role": "user", "content": prompt.user},
             ],
+            **_structure_args(prompt.structure),
         }
         try:
             if self.stream:
-                return self._streamed(args, t0)
+                return self._streamed(args, t0, prompt.structure)
             reply = self.client.chat.completions.create(**args)
             if not getattr(reply, "choices", None):
                 raise LLMError(f"{self.model}: the answer has no choices")
             choice = reply.choices[0]
-            return Completion(
+            calls = tuple(
+                tool_call(c.function.name, c.function.arguments)
+                for c in choice.message.tool_calls or ()
+            )
+            return _completion(
                 choice.message.content or "",
+                calls,
+                prompt.structure,
                 reply.model or self.model,
                 _usage(reply.usage),
                 time.monotonic() - t0,
                 choice.finish_reason or "stop",
             )
         except openai.APIError as e:
-            raise sdk_error(openai, e, model=self.model, url=self.url, key_env=self.key_env) from e
+            raise sdk_error(
+                openai,
+                e,
+                model=self.model,
+                url=self.url,
+                key_env=self.key_env,
+                structured=prompt.structure is not None,
+            ) from e
         except SHAPE_ERRORS as e:
             raise bad_answer(self.model, e) from e
 
-    def _streamed(self, args: dict[str, Any], t0: float) -> Completion:
+    def _streamed(self, args: dict[str, Any], t0: float, structure: Structure | None) -> Completion:
         """The answer streamed chunk by chunk (a stall raises ``StreamStalled``)."""
         got, model, finish, usage = Streamed(), self.model, "stop", None
+        calls: dict[int, list[str]] = {}  # index -> [name, arguments so far]
         stream = self.client.chat.completions.create(
             **args, stream=True, stream_options={"include_usage": True}
         )
@@ -90,6 +114,12 @@ class OpenAIChat:
                 for choice in chunk.choices or []:
                     if choice.delta is not None and choice.delta.content:
                         got.add(choice.delta.content)
+                    for c in (choice.delta.tool_calls if choice.delta else None) or ():
+                        call = calls.setdefault(c.index, ["", ""])
+                        if c.function is not None:
+                            call[0] += c.function.name or ""
+                            call[1] += c.function.arguments or ""
+                            got.add(c.function.arguments or "", text=False)
                     finish = choice.finish_reason or finish
         except Exception as e:
             if stream_timeout(openai, e):
@@ -102,7 +132,44 @@ class OpenAIChat:
             usage = Usage(estimate_tokens(chars), estimate_tokens(got.text))
         else:
             usage = _usage(usage)
-        return Completion(got.text, model, usage, time.monotonic() - t0, finish)
+        made = tuple(tool_call(name, text) for _, (name, text) in sorted(calls.items()))
+        return _completion(got.text, made, structure, model, usage, time.monotonic() - t0, finish)
+
+
+def _structure_args(s: Structure | None) -> dict[str, Any]:
+    """The request's arguments for a structured answer (none for plain text)."""
+    if s is None:
+        return {}
+    if s.kind == "json_schema":
+        schema = {"name": s.name, "strict": True, "schema": s.schema()}
+        return {"response_format": {"type": "json_schema", "json_schema": schema}}
+    tools = [
+        {
+            "type": "function",
+            "function": {"name": t.name, "description": t.description, "parameters": t.parameters},
+        }
+        for t in s.tools
+    ]
+    one = len(s.tools) == 1
+    choice = {"type": "function", "function": {"name": s.tools[0].name}} if one else "required"
+    return {"tools": tools, "tool_choice": choice}
+
+
+def _completion(
+    content: str,
+    calls: tuple[ToolCall, ...],
+    structure: Structure | None,
+    model: str,
+    usage: Usage,
+    latency: float,
+    finish: str,
+) -> Completion:
+    """The answer, its calls from tool calls or from a JSON answer."""
+    if calls:
+        return Completion(calls_text(content, calls), model, usage, latency, finish, calls, content)
+    if structure is not None and structure.kind == "json_schema":
+        calls = structure.decode(content)
+    return Completion(content, model, usage, latency, finish, calls, "" if calls else content)
 
 
 def _usage(u: Any) -> Usage:
