@@ -726,8 +726,9 @@ class Trust(_Section):
         0.25,
         ge=0,
         le=1,
-        description="Most of the run's sandbox-seconds spent verifying new bests during the run "
-        "(the final best and the baseline are always verified at the end).",
+        description="Most of the run's evaluations spent verifying new bests during the run "
+        "(counted, so a resumed run decides alike; the final best and the baseline are always "
+        "verified at the end).",
     )
     guard: bool = Field(
         True,
@@ -738,7 +739,7 @@ class Trust(_Section):
         0.25,
         ge=0,
         le=1,
-        description="Most of the run's sandbox-seconds spent on guard holdouts (the baseline's "
+        description="Most of the run's evaluations spent on guard holdouts (the baseline's "
         "and the final best's are always run).",
     )
     tolerance: float = Field(
