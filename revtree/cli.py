@@ -124,7 +124,8 @@ class LiveLog:
             self.done += 1
             self.progress.update(self.task, completed=self.done)
         if ev.kind == "best":
-            self.progress.update(self.task, best=f"best {ev.data.get('score') if ev.data else ''}")
+            score = ev.data.get("score") if ev.data else None
+            self.progress.update(self.task, best=f"best {_fmt(score)}")
 
 
 def _install_stop(stop: threading.Event) -> None:

@@ -51,9 +51,10 @@ class OfflineProposer(Protocol):
 
 
 def offline_agents(spec: TaskSpec) -> tuple[OfflineProposer, Coder]:
-    """The offline proposer and coder that ``[agents] mode`` selects (knobs unless
-    ``mode = "mutate"``)."""
-    if spec.agents.mode == "mutate":
+    """The offline proposer and coder that ``[agents] mode`` selects: knobs, or code
+    mutations with ``mode = "mutate"``, and in ``auto`` when the task has no knobs (the
+    knob proposer would have nothing to change)."""
+    if spec.agents.mode == "mutate" or (spec.agents.mode == "auto" and not spec.knobs):
         cfg = spec.agents.mutate
         return MutationProposer(spec.search.seed, cfg), MutationCoder(spec.editable, cfg)
     proposer = KnobProposer.from_config(

@@ -181,6 +181,8 @@ def recommendation_note(s: dict[str, Any]) -> str | None:
 def gain_text(s: dict[str, Any]) -> str:
     """The improvement of the best, with its noise, in words."""
     g, imp = s.get("gain"), s["improvement"]
+    if s["best_node"] == 0:
+        return " (the baseline: no candidate beat it)"
     pct = f"{imp:+.2%} " if imp is not None else ""
     if g is None or g["beyond_noise"] is None:
         return f" ({pct}better, noise not measured)" if imp is not None else ""

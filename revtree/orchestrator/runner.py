@@ -31,7 +31,7 @@ from revtree.agents import Evaluator, KnobProposer, Proposal, StaticReviewer, re
 from revtree.agents.evaluator import FULL, GUARD, HOLDOUT, Outcome
 from revtree.agents.lessons import lesson_for
 from revtree.agents.llm import BudgetExhausted
-from revtree.agents.mutate import offline_agents
+from revtree.agents.mutate import MutationProposer, offline_agents
 from revtree.errors import Cancelled, EditError, RevtreeError, SandboxError
 from revtree.memory import EvalResult, Event, GitStore, Node, NodeStatus, RunInfo, RunStatus, Store
 from revtree.memory.db import normalize_url, revtree_home
@@ -39,7 +39,7 @@ from revtree.memory.gitstore import HOLDOUT_REF, PROTECTED_REF, file_mode
 from revtree.orchestrator.gpus import GpuPool
 from revtree.orchestrator.pipeline import CandidateState, build_pipeline
 from revtree.orchestrator.policies import Selection, make_policy
-from revtree.orchestrator.team import Team, uses_llm
+from revtree.orchestrator.team import Team, offline_reason, uses_llm
 from revtree.orchestrator.tree import Tree
 from revtree.orchestrator.trust import holdout_alarm, infra_cause, rank_alarm
 from revtree.sandboxes import BackendChoice, Sandbox, choose_backend, make_sandbox
@@ -839,7 +839,8 @@ class Orchestrator:
         self.store.add_event(
             self.run_id,
             "run",
-            f"run {verb}: policy {self.policy.name}, parallel {self.parallel} "
+            f"run {verb}: policy {self.policy.name}, agents {self._agents_label()}, "
+            f"parallel {self.parallel} "
             f"(+{self.lookahead} prepared ahead), "
             f"sandbox {self.sandbox.name} ({self.choice.reason}), "
             f"{len(resume)} candidate(s) to resume",
@@ -865,11 +866,37 @@ class Orchestrator:
             raise
         return self._close(reason, stop.is_set())
 
+    def _agents_label(self) -> str:
+        if self.team is not None:
+            return "LLM"
+        return (
+            "offline code mutations"
+            if isinstance(self.proposer, MutationProposer)
+            else ("offline Optuna knobs")
+        )
+
     def _start_warnings(self) -> None:
         """Said once, when a run starts: what its sandbox and its scoring channel do not
         protect against."""
         if self.choice.warning:
             self.store.add_event(self.run_id, "warning", self.choice.warning, None)
+        if self.team is None and not self.spec.knobs and self.spec.agents.mode == "knobs":
+            self.store.add_event(
+                self.run_id,
+                "warning",
+                "agents: mode 'knobs' but the task declares no [[knobs]]: every candidate "
+                "would be the unchanged code, refused unevaluated; declare knobs, or use "
+                "mode 'mutate' or a model",
+                None,
+            )
+        if (why := offline_reason(self.spec)) is not None:
+            self.store.add_event(
+                self.run_id,
+                "warning",
+                f"agents: {why}; the offline agents drive this run (set the key, or "
+                '`--model`/`[agents] mode = "llm"` to insist)',
+                None,
+            )
         if self.spec.evaluate.forgeable:
             self.store.add_event(
                 self.run_id,

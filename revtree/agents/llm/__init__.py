@@ -63,6 +63,18 @@ def make_llm(
     )
 
 
+def missing_key(model: str, base_url: str | None, api_key_env: str | None) -> str | None:
+    """Why ``model`` cannot be called here (no key and no base URL), or None."""
+    try:
+        provider, _ = split_model(model)
+    except ValueError:
+        return None  # make_llm says what is wrong with the name
+    key_env = api_key_env or KEY_ENV.get(provider, "OPENAI_API_KEY")
+    if provider in ("openai", "anthropic") and not os.environ.get(key_env) and not base_url:
+        return f"model {model!r} needs {key_env} or a base_url"
+    return None
+
+
 def detect_model() -> str | None:
     """The default model when a provider key is in the environment."""
     for provider, env in KEY_ENV.items():
