@@ -297,11 +297,11 @@ class ShmJanitor:
         new = sorted(name for name, _ in self._entries() - self._before)
         if not new:
             return []
-        busy = _paths_in_use(str(self.root))
+        busy = _inodes_in_use(str(self.root))
         removed = []
         for name in new:
             path = self.root / name
-            if any(b == str(path) or b.startswith(f"{path}/") for b in busy):
+            if _inode(path) in busy or any(_inode(p) in busy for p in _walk_files(path)):
                 continue
             with contextlib.suppress(OSError):
                 if path.is_dir() and not path.is_symlink():
@@ -319,21 +319,38 @@ def _owner(entry: os.DirEntry[str]) -> int:
         return -1
 
 
-def _paths_in_use(prefix: str) -> set[str]:
-    """Paths under ``prefix`` that a live process (that we may inspect) holds open or
-    mapped."""
-    found: set[str] = set()
+def _inode(path: Path) -> tuple[int, int] | None:
+    try:
+        st = path.lstat()
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino)
+
+
+def _walk_files(path: Path) -> list[Path]:
+    if not path.is_dir() or path.is_symlink():
+        return []
+    return [Path(root) / f for root, _, files in os.walk(path) for f in files]
+
+
+def _inodes_in_use(prefix: str) -> set[tuple[int, int] | None]:
+    """(device, inode) of the files under ``prefix`` that a live process (that we may
+    inspect) holds open or mapped. By inode, not by name: a POSIX semaphore is mapped
+    under its temporary name and then linked to its real one (glibc ``sem_open``)."""
+    found: set[tuple[int, int] | None] = set()
+    dev = os.stat(prefix).st_dev if os.path.exists(prefix) else None
     for pid in filter(str.isdigit, os.listdir("/proc")):
         with contextlib.suppress(OSError):
             for fd in os.listdir(f"/proc/{pid}/fd"):
                 with contextlib.suppress(OSError):
-                    target = os.readlink(f"/proc/{pid}/fd/{fd}")
-                    if target.startswith(prefix):
-                        found.add(target.removesuffix(" (deleted)"))
+                    if os.readlink(f"/proc/{pid}/fd/{fd}").startswith(prefix):
+                        st = os.stat(f"/proc/{pid}/fd/{fd}")
+                        found.add((st.st_dev, st.st_ino))
         with contextlib.suppress(OSError), open(f"/proc/{pid}/maps") as maps:
             for line in maps:
-                if prefix in line:
-                    found.add(line.split(maxsplit=5)[-1].strip().removesuffix(" (deleted)"))
+                if prefix in line and dev is not None:
+                    with contextlib.suppress(ValueError, IndexError):
+                        found.add((dev, int(line.split(maxsplit=5)[4])))
     return found
 
 

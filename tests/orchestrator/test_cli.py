@@ -57,8 +57,9 @@ def test_run_show_export(tmp_path: Path, home: Path, store: Store) -> None:
     subprocess.run(["git", "init", "-q", str(work)], check=True)
     subprocess.run(["git", "-C", str(work), "apply", str(patch.resolve())], check=True)
     best = shown["nodes"][shown["best_node"]]
-    out = subprocess.run([sys.executable, "ev.py"], cwd=work, capture_output=True, text=True)
-    assert json.loads(out.stdout.splitlines()[-1])["f"] == pytest.approx(best["score"])
+    # the evaluator reports on descriptor 3, as in a sandbox
+    subprocess.run(["sh", "-c", f"{sys.executable} ev.py 3>metrics.json"], cwd=work, check=True)
+    assert json.loads((work / "metrics.json").read_text())["f"] == pytest.approx(best["score"])
     diff = revtree(home, "diff", shown["run_id"], str(shown["best_node"]), "--against", "root")
     assert diff.stdout.startswith("diff --git a/sol.py b/sol.py")
 

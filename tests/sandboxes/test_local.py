@@ -334,3 +334,22 @@ def test_protect_orchestrator_as_root_is_no_protection():
     code = "from revtree.sandboxes.local import protect_orchestrator; print(protect_orchestrator())"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.stdout.strip() == ("True" if sys.platform == "linux" else "False"), out.stderr
+
+
+@pytest.mark.skipif(not Path("/dev/shm").is_dir(), reason="no /dev/shm on this machine")
+def test_the_shm_sweep_keeps_a_semaphore_another_process_still_uses() -> None:
+    """glibc maps a POSIX semaphore under a temporary name, then links it to its real
+    one: the sweep must know it is in use by its inode, not by its name (a local run
+    once removed a process pool's semaphore from under it)."""
+    import multiprocessing
+
+    janitor = ShmJanitor(Path("/dev/shm"))
+    with janitor.window():
+        lock = multiprocessing.get_context("spawn").Lock()  # a named sem.mp-* file
+        name = next(
+            n
+            for n in os.listdir("/dev/shm")
+            if n.startswith("sem.mp-") and n not in {e for e, _ in janitor._before}
+        )
+    assert name not in janitor.removed and (Path("/dev/shm") / name).exists()
+    del lock
