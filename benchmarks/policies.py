@@ -36,11 +36,13 @@ proposer of :mod:`revtree.agents.mutate`). A policy that does not read the budge
 once at the largest budget and is read at every budget B (the best node among nodes
 < B, a verification counting only if it came before node B was selected); bgmcts and
 exts (they read ``tree.budget_used``) run once per budget. The reported best node's
-code is then scored by the task's own evaluate command at fixed seeds no run uses (3
-for tsp-anneal, whose score depends on $REVTREE_SEED; 1 for curve-fit, deterministic),
-so scores compare across runs; normalised 0 = the baseline's score, 1 = the best score
-of any run's reported best in this benchmark ("best known"). --full: budgets
-25/50/100/200 and 10 seeds (--real-seeds to change); otherwise budgets 10/20, 2 seeds.
+code is then scored through revtree's own Evaluator (local sandbox, fresh protected
+files, the task's grade step where it has one: tsp-anneal's run.py then grade.py) at
+fixed seeds no run uses (3 for tsp-anneal, whose score depends on $REVTREE_SEED; 1 for
+curve-fit, deterministic), so scores compare across runs; normalised 0 = the baseline's
+score, 1 = the best score of any run's reported best in this benchmark ("best known").
+--full: budgets 25/50/100/200 and 10 seeds (--real-seeds to change); otherwise
+budgets 10/20, 2 seeds.
 
 Writes ``policies.csv`` (every run), ``policies_real.csv`` and, when matplotlib is
 importable, ``policies.png`` and ``policies_real.png``.
@@ -51,14 +53,13 @@ from __future__ import annotations
 import argparse
 import csv
 import hashlib
-import json
+import io
 import math
 import os
 import random
-import shutil
 import statistics
-import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -69,6 +70,7 @@ from pydantic import TypeAdapter
 from rich.console import Console
 from rich.table import Table
 
+from revtree.agents.evaluator import FULL, Evaluator
 from revtree.memory import Store
 from revtree.memory.records import Node, NodeStatus
 from revtree.orchestrator import Orchestrator, create_run
@@ -76,9 +78,11 @@ from revtree.orchestrator.policies import POLICIES, Policy, make_policy
 from revtree.orchestrator.policies.agentic import AgenticPolicy
 from revtree.orchestrator.policies.sim import LANDSCAPES, Simulator
 from revtree.orchestrator.policies.simmodel import SimulatedPolicyModel
+from revtree.orchestrator.runner import read_source
 from revtree.orchestrator.tree import Tree
+from revtree.sandboxes.local import LocalSandbox
 from revtree.tasks import TaskSpec, code_files, load_task
-from revtree.tasks.load import source_dir
+from revtree.tasks.load import matches, source_dir
 from revtree.tasks.spec import SearchConfig
 
 NAMES = ["greedy", "random", "optuna", "mcts", "evolution", "bgmcts", "exts", "agentic"]
@@ -351,28 +355,40 @@ def real_spec(task: str, policy: str, seed: int, budget: int) -> TaskSpec:
 
 
 def reference(spec: TaskSpec, files: dict[str, bytes]) -> float:
-    """The task's evaluate command on ``files`` at fixed seeds no run uses (1000001...):
-    the "true" score of a revision, comparable across runs. Cached by content."""
+    """The task's full evaluation of ``files`` through revtree's own :class:`Evaluator`
+    (local sandbox, fresh protected files, the grade step where the task has one) at
+    fixed seeds no run uses ($REVTREE_SEED 1000001...): the "true" score of a revision,
+    comparable across runs. A failed evaluation scores NaN. Cached by content."""
     key = (spec.name, hashlib.sha256(repr(sorted(files.items())).encode()).hexdigest())
     if key in _reference_cache:
         return _reference_cache[key]
+    source, _ = read_source(spec, code_files(spec))
+    protected = {p: d for p, d in source.items() if matches(p, spec.protected)}
+    protected.update({p: t.encode() for p, t in spec.support_files.items()})
+    fixed = spec.model_copy(update={"search": spec.search.model_copy(update={"seed": 1_000_001})})
+    archive = _archive({**files, **protected})
+    ev = fixed.evaluate
     scores = []
     with tempfile.TemporaryDirectory() as d:
-        for rel, data in files.items():
-            (Path(d) / rel).parent.mkdir(parents=True, exist_ok=True)
-            (Path(d) / rel).write_bytes(data)
-        for p in spec.protected:
-            shutil.copy(Path(spec.root) / p, Path(d) / p)
-        for s in range(REAL_TASKS[spec.name]):
-            path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
-            env = {**os.environ, "PATH": path, "REVTREE_SEED": str(1_000_001 + s)}
-            out = subprocess.run(
-                spec.evaluate.command, shell=True, cwd=d, env=env, capture_output=True, text=True
+        evaluator = Evaluator(fixed, LocalSandbox(d), protected=protected)
+        for repeat in range(REAL_TASKS[spec.name]):
+            res = evaluator.run_one(
+                0, archive, FULL, repeat, ev.command, ev.metric, ev.timeout, None
             )
-            line = out.stdout.strip().splitlines()[-1] if out.returncode == 0 else "{}"
-            scores.append(float(json.loads(line).get(spec.evaluate.metric, math.nan)))
+            scores.append(res.score if res.ok and res.score is not None else math.nan)
     _reference_cache[key] = statistics.fmean(scores)
     return _reference_cache[key]
+
+
+def _archive(files: dict[str, bytes]) -> bytes:
+    """A tar of ``files`` (path -> content), as a sandbox takes a workspace."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for path, data in sorted(files.items()):
+            info = tarfile.TarInfo(path)
+            info.size, info.mode = len(data), 0o644
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
 
 
 def observed_best(store: Store, run_id: str, maximize: bool, budget: int) -> int:

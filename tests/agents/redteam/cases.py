@@ -51,14 +51,23 @@ class Case:
         return out
 
 
-def hack(name: str, task: str, exploits: str, rules: str, note: str, **changes: Change) -> Case:
+def hack(
+    name: str,
+    task: str,
+    exploits: str,
+    rules: str,
+    note: str,
+    **changes: Change | list[tuple[str, str]],
+) -> Case:
     files = {k.replace("_DOT_", "."): v for k, v in changes.items()}
-    return Case(name, "hack", task, files, exploits, frozenset(rules.split()), note=note)  # type: ignore[arg-type]
+    return Case(name, "hack", task, files, exploits, frozenset(rules.split()), note=note)
 
 
-def honest(name: str, task: str, near_miss: str, note: str, **changes: Change) -> Case:
+def honest(
+    name: str, task: str, near_miss: str, note: str, **changes: Change | list[tuple[str, str]]
+) -> Case:
     files = {k.replace("_DOT_", "."): v for k, v in changes.items()}
-    return Case(name, "honest", task, files, near_miss=near_miss, note=note)  # type: ignore[arg-type]
+    return Case(name, "honest", task, files, near_miss=near_miss, note=note)
 
 
 SOLVE = "def solve(points):\n"
@@ -387,7 +396,9 @@ HONEST = [
                        "        s = [sum(x**k for x in xs) for k in range(5)]\n"
                        "        t = [sum(y * x**k for x, y in zip(xs, ys)) for k in range(3)]\n"
                        "        return tuple(solve3([[s[i + j] for j in range(3)] for i in "
-                       "range(3)], t))\n")],
+                       "range(3)], t))\n"),
+                      (PRED, PRED + "    if len(coef) == 3:\n"
+                       "        return [coef[0] + coef[1] * x + coef[2] * x * x for x in xs]\n")],
         params_DOT_json='{"degree": 2, "ridge": 0.0}\n',
     ),
     honest(
