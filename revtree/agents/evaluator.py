@@ -406,6 +406,7 @@ class Evaluator:
         cancel: threading.Event | None = None,
         protected: Mapping[str, bytes] | None = None,
         split: str = HOLDOUT,
+        repeat: int = 0,
     ) -> EvalResult | None:
         """The holdout evaluation; ``protected`` (the protected plus holdout files) is
         what its grade step sees, default the evaluator's protected files. ``split`` is
@@ -419,7 +420,7 @@ class Evaluator:
             h.timeout or self.spec.evaluate.timeout,
         )
         return self.run_one(
-            node_id, archive, split, 0, h.command, metric, timeout, cancel, protected=protected
+            node_id, archive, split, repeat, h.command, metric, timeout, cancel, protected=protected
         )
 
 

@@ -1023,39 +1023,43 @@ class Orchestrator:
     def _guard(self, node_id: int, slot: bool) -> None:
         """Run (or reuse) the guard holdout of a node, then check it for a drift alarm.
         Candidates that need the same node's guard (the baseline's) wait for one run."""
+        self._guard_repeat(node_id, 0, slot)
+        if node_id in self.guarded:
+            self._check_alarm(node_id, slot)
+
+    def _guard_repeat(self, node_id: int, repeat: int, slot: bool) -> None:
+        """Guard run ``repeat`` of a node (stored once, reused on replay); the node's
+        guard score is the mean of its runs. One run per node at once."""
         with self.lock:
             once = self._guard_locks.setdefault(node_id, threading.Lock())
         with once:
-            self._guard_once(node_id, slot)
-
-    def _guard_once(self, node_id: int, slot: bool) -> None:
-        node = self.nodes[node_id]
-        stored = [
-            e
-            for e in self.store.evaluations(self.run_id, node_id)
-            if e.stage == GUARD and e.attempt == node.attempt
-        ]
-        result = stored[-1] if stored else None
-        if result is None:
-            if slot:
-                self._acquire_slot()
-            try:
-                result = self.holdout(node_id, split=GUARD)
-            finally:
+            node = self.nodes[node_id]
+            runs = {
+                e.repeat: e
+                for e in self.store.evaluations(self.run_id, node_id)
+                if e.stage == GUARD and e.attempt == node.attempt
+            }
+            if repeat not in runs:
                 if slot:
-                    self.slots.release()
-            if result is None:
-                return
-            with self.lock:
-                self.trust_evals[GUARD] += 1
-                self.n_evals += 1
-                self.sandbox_seconds += result.duration
-        if result.ok and result.score is not None:
-            with self.lock:
-                self.guarded[node_id] = result.score
-            self._check_alarm(node_id)
+                    self._acquire_slot()
+                try:
+                    result = self.holdout(node_id, split=GUARD, repeat=repeat)
+                finally:
+                    if slot:
+                        self.slots.release()
+                if result is None:
+                    return
+                runs[repeat] = result
+                with self.lock:
+                    self.trust_evals[GUARD] += 1
+                    self.n_evals += 1
+                    self.sandbox_seconds += result.duration
+            scores = [e.score for e in runs.values() if e.ok and e.score is not None]
+            if scores:
+                with self.lock:
+                    self.guarded[node_id] = statistics.fmean(scores)
 
-    def _check_alarm(self, node_id: int) -> None:
+    def _check_alarm(self, node_id: int, slot: bool = False) -> None:
         node, root = self.nodes[node_id], self.nodes[0]
         t, h = self.spec.trust, self.guarded.get(node_id)
         base_h = self.guarded.get(0)
@@ -1067,6 +1071,11 @@ class Orchestrator:
             "holdout-worse",
             holdout_alarm(node.score, h, root.score, base_h, self.spec.maximize, t.tolerance),
         )
+        if msg is not None:  # confirm on a second guard run of both before alarming
+            self._guard_repeat(0, 1, slot)
+            self._guard_repeat(node_id, 1, slot)
+            h, base_h = self.guarded[node_id], self.guarded[0]
+            msg = holdout_alarm(node.score, h, root.score, base_h, self.spec.maximize, t.tolerance)
         if msg is None:
             with self.lock:
                 dev = {
@@ -1198,7 +1207,7 @@ class Orchestrator:
             )
         return node
 
-    def holdout(self, node_id: int, split: str = HOLDOUT) -> EvalResult | None:
+    def holdout(self, node_id: int, split: str = HOLDOUT, repeat: int = 0) -> EvalResult | None:
         """Run the hidden holdout evaluation on a node and record it (``split``: the
         final judge, or the guard during the search)."""
         node = self.nodes[node_id]
@@ -1208,7 +1217,7 @@ class Orchestrator:
         if self.spec.holdout.files:
             overlay.update(self.git.read_files(self.git.resolve(HOLDOUT_REF)))
         archive = self.git.archive(node.commit, overlay)
-        result = self.evaluator.holdout(node_id, archive, self.cancel, overlay, split)
+        result = self.evaluator.holdout(node_id, archive, self.cancel, overlay, split, repeat)
         if result is not None:
             result = dataclasses.replace(result, attempt=node.attempt)
             self.store.record_evaluation(self.run_id, result)
