@@ -1,7 +1,8 @@
 """Anthropic via its SDK, with ``cache_control`` on the stable prefix (first system block).
 
 Streamed (``stream``), ``timeout`` bounds each wait for the next event: a stalled stream
-raises ``StreamStalled`` with the text that had come, and is not retried.
+raises ``StreamStalled`` with the text that had come, and is not retried; a stream that
+ends without a stop reason (cut off) is an error too.
 
 A prompt's ``structure`` is sent as tools (the one tool forced, or any of several
 required; a "json_schema" structure too, as Anthropic has no response format), and the
@@ -26,6 +27,7 @@ from revtree.agents.llm.base import (
     Usage,
     bad_answer,
     calls_text,
+    estimate_tokens,
     sdk_error,
     stream_timeout,
     tool_call,
@@ -101,7 +103,7 @@ class AnthropicChat:
 
     def _streamed(self, args: dict[str, Any], t0: float) -> Completion:
         """The answer streamed event by event (a stall raises ``StreamStalled``)."""
-        got, model, stop, start, out = Streamed(), self.model, "stop", None, 0
+        got, model, stop, start, out = Streamed(), self.model, "", None, 0
         calls: dict[int, list[str]] = {}  # block index -> [name, input JSON so far]
         stream = self.client.messages.create(**args, stream=True)
         try:
@@ -123,7 +125,14 @@ class AnthropicChat:
             raise
         finally:
             stream.close()
-        usage = _usage(start, out) if start is not None else Usage(0, out)
+        if start is None:  # no message_start (an error body, a wrong shape)
+            raise LLMError(f"{self.model}: the streamed answer has no message")
+        if not stop:  # the stream ended without a stop reason: cut off
+            raise LLMError(
+                f"{self.model}: the answer from {self.url} was cut off: the stream ended "
+                f"without a stop reason, after {estimate_tokens(got.chars)} tokens"
+            )
+        usage = _usage(start, out)
         made = tuple(tool_call(name, text) for _, (name, text) in sorted(calls.items()))
         return _completion(got.text, made, model, usage, time.monotonic() - t0, stop)
 

@@ -2,8 +2,10 @@
 
 The real SDK clients talk to it over real HTTP. A responder decides each answer: text,
 an HTTP error with headers (429 with retry-after, 500), a delay (a hung connection),
-a raw body (invalid JSON), or a cut-off answer. Usage is reported like the providers
-do, including prompt caching: a prompt prefix seen before counts as cached tokens.
+a raw body (invalid JSON), or a cut-off answer. A request that asks for a stream
+(``"stream": true``) gets server-sent events, as the providers send them. Usage is
+reported like the providers do, including prompt caching: a prompt prefix seen before
+counts as cached tokens.
 
 Structured answers: a responder sees the request's tools and response format
 (``FakeRequest.tools``, ``FakeRequest.schema``) and may answer tool calls
@@ -65,11 +67,33 @@ Responder = Callable[[FakeRequest], "FakeReply | str"]
 
 class FakeLLMServer:
     """``with FakeLLMServer(responder) as srv:`` then point clients at ``srv.openai_url``
-    or ``srv.anthropic_url``."""
+    or ``srv.anthropic_url``.
 
-    def __init__(self, responder: Responder, cache_min_tokens: int = 1024, port: int = 0) -> None:
+    A request whose body says ``"stream": true`` is answered as the providers stream,
+    with server-sent events (OpenAI chat completion chunks, with the usage in a last
+    chunk when ``stream_options.include_usage``; Anthropic message events): the text and
+    each tool call's arguments in pieces of ``chunk_chars``, one event every
+    ``chunk_delay`` seconds; after ``stall_after`` pieces (when set) the stream goes
+    silent for ``stall`` seconds, a stalled stream. A reply's ``delay`` comes before the
+    response starts (a hung connection), an error status is answered whole as JSON, and
+    a ``raw`` body is sent as one event's data (verbatim when it already reads as
+    server-sent events, e.g. a stream cut off mid-way)."""
+
+    def __init__(
+        self,
+        responder: Responder,
+        cache_min_tokens: int = 1024,
+        port: int = 0,
+        *,
+        chunk_chars: int = 16,
+        chunk_delay: float = 0.0,
+        stall_after: int | None = None,
+        stall: float = 0.0,
+    ) -> None:
         self.responder = responder
         self.cache_min_chars = cache_min_tokens * 4
+        self.chunk_chars, self.chunk_delay = max(1, chunk_chars), chunk_delay
+        self.stall_after, self.stall = stall_after, stall
         self.requests: list[FakeRequest] = []
         self.seen_prefixes: set[tuple[str, str]] = set()
         self.seen_prompts: list[str] = []
@@ -115,23 +139,62 @@ class FakeLLMServer:
                     reply = FakeReply(reply)
                 if reply.delay:
                     time.sleep(reply.delay)
-                payload = (
-                    reply.raw
-                    if reply.raw is not None
-                    else json.dumps(fake._answer(req, reply)).encode()
-                )
                 try:
-                    self.send_response(reply.status)
-                    self.send_header("content-type", "application/json")
-                    for k, v in reply.headers.items():
-                        self.send_header(k, v)
-                    self.send_header("content-length", str(len(payload)))
-                    self.end_headers()
-                    self.wfile.write(payload)
+                    if body.get("stream") and reply.status < 400:
+                        fake._stream(self, req, reply)
+                    else:
+                        fake._whole(self, req, reply)
                 except (BrokenPipeError, ConnectionResetError):
-                    pass  # the client gave up (timeout): fine
+                    pass  # the client gave up (a timeout, a stall): fine
 
         return Handler
+
+    def _whole(self, out: BaseHTTPRequestHandler, req: FakeRequest, reply: FakeReply) -> None:
+        """The answer as one JSON body (or the reply's raw bytes)."""
+        data = reply.raw if reply.raw is not None else json.dumps(self._answer(req, reply)).encode()
+        out.send_response(reply.status)
+        out.send_header("content-type", "application/json")
+        for k, v in reply.headers.items():
+            out.send_header(k, v)
+        out.send_header("content-length", str(len(data)))
+        out.end_headers()
+        out.wfile.write(data)
+
+    def _stream(self, out: BaseHTTPRequestHandler, req: FakeRequest, reply: FakeReply) -> None:
+        """The answer as server-sent events, then the connection closes."""
+        out.send_response(reply.status)
+        out.send_header("content-type", "text/event-stream")
+        out.send_header("cache-control", "no-cache")
+        for k, v in reply.headers.items():
+            out.send_header(k, v)
+        out.end_headers()
+        if reply.raw is not None:
+            out.wfile.write(_raw_events(req, reply.raw))
+            out.wfile.flush()
+            return
+        whole = self._answer(req, reply)  # usage, as the whole answer reports it
+        n = self.chunk_chars
+        if req.api == "openai":
+            options = req.body.get("stream_options") or {}
+            events = _openai_events(whole, n, bool(options.get("include_usage")))
+        else:
+            events = _anthropic_events(whole, n)
+        sent, stalled = 0, False  # pieces of text or arguments sent; stalled yet
+        for name, data, piece in events:
+            if (
+                self.stall_after is not None
+                and not stalled
+                and sent == self.stall_after
+                and (piece or sent)
+            ):
+                stalled = True
+                time.sleep(self.stall)
+            elif self.chunk_delay:
+                time.sleep(self.chunk_delay)
+            head = f"event: {name}\n" if name else ""
+            out.wfile.write(f"{head}data: {data}\n\n".encode())
+            out.wfile.flush()
+            sent += piece
 
     def _answer(self, req: FakeRequest, reply: FakeReply) -> dict[str, Any]:
         if reply.status >= 400:
@@ -304,160 +367,98 @@ class DialectCycle:
         }[dialect]
 
 
-import io  # noqa: E402  (the streaming fake, appended)
+#: every ``FakeLLMServer`` streams when asked: the name is kept for the tests that use it
+StreamingFakeLLMServer = FakeLLMServer
+
+Event = tuple[str, str, int]  # (event name or "", data, 1 for a piece of text or arguments)
 
 
-class StreamingFakeLLMServer(FakeLLMServer):
-    """A ``FakeLLMServer`` that also answers streamed requests (``"stream": true``) as the
-    providers do, with server-sent events: the text in chunks of ``chunk_chars``, one
-    every ``chunk_delay`` seconds; after ``stall_after`` text chunks (when set) it goes
-    silent for ``stall`` seconds, a stalled stream. Errors and raw bodies are answered whole."""
-
-    def __init__(
-        self,
-        responder: Responder,
-        *,
-        chunk_chars: int = 16,
-        chunk_delay: float = 0.0,
-        stall_after: int | None = None,
-        stall: float = 0.0,
-        cache_min_tokens: int = 1024,
-    ) -> None:
-        self.chunk_chars, self.chunk_delay = chunk_chars, chunk_delay
-        self.stall_after, self.stall = stall_after, stall
-        super().__init__(responder, cache_min_tokens)
-
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
-        fake, plain = self, super()._handler()
-
-        class Handler(plain):  # type: ignore[misc, valid-type]
-            def do_POST(self) -> None:
-                size = int(self.headers.get("content-length", 0))
-                raw = self.rfile.read(size)  # type: ignore[has-type]
-                body = json.loads(raw)
-                req = _parse(self.path, body)
-                if not body.get("stream"):
-                    self.rfile = io.BytesIO(raw)  # answered as without streaming
-                    super().do_POST()
-                    return
-                with fake._lock:
-                    fake.requests.append(req)
-                reply = fake.responder(req)
-                reply = FakeReply(reply) if isinstance(reply, str) else reply
-                try:
-                    if reply.status >= 400 or reply.raw is not None:
-                        fake._whole(self, req, reply)
-                    else:
-                        fake._stream(self, req, reply)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass  # the client gave up (a stall): fine
-
-        return Handler
-
-    def _whole(self, out: BaseHTTPRequestHandler, req: FakeRequest, reply: FakeReply) -> None:
-        payload = reply.raw if reply.raw is not None else json.dumps(self._answer(req, reply))
-        data = payload if isinstance(payload, bytes) else payload.encode()
-        out.send_response(reply.status)
-        out.send_header("content-type", "application/json")
-        for k, v in reply.headers.items():
-            out.send_header(k, v)
-        out.send_header("content-length", str(len(data)))
-        out.end_headers()
-        out.wfile.write(data)
-
-    def _stream(self, out: BaseHTTPRequestHandler, req: FakeRequest, reply: FakeReply) -> None:
-        whole = self._answer(req, reply)  # usage, as the whole answer reports it
-        out.send_response(200)
-        out.send_header("content-type", "text/event-stream")
-        out.end_headers()
-        pieces = [
-            reply.text[i : i + self.chunk_chars]
-            for i in range(0, len(reply.text), self.chunk_chars)
-        ]
-        events = (
-            _openai_events(whole, pieces)
-            if req.api == "openai"
-            else _anthropic_events(whole, pieces)
-        )
-        preamble = 1 if req.api == "openai" else 2  # events before the first text chunk
-        for i, (name, data) in enumerate(events):
-            if self.stall_after is not None and i == self.stall_after + preamble:
-                time.sleep(self.stall)
-            elif self.chunk_delay:
-                time.sleep(self.chunk_delay)
-            head = f"event: {name}\n" if name else ""
-            out.wfile.write(f"{head}data: {data}\n\n".encode())
-            out.wfile.flush()
+def _pieces(text: str, n: int) -> list[str]:
+    return [text[i : i + n] for i in range(0, len(text), n)]
 
 
-def _openai_events(whole: dict[str, Any], pieces: list[str]) -> list[tuple[str, str]]:
-    base = {k: whole[k] for k in ("id", "created", "model")}
+def _openai_events(whole: dict[str, Any], n: int, include_usage: bool) -> list[Event]:
+    """The chunks of an OpenAI chat completion: the role, the text, each tool call (its
+    name, then its arguments), the finish reason, and the usage if asked for."""
+    base: dict[str, Any] = {k: whole[k] for k in ("id", "created", "model")}
     base["object"] = "chat.completion.chunk"
+    if include_usage:
+        base["usage"] = None  # as the API does: null until the last chunk
 
-    def chunk(delta: dict[str, Any], finish: str | None) -> tuple[str, str]:
+    def chunk(delta: dict[str, Any], finish: str | None = None, piece: int = 0) -> Event:
         choice = {"index": 0, "delta": delta, "finish_reason": finish}
-        return "", json.dumps({**base, "choices": [choice]})
+        return "", json.dumps({**base, "choices": [choice]}), piece
 
-    finish = whole["choices"][0]["finish_reason"]
-    calls: list[tuple[str, str]] = []  # tool calls, streamed after the text
-    for i, c in enumerate(whole["choices"][0]["message"].get("tool_calls") or ()):
+    message = whole["choices"][0]["message"]
+    text = message.get("content") or ""
+    events = [chunk({"role": "assistant", "content": "" if text else message["content"]})]
+    events += [chunk({"content": p}, piece=1) for p in _pieces(text, n)]
+    for i, c in enumerate(message.get("tool_calls") or ()):
         head = {**c, "index": i, "function": {"name": c["function"]["name"], "arguments": ""}}
-        calls.append(chunk({"tool_calls": [head]}, None))
-        args = c["function"]["arguments"]
-        calls += [
-            chunk({"tool_calls": [{"index": i, "function": {"arguments": args[k : k + 16]}}]}, None)
-            for k in range(0, len(args), 16)
+        events.append(chunk({"tool_calls": [head]}))
+        events += [
+            chunk({"tool_calls": [{"index": i, "function": {"arguments": p}}]}, piece=1)
+            for p in _pieces(c["function"]["arguments"], n)
         ]
-    return [
-        chunk({"role": "assistant", "content": ""}, None),
-        *(chunk({"content": p}, None) for p in pieces),
-        *calls,
-        chunk({}, finish),
-        ("", json.dumps({**base, "choices": [], "usage": whole["usage"]})),
-        ("", "[DONE]"),
-    ]
+    events.append(chunk({}, whole["choices"][0]["finish_reason"]))
+    if include_usage:
+        events.append(("", json.dumps({**base, "choices": [], "usage": whole["usage"]}), 0))
+    return [*events, ("", "[DONE]", 0)]
 
 
-def _anthropic_events(whole: dict[str, Any], pieces: list[str]) -> list[tuple[str, str]]:
+def _anthropic_events(whole: dict[str, Any], n: int) -> list[Event]:
+    """The events of an Anthropic message: its start (with the input usage), each content
+    block (text deltas, or a ``tool_use`` block's input as JSON deltas), the stop reason
+    with the output usage, and the stop."""
     usage = whole["usage"]
     start = {**whole, "content": [], "stop_reason": None, "usage": {**usage, "output_tokens": 1}}
-    events: list[dict[str, Any]] = [
-        {"type": "message_start", "message": start},
-        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
-        *(
-            {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": p}}
-            for p in pieces
-        ),
-        {"type": "content_block_stop", "index": 0},
-        *_tool_use_events([b for b in whole["content"] if b["type"] == "tool_use"]),
-        {
-            "type": "message_delta",
-            "delta": {"stop_reason": whole["stop_reason"], "stop_sequence": None},
-            "usage": {"output_tokens": usage["output_tokens"]},
-        },
-        {"type": "message_stop"},
+    events: list[tuple[dict[str, Any], int]] = [
+        ({"type": "message_start", "message": start}, 0),
+        ({"type": "ping"}, 0),
     ]
-    return [(e["type"], json.dumps(e)) for e in events]
-
-
-def _tool_use_events(blocks: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The streamed events of ``tool_use`` blocks (indexes after the text block's 0)."""
-    events: list[dict[str, Any]] = []
-    for i, block in enumerate(blocks, 1):
-        args = json.dumps(block["input"])
-        events.append(
-            {"type": "content_block_start", "index": i, "content_block": {**block, "input": {}}}
-        )
+    for i, block in enumerate(whole["content"]):
+        if block["type"] == "tool_use":
+            first, kind, key = {**block, "input": {}}, "input_json_delta", "partial_json"
+            pieces = _pieces(json.dumps(block["input"]), n)
+        else:
+            first, kind, key = {**block, "text": ""}, "text_delta", "text"
+            pieces = _pieces(block.get("text", ""), n)
+        events.append(({"type": "content_block_start", "index": i, "content_block": first}, 0))
         events += [
-            {
-                "type": "content_block_delta",
-                "index": i,
-                "delta": {"type": "input_json_delta", "partial_json": args[k : k + 16]},
-            }
-            for k in range(0, len(args), 16)
+            ({"type": "content_block_delta", "index": i, "delta": {"type": kind, key: p}}, 1)
+            for p in pieces
         ]
-        events.append({"type": "content_block_stop", "index": i})
-    return events
+        events.append(({"type": "content_block_stop", "index": i}, 0))
+    events.append(
+        (
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": whole["stop_reason"], "stop_sequence": None},
+                "usage": {"output_tokens": usage["output_tokens"]},
+            },
+            0,
+        )
+    )
+    events.append(({"type": "message_stop"}, 0))
+    return [(e["type"], json.dumps(e), piece) for e, piece in events]
+
+
+def _raw_events(req: FakeRequest, raw: bytes) -> bytes:
+    """A raw reply to a streamed request: verbatim if it reads as server-sent events
+    already (a hand-made or cut-off stream), else the data of one event (an Anthropic
+    one named by its ``type``, if it has one), after which the stream just ends."""
+    if raw.lstrip().startswith((b"data:", b"event:", b":")):
+        return raw
+    data = b"data: " + raw.replace(b"\n", b"\ndata: ") + b"\n\n"
+    if req.api == "openai":
+        return data
+    try:
+        parsed = json.loads(raw)
+    except ValueError:
+        parsed = None
+    kind = parsed.get("type") if isinstance(parsed, dict) else None
+    name = kind if isinstance(kind, str) and kind else "message_start"
+    return f"event: {name}\n".encode() + data
 
 
 import base64  # noqa: E402  (the embeddings fake, appended)
@@ -525,3 +526,24 @@ class EmbeddingsFakeLLMServer(FakeLLMServer):
         tokens = sum(estimate_tokens(t) for t in texts)
         usage = {"prompt_tokens": tokens, "total_tokens": tokens}
         return 200, {"object": "list", "data": rows, "model": body.get("model"), "usage": usage}
+
+
+# -- tool-using coders (appended) ---------------------------------------------------------
+_TOOL_STEP = re.compile(r"^You called (\w+)\((.*)\)\nResult:\n", re.M)
+
+
+def tool_results(req: FakeRequest) -> list[tuple[str, dict[str, Any], str]]:
+    """The tool calls a tool-using coder's request shows it made so far, in order, as
+    ``(name, arguments, result)`` (read from the 'Your work so far' part of its prompt)."""
+    text = req.user
+    found = list(_TOOL_STEP.finditer(text))
+    out = []
+    for i, m in enumerate(found):
+        end = found[i + 1].start() if i + 1 < len(found) else len(text)
+        result = re.split(r"\n\n## Step \d+\n", text[m.end() : end], maxsplit=1)[0]
+        try:
+            args = json.loads(m.group(2))
+        except ValueError:
+            args = {}
+        out.append((m.group(1), args if isinstance(args, dict) else {}, result.rstrip("\n")))
+    return out

@@ -3,7 +3,8 @@
 Retries on 429, 5xx, timeouts and dropped connections are the SDK's (exponential
 backoff that honours ``retry-after``); ``timeout`` bounds each attempt. Streamed
 (``stream``), ``timeout`` bounds each wait for the next chunk: a stalled stream raises
-``StreamStalled`` with the text that had come, and is not retried.
+``StreamStalled`` with the text that had come, and is not retried; a stream that ends
+without a finish reason (cut off) is an error too.
 
 A prompt's ``structure`` is sent as ``tools`` (the one tool forced, or any of several
 required) or as a strict ``json_schema`` response format; tool calls and a JSON answer
@@ -103,7 +104,8 @@ class OpenAIChat:
 
     def _streamed(self, args: dict[str, Any], t0: float, structure: Structure | None) -> Completion:
         """The answer streamed chunk by chunk (a stall raises ``StreamStalled``)."""
-        got, model, finish, usage = Streamed(), self.model, "stop", None
+        got, model, finish, usage = Streamed(), self.model, "", None
+        chose = False  # a chunk with a choice came
         calls: dict[int, list[str]] = {}  # index -> [name, arguments so far]
         stream = self.client.chat.completions.create(
             **args, stream=True, stream_options={"include_usage": True}
@@ -112,6 +114,7 @@ class OpenAIChat:
             for chunk in stream:
                 model, usage = chunk.model or model, chunk.usage or usage
                 for choice in chunk.choices or []:
+                    chose = True
                     if choice.delta is not None and choice.delta.content:
                         got.add(choice.delta.content)
                     for c in (choice.delta.tool_calls if choice.delta else None) or ():
@@ -127,6 +130,13 @@ class OpenAIChat:
             raise
         finally:
             stream.close()
+        if not chose:  # not one chunk with a choice (an error body, a wrong shape)
+            raise LLMError(f"{self.model}: the answer has no choices")
+        if not finish:  # the stream ended without a finish reason: cut off
+            raise LLMError(
+                f"{self.model}: the answer from {self.url} was cut off: the stream ended "
+                f"without a finish reason, after {estimate_tokens(got.chars)} tokens"
+            )
         if usage is None:  # a server that does not report it: estimated
             chars = sum(len(m["content"]) for m in args["messages"])
             usage = Usage(estimate_tokens(chars), estimate_tokens(got.text))
