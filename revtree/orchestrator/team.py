@@ -17,6 +17,13 @@ again. Errors of the model endpoint (``LLMUnreachable``) pass through unchanged.
 Structured answers (``agents.structured``, per role): the roles on one model share one
 ``Structured`` switch; a server's refusal turns it off for the rest of the run and is
 recorded once, as a warning event.
+
+Tools (``agents.coder.tools``; two-call mode): the coder works in steps with a
+``ToolBox`` over the parent's files (hidden files left out), the run's search index,
+and the run's sandbox for ``run`` checks. Its prompt then carries no retrieved files
+(it searches); each step is a metered call, and a ``tools`` event says which tools it
+called and which calls were refused. A server that refuses tools turns them off for
+the rest of the run (plain edits instead).
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ import json
 import re
 import threading
 from collections import OrderedDict
+from collections.abc import Mapping
 from string import Template
 from typing import TYPE_CHECKING, Any
 
@@ -45,7 +53,7 @@ from revtree.agents.llm import (
     missing_key,
     split_model,
 )
-from revtree.agents.llm.base import Tool, estimate_tokens
+from revtree.agents.llm.base import StructureRefused, Tool, estimate_tokens
 from revtree.agents.llm_agents import (
     FORMAT_HELP,
     PROPOSE,
@@ -55,14 +63,17 @@ from revtree.agents.llm_agents import (
     LLMProposer,
     LLMReviewer,
     Structured,
+    ToolCoder,
     call_named,
     load_template,
     render_files,
     structured_kind,
 )
 from revtree.agents.retrieval import make_embedder
+from revtree.agents.tools import Runner, ToolBox, archive, hidden_paths
 from revtree.memory.records import Node, NodeStatus
 from revtree.orchestrator.meter import Meter
+from revtree.sandboxes.base import ExecRequest, ExecResult, Limits
 from revtree.tasks.spec import Role, TaskSpec
 
 if TYPE_CHECKING:
@@ -130,8 +141,9 @@ class Team:
             record=self._context_event,
         )
         self.prefix = self.repo.prefix
-        self._contexts: OrderedDict[tuple[int, str], Context] = OrderedDict()
+        self._contexts: OrderedDict[tuple[int, str, bool], Context] = OrderedDict()
         self._lock = threading.Lock()
+        self._tools_off = False  # the server refused tools: plain edits from then on
 
     def _model(self, name: str, role: Role) -> LLM:
         a = self.spec.agents
@@ -199,22 +211,23 @@ class Team:
         )
 
     # -- the context ----------------------------------------------------------------
-    def context(self, node: Node) -> Context:
+    def context(self, node: Node, related: bool = True) -> Context:
         """What every role sees of this candidate, built once (at its proposal) and shared
-        by the coder, reviewer and analyst of the same node."""
+        by the coder, reviewer and analyst of the same node; without ``related`` files
+        for a coder that searches with tools."""
         hypothesis = "" if self.one_call else (node.proposal or {}).get("hypothesis", "")
-        key = (node.id, hypothesis)  # the coder's context also searches by the hypothesis
+        key = (node.id, hypothesis, related)  # the coder's also searches by the hypothesis
         with self._lock:
             cached = self._contexts.get(key)
         if cached is None:
-            cached = self._build_context(node, hypothesis)
+            cached = self._build_context(node, hypothesis, related)
             with self._lock:
                 self._contexts[key] = cached
                 while len(self._contexts) > 256:
                     self._contexts.popitem(last=False)
         return cached
 
-    def _build_context(self, node: Node, hypothesis: str = "") -> Context:
+    def _build_context(self, node: Node, hypothesis: str = "", related: bool = True) -> Context:
         orch = self.orch
         assert node.parent_id is not None
         parent = orch.nodes[node.parent_id]
@@ -239,9 +252,9 @@ class Team:
         shown = render_files(changed, budget // 2) if changed else ""
         query = "\n".join([self.spec.goal, hypothesis, self._trouble(parent, parent_eval)])
         left = budget - self.repo.builder.prefix_tokens - estimate_tokens(shown)
-        related = self.repo.related(node.id, files, query, max(left, 0))
-        if related.text:
-            shown += RELATED_HEAD + related.text
+        found = self.repo.related(node.id, files, query, max(left, 0)) if related else None
+        if found is not None and found.text:
+            shown += RELATED_HEAD + found.text
         where = self.repo.memory(query)
         return Context(
             node_id=node.id,
@@ -318,9 +331,75 @@ class Team:
         coder = self._coder(node)
         with self._lock:
             coder.answer = self._answers.pop((node.id, node.attempt), None)
+        if coder.answer is None and self._tools_on():
+            return self._work(node, coder, proposal)
         changes: dict[str, bytes | None] = coder.code(self.context(node), proposal)
         self.repo.learn(node.id, proposal.hypothesis, self.context(node).files, changes)
         return changes
+
+    def _tools_on(self) -> bool:
+        """Whether the coder works with tools (see ``Role.tools``)."""
+        setting = self.spec.agents.coder.tools or "auto"
+        if self.one_call or self._tools_off or setting == "off":
+            return False
+        return setting == "on" or self.structured["coder"].kind == "tools"
+
+    def _work(self, node: Node, coder: OneCallCoder, proposal: Proposal) -> dict[str, bytes | None]:
+        """The coder's changes, made in steps with tools; a ``tools`` event sums them up."""
+        a, ctx = self.spec.agents, self.context(node, related=False)
+        box = ToolBox(
+            ctx.files,
+            editable=self.spec.editable,
+            hidden=hidden_paths(self.spec),
+            index=self.repo.index,
+            runner=self._runner(node) if a.max_runs else None,
+            max_runs=a.max_runs,
+        )
+        loop = ToolCoder(coder, box, a.max_steps)
+        try:
+            changes: dict[str, bytes | None] = loop.work(ctx, proposal)
+        except StructureRefused as e:
+            self._tools_off = True
+            switch, why = self.structured["coder"], f"tools refused: {e}"
+            if switch.kind == "off":  # no structure to switch off: said here
+                self._refused(self._models_of(a.coder), why)
+            switch.refuse(why)
+            return self.code(node, proposal)
+        finally:
+            self._tools_event(node, loop)
+        self.repo.shown[node.id] = box.read
+        self.repo.learn(node.id, proposal.hypothesis, ctx.files, changes)
+        return changes
+
+    def _tools_event(self, node: Node, loop: ToolCoder) -> None:
+        box = loop.box
+        used = ", ".join(f"{name} x{n}" for name, n in box.used.items()) or "no tools"
+        refused = f"; {len(box.misuse)} refused: " + " | ".join(box.misuse) if box.misuse else ""
+        self.orch.store.add_event(
+            self.orch.run_id,
+            "tools",
+            f"node {node.id}: the coder worked in {len(loop.steps)} steps: {used}{refused}"[:2000],
+            node.id,
+            {
+                "steps": len(loop.steps),
+                "used": dict(box.used),
+                "misuse": box.misuse,
+                "runs": box.runs,
+            },
+        )
+
+    def _runner(self, node: Node) -> Runner:
+        """``run(command)`` for the node's tool box: the tree, as a fresh workspace of the
+        run's sandbox (no protected files: the box has none), under ``agents.run_timeout``."""
+        orch, sb = self.orch, self.spec.sandbox
+        limits = Limits(self.spec.agents.run_timeout, sb.memory, sb.cpu_seconds, sb.output_cap)
+        labels = {"revtree.step": "tool", "revtree.node": str(node.id)}
+
+        def run(command: str, tree: Mapping[str, bytes]) -> ExecResult:
+            request = ExecRequest(archive(tree), command, limits, dict(sb.env), labels)
+            return orch.sandbox.execute(request, orch.cancel)
+
+        return run
 
     def _coder(self, node: Node) -> OneCallCoder:
         coder: OneCallCoder = self._role(

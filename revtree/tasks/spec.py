@@ -611,6 +611,13 @@ class Role(_Section):
     structured: Structured | None = Field(
         None, description="Structured answers for this role (default: agents.structured)."
     )
+    tools: Literal["auto", "on", "off"] | None = Field(
+        None,
+        description="Work in steps with tools (search_code, read_file, list_files, run, "
+        "the edit tools, done): on, off, or auto (the default for the coder): on where the "
+        "role's answers are structured as tool calls. Only the coder uses tools, and only "
+        "in two-call mode (agents.calls).",
+    )
 
 
 class Price(_Section):
@@ -638,7 +645,7 @@ class Agents(_Section):
     timeout: Duration = Field(120.0, description="Per-call timeout.")
     max_retries: int = Field(4, ge=0, le=20, description="Retries on 429, 5xx and timeouts.")
     stream: bool = Field(
-        False,
+        True,
         description="Stream the answers: the live log shows a long answer's progress, and "
         "timeout bounds each wait for the next chunk (a stalled stream fails the call).",
     )
@@ -679,6 +686,13 @@ class Agents(_Section):
         description="Model of an OpenAI-compatible /embeddings endpoint (at base_url) for "
         "semantic search; unset: keyword search (BM25) only.",
     )
+    max_steps: int = Field(
+        12, ge=1, le=200, description="Most model calls of a tool-using coder per candidate."
+    )
+    max_runs: int = Field(
+        3, ge=0, le=50, description="Most run(command) checks of a tool-using coder per candidate."
+    )
+    run_timeout: Duration = Field(20.0, description="Time limit of each run(command) check.")
     prices: dict[str, Price] = Field(default_factory=dict, description="Per-model price overrides.")
     proposer: Role = Role()
     coder: Role = Role()
@@ -697,6 +711,9 @@ class Agents(_Section):
                 "agents.coder.enabled = false: the coder writes every candidate's edits "
                 'and cannot be disabled (to skip the proposer, set agents.calls = "one")'
             )
+        for name in ("proposer", "reviewer", "analyst"):
+            if getattr(self, name).tools == "on":
+                raise ValueError(f'agents.{name}.tools = "on": only the coder works with tools')
         if self.calls == "two" and not self.proposer.enabled:
             raise ValueError(
                 'agents.calls = "two" needs the proposer, which is disabled: enable '

@@ -146,7 +146,8 @@ def test_openai_tool_calls_drive_a_run(
     task = task_for(tmp_path / "t", "openai:gpt-fake")  # auto: tools for openai:
     server = StreamingFakeLLMServer if stream else FakeLLMServer
     with server(Typed()) as srv:
-        run_id = drive(store, home, task, srv.openai_url, stream=stream)
+        # the one-call edit path: the tool-using coder loop has its own tests (test_tools)
+        run_id = drive(store, home, task, srv.openai_url, stream=stream, coder={"tools": "off"})
     assert_landed(store, run_id)
     bodies = [r.body for r in srv.requests]
     assert all(bool(b.get("stream")) is stream and "response_format" not in b for b in bodies)
@@ -204,7 +205,7 @@ def test_a_typed_edit_out_of_scope_fails_the_node_like_a_text_one(
 
     task = task_for(tmp_path / "t", "openai:gpt-fake", budget=2)
     with FakeLLMServer(tamper) as srv:
-        run_id = drive(store, home, task, srv.openai_url)
+        run_id = drive(store, home, task, srv.openai_url, coder={"tools": "off"})
     node = store.node(run_id, 1)
     assert node.status is NodeStatus.FAILED and node.error_kind == "code"
     assert "'ev.py' is not editable" in (node.error or "") and "after one repair round" in (

@@ -480,3 +480,91 @@ def test_disabling_a_role_is_validated_never_a_keyerror(tmp_path: Path) -> None:
         spec.with_overrides(agents={"coder": {"enabled": False}})
     with pytest.raises(TaskSpecError, match=r"enable \[agents\.proposer\] or set agents\.calls"):
         spec.with_overrides(agents={"calls": "two", "proposer": {"enabled": False}})
+
+
+# -- tool-using coders (issue 12) ---------------------------------------------------------
+class ToolUser:
+    """A scripted model on the synthetic 300-file repository whose coder must find the
+    smoothing helper by ``search_code`` (its prompt no longer carries retrieved files),
+    ``read_file`` it, and only then edit ``predict(x)`` with what it read. The first
+    candidate tries to read the evaluator first; the second never finishes."""
+
+    def __init__(self) -> None:
+        self.proposals = 0
+
+    def __call__(self, req: FakeRequest) -> FakeReply:
+        from revtree.agents.llm.fake_server import tool_results
+
+        if "propose" in req.tools:
+            self.proposals += 1
+            hyp = "use the smoothing helper" if self.proposals == 1 else "keep looking"
+            return FakeReply(tool_calls=[("propose", {"hypothesis": hyp, "plan": "1. edit"})])
+        assert "search_code" in req.tools, req.tools
+        seen = [c for c in tool_results(req) if not c[2].startswith("refused")]
+        if "Hypothesis: keep looking" in req.user:
+            return FakeReply(tool_calls=[("list_files", {"glob": f"pkg_0{len(seen)}/*"})])
+        if not tool_results(req):
+            assert "--- lib/signal/smoothing.py" not in req.system + req.user
+            return FakeReply(
+                tool_calls=[("read_file", {"path": "evaluate.py", "start": 1, "end": 0})]
+            )
+        if not seen:
+            query = {"query": "exponential moving average smoothing", "mode": "semantic"}
+            return FakeReply(tool_calls=[("search_code", query)])
+        path = next(ln for ln in seen[0][2].splitlines() if ln.startswith("1. ")).split()[1]
+        if len(seen) == 1:
+            return FakeReply(tool_calls=[("read_file", {"path": path, "start": 1, "end": 10})])
+        name = seen[1][2].split("def ", 1)[1].split("(", 1)[0]
+        module = path.removesuffix(".py").replace("/", ".")
+        new = f"    from {module} import {name}\n\n    return x * 3.0 + 2 + 0 * len({name}(x))"
+        edit = {"path": "zz_model.py", "search": "    return x * 1.0", "replace": new}
+        return FakeReply(tool_calls=[("edit_file", edit), ("done", {"summary": "fit"})])
+
+
+def test_a_tool_using_coder_searches_reads_and_edits_in_a_real_run(
+    tmp_path: Path, home: Path, store: Store
+) -> None:
+    from revtree.agents.llm.base import estimate_tokens
+    from revtree.orchestrator.report import transcripts
+    from tests.agents.test_context import SECRET, write_task
+
+    task = write_task(tmp_path / "t", nodes=3)
+    with FakeLLMServer(ToolUser()) as srv:
+        spec = load_task(task).with_overrides(
+            agents={"base_url": srv.openai_url, "model": "openai:gpt-fake", "max_steps": 4}
+        )
+        run = create_run(store, spec, home)
+        Orchestrator(store, run.id, home=home).drive()
+    assert store.get_run(run.id).status is RunStatus.COMPLETED
+    one, two = store.node(run.id, 1), store.node(run.id, 2)
+    assert one.status is NodeStatus.SUCCEEDED and one.score is not None and one.score < 1e-9
+    assert two.status is NodeStatus.FAILED and two.error_kind == "code"
+    assert "used its 4 steps (agents.max_steps)" in (two.error or "")
+    # the transcript: one metered call per step, each tool call in the reply, its result
+    # in the next call's stored prompt
+    calls = [c for c in transcripts(store, run.id, 1)["calls"] if c["role"] == "coder"]
+    replies = [c["response"] or "" for c in calls]
+    assert [next(t for t in TOOLS if f'"{t}"' in r) for r in replies] == [
+        "read_file",
+        "search_code",
+        "read_file",
+        "edit_file",
+    ]
+    assert "protected evaluation data" in calls[1]["user"]
+    assert "1. lib/signal/smoothing.py" in calls[2]["user"]
+    assert "def exponential_moving_average(" in calls[3]["user"]
+    assert all(c["input_tokens"] > 0 for c in calls)
+    events = [e for e in store.events_since(run.id) if e.kind == "tools"]
+    assert events[0].node_id == 1 and (events[0].data or {})["misuse"] == [
+        "read_file: 'evaluate.py' is protected evaluation data: it is never shown"
+    ]
+    assert events[1].node_id == 2 and (events[1].data or {})["steps"] == 4
+    prompts = [r.system + "\n" + r.user for r in srv.requests]
+    assert all(SECRET not in p for p in prompts)
+    coder = [p for r, p in zip(srv.requests, prompts, strict=True) if "search_code" in r.tools]
+    assert len(coder) == 8
+    tokens = estimate_tokens(prompts[0]) + sum(estimate_tokens(p) for p in coder[:4])
+    assert tokens < 43_577  # whole-repository prompting, per candidate (benchmarks/context.py)
+
+
+TOOLS = ("search_code", "read_file", "list_files", "edit_file", "done")
