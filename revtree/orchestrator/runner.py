@@ -1180,7 +1180,7 @@ class Orchestrator:
         scores = [e.score for e in done.values() if e.ok and e.score is not None]
         if not scores or node.status is not NodeStatus.SUCCEEDED:
             return self.nodes[node_id]
-        mean = statistics.fmean(scores)
+        mean = scores[0] if len(set(scores)) == 1 else statistics.fmean(scores)
         std = statistics.stdev(scores) if len(scores) > 1 else None
         spread = f" ± {std:.3g}" if std is not None else ""
         node = self._set(

@@ -387,7 +387,7 @@ def test_retry_after_gc_starts_the_pruned_thread_over(
 
     assert (node.status, node.attempt, node.commit) == (NodeStatus.SUCCEEDED, 2, leaf.commit)
     evals = store.evaluations(run_id, leaf.id)
-    assert sorted(e.attempt for e in evals if e.stage == "full") == [1, 2]
+    assert sorted({e.attempt for e in evals if e.stage == "full"}) == [1, 2]
     assert store.get_run(run_id).status is RunStatus.COMPLETED
     assert doctor(store, home) == []
     assert thread in _checkpoint_rows(store)[main]  # the new attempt's thread

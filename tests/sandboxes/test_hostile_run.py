@@ -63,7 +63,7 @@ if mode == "network":
     for host, port in (("1.1.1.1", 53), ("172.17.0.1", 2375), ("deb.debian.org", 80)):
         try:
             socket.create_connection((host, port), timeout=2)
-            print(json.dumps({"f": -1e9}))
+            os.write(3, json.dumps({"f": -1e9}).encode())
             raise SystemExit(0)
         except OSError:
             pass
@@ -72,7 +72,7 @@ if mode == "sigterm":
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     time.sleep(600)
 seen = [k for k, v in os.environ.items() if "revtree-test-secret" in v or "HOSTILE" in k]
-print(json.dumps({"f": (sol.X - 1.2) ** 2, "seen": seen, "mode": mode}))
+os.write(3, json.dumps({"f": (sol.X - 1.2) ** 2, "seen": seen, "mode": mode}).encode())
 """
 
 
