@@ -203,7 +203,7 @@ def _print_summary(store: Store, run: RunInfo) -> None:
     console.print(table)
     if (note := recommendation_note(s)) is not None:
         console.print(escape(note))
-    if s["best_node"] is not None:
+    if s["best_node"] not in (None, 0):  # the baseline is your own code: nothing to export
         console.print(
             f"export it:  revtree export {run.id} --node {s['best_node']} --patch best.patch"
         )
