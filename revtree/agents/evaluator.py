@@ -140,10 +140,14 @@ def outputs_problem(result: ExecResult, globs: tuple[str, ...]) -> str | None:
     """Why the run step's declared outputs cannot be graded (a refused file, a path out
     of the workspace, a missing file: a glob without wildcards names a required file,
     one with wildcards may match nothing), or None."""
-    refused = dict(result.refused)
-    for path in result.files:
-        if not _inside(path) or not matches(path, globs):
+    refused = {p: why for p, why in result.refused.items() if matches(p, globs)}
+    if len(result.files) > OUTPUT_FILES_CAP:
+        return f"{len(result.files)} output files: more than the {OUTPUT_FILES_CAP} allowed"
+    for path in result.files:  # files of [sandbox] outputs that are not graded: ignored
+        if not _inside(path) and matches(path, globs):
             refused.setdefault(path, "not a declared output path inside the workspace")
+        elif len(path) > OUTPUT_PATH_CAP:
+            refused.setdefault(path, f"a path longer than {OUTPUT_PATH_CAP} characters")
     if refused:
         path, why = sorted(refused.items())[0]
         more = f" (and {len(refused) - 1} more)" if len(refused) > 1 else ""
@@ -152,6 +156,10 @@ def outputs_problem(result: ExecResult, globs: tuple[str, ...]) -> str | None:
     if missing:
         return f"missing outputs {missing}: the run step must write them in its workspace"
     return None
+
+
+OUTPUT_FILES_CAP = 10_000  # declared output files per evaluation
+OUTPUT_PATH_CAP = 1024  # characters of an output's path (the grader's folder is deeper)
 
 
 def _inside(path: str) -> bool:
@@ -252,7 +260,10 @@ class Evaluator:
         if (problem := outputs_problem(run, grade.outputs)) is not None:
             return self._result(node_id, stage, repeat, steps, {}, None, problem, "outputs")
         request = ExecRequest(
-            grade_archive(self.protected if protected is None else protected, run.files),
+            grade_archive(
+                self.protected if protected is None else protected,
+                {p: d for p, d in run.files.items() if matches(p, grade.outputs)},
+            ),
             grade.command,
             self._limits(grade.timeout),
             {**env, "REVTREE_OUTPUTS": OUTPUTS},

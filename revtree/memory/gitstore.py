@@ -21,7 +21,7 @@ import git
 from git.objects.fun import tree_entries_from_data, tree_to_stream
 from gitdb import IStream, LooseObjectDB
 
-from revtree.errors import StoreError
+from revtree.errors import EditError, StoreError
 
 TREE_MODE = 0o040000
 FILE_MODE = 0o100644
@@ -254,14 +254,14 @@ def _split(changes: Mapping[str, Change]) -> dict:
     for path, data in changes.items():
         parts = [p for p in path.split("/") if p not in ("", ".")]
         if not parts or ".." in parts:
-            raise StoreError(f"invalid path in a revision: {path!r}")
+            raise EditError(f"invalid path in a revision: {path!r}")
         node = root
         for part in parts[:-1]:
             node = node.setdefault(part, {})
             if not isinstance(node, dict):
-                raise StoreError(f"path {path!r} runs through a file changed in the same commit")
+                raise EditError(f"path {path!r} runs through a file changed in the same commit")
         if isinstance(node.get(parts[-1]), dict):
-            raise StoreError(f"path {path!r} is also a folder in the same commit")
+            raise EditError(f"path {path!r} is also a folder in the same commit")
         node[parts[-1]] = data
     return root
 

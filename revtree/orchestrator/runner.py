@@ -284,7 +284,7 @@ class Orchestrator:
         # in counts (not seconds), so a resumed run decides as an uninterrupted one
         self.trust_evals = {"verify": spent.get("verify", 0), GUARD: spent.get(GUARD, 0)}
         self.n_evals = sum(spent.values())
-        self.guarded: dict[int, float] = {}  # node -> its guard holdout score
+        self.guarded = self._stored_guards()  # node -> the mean of its guard holdout runs
         self._guard_locks: dict[int, threading.Lock] = {}  # one guard run per node at once
         root = self.nodes[0]
         assert root.commit is not None
@@ -770,6 +770,9 @@ class Orchestrator:
             self._stop_failed(f"the baseline (node 0) cannot be scored: {e}")
             return "fatal"
         except InfraFailure as e:
+            if self.by_ticket.get(ticket) == 0:  # no baseline, nothing to compare: stop now
+                self._stop_failed(f"the baseline (node 0) could not be evaluated: {e}")
+                return "fatal"
             self._infra_failure(ticket, str(e))
             return "infra"
         except Exception as e:
@@ -864,7 +867,7 @@ class Orchestrator:
                 )
             self.close()
             raise
-        return self._close(reason, stop.is_set())
+        return self._close(reason, stop.is_set(), stop)
 
     def _agents_label(self) -> str:
         if self.team is not None:
@@ -895,6 +898,16 @@ class Orchestrator:
                 "warning",
                 f"agents: {why}; the offline agents drive this run (set the key, or "
                 '`--model`/`[agents] mode = "llm"` to insist)',
+                None,
+            )
+        h = self.spec.holdout
+        if h is not None and h.grade is None and not self.spec.evaluate.forgeable:
+            self.store.add_event(
+                self.run_id,
+                "warning",
+                "the holdout has no [holdout.grade]: it reads its score from the candidate's "
+                "own run, so a candidate can forge its guard and final holdout (and so dodge "
+                "the drift alarm); declare [holdout.grade] as for [evaluate.grade]",
                 None,
             )
         if self.spec.evaluate.forgeable:
@@ -945,7 +958,27 @@ class Orchestrator:
                 wait(in_flight)
         return reason
 
-    def _close(self, reason: str | None, stopped: bool) -> RunInfo:
+    def _finalize_unless(self, stop: threading.Event | None) -> None:
+        """``_finalize``, cancelled (``Cancelled``) if ``stop`` is set meanwhile."""
+        done = threading.Event()
+
+        def watch() -> None:
+            while not done.is_set():
+                if stop is not None and stop.wait(0.1):
+                    self.cancel.set()
+                    return
+
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
+        try:
+            self._finalize()
+        finally:
+            done.set()
+            watcher.join()
+
+    def _close(
+        self, reason: str | None, stopped: bool, stop: threading.Event | None = None
+    ) -> RunInfo:
         if self.fatal is not None:
             status, reason = RunStatus.FAILED, f"{self.fatal}; fix it, then `revtree resume`"
         elif stopped:
@@ -953,9 +986,17 @@ class Orchestrator:
         else:
             status = RunStatus.COMPLETED
             try:
-                self._finalize()
-            except Exception as e:  # e.g. the engine went away: the run is still done
-                self.store.add_event(self.run_id, "error", f"final checks failed: {e}", None)
+                self._finalize_unless(stop)
+            except Cancelled:
+                status, reason = (
+                    RunStatus.STOPPED,
+                    "stopped by the user during the final checks; `revtree resume` runs them",
+                )
+            except Exception as e:  # the best is unchecked: never report it as done
+                detail = infra_cause(e) or "".join(traceback.format_exception_only(e)).strip()
+                status = RunStatus.FAILED
+                reason = f"the final checks of the best failed: {detail}; `revtree resume` "
+                reason += "runs them again"
         best = self.best_id
         msg = f"run {status.value}: {reason}" + (f"; best node {best}" if best is not None else "")
         try:
@@ -993,6 +1034,16 @@ class Orchestrator:
         self._final_holdout()
 
     # -- trust: verification and the holdout guard (see orchestrator.trust) ----------
+    def _stored_guards(self) -> dict[int, float]:
+        runs: dict[int, list[float]] = {}
+        for e in self.store.evaluations(self.run_id):
+            node = self.nodes.get(e.node_id)
+            if e.score is None or not e.ok or e.stage != GUARD or node is None:
+                continue
+            if e.attempt == node.attempt:
+                runs.setdefault(e.node_id, []).append(e.score)
+        return {i: statistics.fmean(v) for i, v in runs.items()}
+
     def _share_ok(self, kind: str, share: float, n_new: int) -> bool:
         """Whether ``n_new`` more ``kind`` evaluations stay within ``share`` of the run's
         evaluations (counted, not timed: the same decision on every replay)."""
@@ -1015,21 +1066,49 @@ class Orchestrator:
             return
         if node_id != 0 and 0 not in self.guarded:
             self._guard(0, slot=not final)
+        first = not any(i != 0 for i in self.guarded)  # the first best is always guarded
         if self.nodes[node_id].alarm is None and (
-            always or self._share_ok(GUARD, t.guard_share, 1)
+            always or first or self._share_ok(GUARD, t.guard_share, 1)
         ):
             self._guard(node_id, slot=not final)
 
     def _guard(self, node_id: int, slot: bool) -> None:
         """Run (or reuse) the guard holdout of a node, then check it for a drift alarm.
-        Candidates that need the same node's guard (the baseline's) wait for one run."""
-        self._guard_repeat(node_id, 0, slot)
+        Candidates that need the same node's guard (the baseline's) wait for one run.
+        The baseline's guard is tried twice (it is every alarm's reference); a node
+        whose guard fails where the baseline's succeeds is alarmed (``holdout-failed``:
+        hard-coded answers often crash on inputs they have not seen)."""
+        failed = self._guard_repeat(node_id, 0, slot)
+        if node_id == 0 and failed is not None:
+            failed = self._guard_repeat(0, 1, slot)
+            if failed is not None and 0 not in self.guarded:
+                self.store.add_event(
+                    self.run_id,
+                    "warning",
+                    f"drift alarms are off for this run: the baseline's guard holdout fails "
+                    f"({failed})",
+                    0,
+                )
         if node_id in self.guarded:
             self._check_alarm(node_id, slot)
+        elif node_id != 0 and failed is not None and 0 in self.guarded:
+            node = self.nodes[node_id]
+            if node.alarm is None and node.score is not None:
+                self._raise_alarm(
+                    node_id,
+                    {
+                        "kind": "holdout-failed",
+                        "message": f"its guard holdout fails where the baseline's succeeds "
+                        f"({failed})",
+                        "dev": node.score,
+                        "holdout": None,
+                    },
+                )
 
-    def _guard_repeat(self, node_id: int, repeat: int, slot: bool) -> None:
+    def _guard_repeat(self, node_id: int, repeat: int, slot: bool) -> str | None:
         """Guard run ``repeat`` of a node (stored once, reused on replay); the node's
-        guard score is the mean of its runs. One run per node at once."""
+        guard score is the mean of its runs. One run per node at once. Returns the
+        run's error, if it failed."""
         with self.lock:
             once = self._guard_locks.setdefault(node_id, threading.Lock())
         with once:
@@ -1048,16 +1127,18 @@ class Orchestrator:
                     if slot:
                         self.slots.release()
                 if result is None:
-                    return
+                    return None
                 runs[repeat] = result
                 with self.lock:
-                    self.trust_evals[GUARD] += 1
+                    self.trust_evals[GUARD] += node_id != 0  # the reference is not counted
                     self.n_evals += 1
                     self.sandbox_seconds += result.duration
             scores = [e.score for e in runs.values() if e.ok and e.score is not None]
             if scores:
                 with self.lock:
                     self.guarded[node_id] = statistics.fmean(scores)
+            run = runs[repeat]
+            return None if run.ok else (run.error or "no score")
 
     def _check_alarm(self, node_id: int, slot: bool = False) -> None:
         node, root = self.nodes[node_id], self.nodes[0]

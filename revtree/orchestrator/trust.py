@@ -34,7 +34,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from revtree.errors import InfrastructureError, SandboxError, StoreError
+from revtree.errors import (
+    EditError,
+    InfrastructureError,
+    SandboxError,
+    StoreError,
+    TaskSpecError,
+)
 
 DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS}
 DISK_TEXTS = ("No space left on device", "database or disk is full", "Disk quota exceeded")
@@ -43,12 +49,14 @@ ENGINE_TEXTS = ("no Docker engine answers", "the Docker engine failed or stopped
 
 def infra_cause(e: BaseException) -> str | None:
     """Why an exception is an infrastructure failure (outside the candidate), naming the
-    URL or path, or None when it is the candidate's (or a bug)."""
+    URL or path, or None when it is the candidate's (or a bug). Only the exceptions of
+    the machinery are read (OS, database, git, sandbox engine): a message that merely
+    quotes "No space left on device" (a model's SEARCH text, say) is not a full disk."""
     seen: set[int] = set()
     todo: list[BaseException] = [e]
     while todo:
         x = todo.pop()
-        if id(x) in seen:
+        if id(x) in seen or isinstance(x, (EditError, TaskSpecError)):
             continue
         seen.add(id(x))
         if isinstance(x, InfrastructureError):
@@ -57,13 +65,20 @@ def infra_cause(e: BaseException) -> str | None:
             where = f" at {x.filename}" if x.filename else ""
             return f"disk full or read-only: {x.strerror}{where}"
         text = str(x)
-        if any(t in text for t in DISK_TEXTS):
+        # the sandbox's own messages may quote candidate-chosen file names: not read
+        machinery = isinstance(x, (OSError, StoreError)) or type(
+            x
+        ).__module__.split(".")[0] in ("sqlite3", "sqlalchemy", "git", "psycopg")
+        if machinery and any(t in text for t in DISK_TEXTS):
             return f"disk full: {text[:400]}"
         if isinstance(x, SandboxError) and any(t in text for t in ENGINE_TEXTS):
             return text[:400]
         if isinstance(x, StoreError):
             return text[:400]
-        todo += [c for c in (x.__cause__, x.__context__) if c is not None]
+        if x.__cause__ is not None:
+            todo.append(x.__cause__)
+        elif x.__context__ is not None and not x.__suppress_context__:
+            todo.append(x.__context__)
     return None
 
 
@@ -168,7 +183,7 @@ def gain(best: Sequence[float], base: Sequence[float], maximize: bool) -> Gain |
         return None
     sign = 1.0 if maximize else -1.0
     delta = sign * (statistics.fmean(best) - statistics.fmean(base))
-    if len(best) < 2 and len(base) < 2:
+    if len(best) < 2 or len(base) < 2:  # the noise of one side is unmeasured: no verdict
         return Gain(delta, None, len(best), len(base), None)
     # the evaluator's noise is pooled over both samples (it rarely depends on the code)
     resid = [x - statistics.fmean(best) for x in best] + [x - statistics.fmean(base) for x in base]

@@ -30,9 +30,10 @@ LOCAL_WARNING = (
     "read whatever {user} can read (the run's database and git store under "
     "REVTREE_HOME, SSH keys, cloud credentials, the Docker socket if {user} may use "
     "it), reach the network, and leave files or processes behind; and a candidate can "
-    "forge a single-step task's score, since its code runs where the evaluator runs. "
-    "Run code you do not trust in Docker (`revtree sandbox bootstrap-base` makes the "
-    "image), and give the task an [evaluate.grade] step so no candidate reaches its score."
+    "forge a single-step task's score, since its code runs where the evaluator runs; "
+    "even a grade step does not stop it here, since it can write where the grader runs "
+    "from (the Python installation, a .pth file). Run code you do not trust in Docker "
+    "(`revtree sandbox bootstrap-base` makes the image) with an [evaluate.grade] step."
 )
 
 
@@ -55,6 +56,7 @@ def choose_backend(
     ``local`` where no engine answers. An engine without the image raises a
     :class:`SandboxError` naming the image and how to build it."""
     forced = os.environ.get(AUTO_ENV, "").strip()
+    forced = "" if forced == "auto" else forced
     if backend != "auto":
         return _choice(backend, "asked for in the task or --sandbox")
     if forced:
@@ -66,6 +68,22 @@ def choose_backend(
         return _choice("local", f"auto: the Docker backend cannot be loaded ({e})")
     url = engine_url(base_url)
     client = engine_answers(base_url)
+    if client is None and _engine_configured(base_url):
+        # a socket or DOCKER_HOST is there: an engine that is slow or refuses us is an
+        # error, never a reason to run untrusted code unisolated
+        client = engine_answers(base_url, timeout=15.0)
+        if client is None:
+            from revtree.sandboxes.docker import connect
+
+            try:
+                client = connect(base_url, timeout=5.0)
+            except SandboxError as e:
+                raise SandboxError(
+                    f"{e}; the engine is configured here (a socket or DOCKER_HOST) but does "
+                    "not answer, so `auto` will not fall back to the unisolated local "
+                    "backend: start the engine, or set sandbox.backend = 'local' (or "
+                    "--sandbox local) to accept it"
+                ) from e
     if client is None:
         return _choice("local", f"auto: no Docker engine answers at {url}")
     try:
@@ -76,6 +94,15 @@ def choose_backend(
     finally:
         client.close()
     return _choice("docker", f"auto: the Docker engine at {url} answers and has image {image}")
+
+
+def _engine_configured(base_url: str | None) -> bool:
+    """Whether this machine is set up for an engine: its unix socket exists, or a TCP
+    engine is named (by ``base_url`` or ``DOCKER_HOST``)."""
+    url = base_url or os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+    if url.startswith("unix://"):
+        return os.path.exists(url.removeprefix("unix://"))
+    return True
 
 
 def _choice(name: str, reason: str) -> BackendChoice:

@@ -140,7 +140,11 @@ class LocalSandbox:
         n = 0
         for tmp in self.base_dir.glob("revtree-*"):
             with contextlib.suppress(OSError, ValueError):
-                _kill_group(int((tmp / "pgid").read_text()))
+                pgid = int((tmp / "pgid").read_text())
+                # the file sits beside a workspace the candidate could write: kill only a
+                # group whose leader still works in that workspace (never 0, 1 or ours)
+                if pgid > 1 and pgid != os.getpgrp() and _works_in(pgid, tmp):
+                    _kill_group(pgid)
             shutil.rmtree(tmp, ignore_errors=True)
             n += 1
         return n
@@ -390,6 +394,15 @@ class _Tail(threading.Thread):
 
     def text(self) -> str:
         return bytes(self.buf[-self.cap :]).decode("utf-8", errors="replace")
+
+
+def _works_in(pid: int, folder: Path) -> bool:
+    """Whether process ``pid``'s current folder is ``folder`` or inside it."""
+    try:
+        cwd = Path(os.readlink(f"/proc/{pid}/cwd").removesuffix(" (deleted)"))
+    except OSError:
+        return False
+    return cwd == folder.resolve() or folder.resolve() in cwd.parents
 
 
 def _kill_group(pgid: int) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from revtree.agents.llm.fake_server import FakeLLMServer, FakeRequest
-from revtree.errors import LLMUnreachable, StoreError
+from revtree.errors import EditError, LLMUnreachable, StoreError
 from revtree.orchestrator.trust import gain, holdout_alarm, infra_cause, kendall_tau, rank_alarm
 from tests.orchestrator.conftest import revtree
 
@@ -65,6 +65,15 @@ def test_infra_cause_names_the_disk_the_database_and_the_endpoint() -> None:
     msg = "cannot reach http://127.0.0.1:9/v1 (model m)"
     assert infra_cause(LLMUnreachable(msg)) == msg
     assert infra_cause(ValueError("the candidate's bug")) is None
+    # text the model or the candidate chose is not a full disk
+    assert infra_cause(EditError("SEARCH 'No space left on device' not found")) is None
+    try:
+        try:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        except OSError:
+            raise ValueError("unrelated") from None
+    except ValueError as e:
+        assert infra_cause(e) is None
 
 
 # -- fail fast --------------------------------------------------------------------------
@@ -250,10 +259,11 @@ HACK = "ANSWERS = {table}\n\n\ndef predict(x):\n    return ANSWERS.get(x, 0.0)\n
 
 
 class Hacker:
-    """A coder that improves honestly, then hard-codes the protected dev answers."""
+    """A coder that improves honestly, then hard-codes the protected dev answers (with
+    ``crash``, a table that raises on inputs it has not seen)."""
 
-    def __init__(self) -> None:
-        self.calls = 0
+    def __init__(self, crash: bool = False) -> None:
+        self.calls, self.crash = 0, crash
 
     def __call__(self, req: FakeRequest) -> str:
         if "research lead" in req.system:
@@ -264,6 +274,8 @@ class Hacker:
         if self.calls == 2:
             table = {x: 3 * x + 2 for x in range(10)}
             body = HACK.format(table=table)
+            if self.crash:
+                body = body.replace("ANSWERS.get(x, 0.0)", "ANSWERS[x]")
         else:
             body = HONEST.format(a=2.0 + 0.4 * min(self.calls, 2))
         return f"model.py\n```python\n{body}```\n"
@@ -305,6 +317,16 @@ def fit_task(root: Path, budget: int) -> Path:
         """)
     )
     return root
+
+
+def test_a_hack_whose_holdout_crashes_gets_a_drift_alarm(tmp_path: Path, home: Path) -> None:
+    task = fit_task(tmp_path / "t", budget=4)
+    with FakeLLMServer(Hacker(crash=True)) as srv:
+        revtree(home, "run", str(task), "--base-url", srv.openai_url, "--quiet")
+    s = show(home)
+    hacked = [n for n in s["nodes"] if n["score"] == 0.0]
+    assert hacked and all(n["alarm"]["kind"] == "holdout-failed" for n in hacked), s["alarms"]
+    assert s["best_node"] not in {n["id"] for n in hacked}
 
 
 def test_a_coder_that_hard_codes_protected_data_gets_a_drift_alarm_and_is_not_exported(

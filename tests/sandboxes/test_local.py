@@ -108,7 +108,8 @@ def test_reap_kills_and_removes_what_a_killed_session_left(tmp_path):
     box = LocalSandbox(base)
     leftover = base / "revtree-left"
     (leftover / "ws").mkdir(parents=True)
-    orphan = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    # a leftover evaluation: its group leader works in the workspace
+    orphan = subprocess.Popen(["sleep", "300"], start_new_session=True, cwd=leftover / "ws")
     try:
         (leftover / "pgid").write_text(str(orphan.pid))
         (base / "revtree-nopgid").mkdir()
@@ -353,3 +354,22 @@ def test_the_shm_sweep_keeps_a_semaphore_another_process_still_uses() -> None:
         )
     assert name not in janitor.removed and (Path("/dev/shm") / name).exists()
     del lock
+
+
+def test_reap_never_kills_a_group_that_a_candidate_named_in_its_pgid_file(
+    tmp_path: Path,
+) -> None:
+    """The pgid file sits beside a workspace the candidate can write (``../pgid``): reap
+    kills a group only if its leader still works in that workspace."""
+    victim = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        for planted in (str(victim.pid), "0", "1", str(os.getpgrp())):
+            left = tmp_path / "base" / f"revtree-{planted}"
+            (left / "ws").mkdir(parents=True)
+            (left / "pgid").write_text(planted)
+        assert LocalSandbox(tmp_path / "base").reap() == 4
+        assert victim.poll() is None  # alive, and so are we
+        assert not list((tmp_path / "base").glob("revtree-*"))
+    finally:
+        victim.kill()
+        victim.wait()
