@@ -53,13 +53,11 @@ from __future__ import annotations
 import argparse
 import csv
 import hashlib
-import io
 import math
 import os
 import random
 import statistics
 import sys
-import tarfile
 import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -80,6 +78,7 @@ from revtree.orchestrator.policies.sim import LANDSCAPES, Simulator
 from revtree.orchestrator.policies.simmodel import SimulatedPolicyModel
 from revtree.orchestrator.runner import read_source
 from revtree.orchestrator.tree import Tree
+from revtree.sandboxes.base import archive_of
 from revtree.sandboxes.local import LocalSandbox
 from revtree.tasks import TaskSpec, code_files, load_task
 from revtree.tasks.load import matches, source_dir
@@ -366,7 +365,7 @@ def reference(spec: TaskSpec, files: dict[str, bytes]) -> float:
     protected = {p: d for p, d in source.items() if matches(p, spec.protected)}
     protected.update({p: t.encode() for p, t in spec.support_files.items()})
     fixed = spec.model_copy(update={"search": spec.search.model_copy(update={"seed": 1_000_001})})
-    archive = _archive({**files, **protected})
+    archive = archive_of({**files, **protected})
     ev = fixed.evaluate
     scores = []
     with tempfile.TemporaryDirectory() as d:
@@ -378,17 +377,6 @@ def reference(spec: TaskSpec, files: dict[str, bytes]) -> float:
             scores.append(res.score if res.ok and res.score is not None else math.nan)
     _reference_cache[key] = statistics.fmean(scores)
     return _reference_cache[key]
-
-
-def _archive(files: dict[str, bytes]) -> bytes:
-    """A tar of ``files`` (path -> content), as a sandbox takes a workspace."""
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for path, data in sorted(files.items()):
-            info = tarfile.TarInfo(path)
-            info.size, info.mode = len(data), 0o644
-            tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
 
 
 def observed_best(store: Store, run_id: str, maximize: bool, budget: int) -> int:

@@ -28,13 +28,11 @@ nothing and repeats nothing.
 
 from __future__ import annotations
 
-import io
 import json
 import math
 import os
 import re
 import statistics
-import tarfile
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -42,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from revtree.memory.records import EvalResult
-from revtree.sandboxes.base import METRICS_FD, ExecRequest, ExecResult, Limits, Sandbox
+from revtree.sandboxes.base import METRICS_FD, ExecRequest, ExecResult, Limits, Sandbox, archive_of
 from revtree.tasks.load import matches
 from revtree.tasks.spec import TaskSpec
 
@@ -169,14 +167,7 @@ def _inside(path: str) -> bool:
 
 def grade_archive(protected: Mapping[str, bytes], files: Mapping[str, bytes]) -> bytes:
     """The grade step's workspace: the protected files, and the outputs under ``outputs/``."""
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        entries = {**protected, **{f"{OUTPUTS}/{p}": d for p, d in files.items()}}
-        for path, data in sorted(entries.items()):
-            info = tarfile.TarInfo(path)
-            info.size, info.mode = len(data), 0o644
-            tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
+    return archive_of({**protected, **{f"{OUTPUTS}/{p}": d for p, d in files.items()}})
 
 
 class Evaluator:

@@ -18,6 +18,8 @@ over the cap is not copied but named in ``ExecResult.refused`` with the reason.
 
 from __future__ import annotations
 
+import io
+import tarfile
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -28,6 +30,17 @@ METRICS_FILE = ".revtree_metrics.json"
 METRICS_FD = 3
 OUTPUT_FILE_CAP = 64 << 20  # bytes per declared output file
 OUTPUTS_CAP = 256 << 20  # bytes of declared outputs per execution
+
+
+def archive_of(files: Mapping[str, bytes]) -> bytes:
+    """A workspace archive of ``files`` (path -> content), regular files, mode 0644."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for path, data in sorted(files.items()):
+            info = tarfile.TarInfo(path)
+            info.size, info.mode = len(data), 0o644
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
 
 
 @dataclass(frozen=True)

@@ -24,12 +24,10 @@ D: C with the LLM review off: what static checks, the grade step and the drift a
 from __future__ import annotations
 
 import difflib
-import io
 import math
 import multiprocessing
 import re
 import statistics
-import tarfile
 import tempfile
 import time
 from collections.abc import Callable
@@ -48,6 +46,7 @@ from revtree.agents.reviewer import StaticReviewer
 from revtree.memory import GitStore, NodeStatus, Store
 from revtree.orchestrator import Orchestrator, RunPaths, create_run
 from revtree.orchestrator.report import summarize
+from revtree.sandboxes.base import archive_of
 from revtree.sandboxes.local import LocalSandbox
 from revtree.tasks import load_task
 from revtree.tasks.load import matches
@@ -316,23 +315,13 @@ def true_gain(case: Case, runs: int = 3) -> tuple[bool, str]:
         scores: dict[str, list[float]] = {"parent": [], "case": []}
         for _ in range(runs):
             for who, tree in (("parent", files), ("case", changed)):
-                res = evaluator.holdout(0, _archive(tree), None, overlay, HOLDOUT)
+                res = evaluator.holdout(0, archive_of(tree), None, overlay, HOLDOUT)
                 score = res.score if res is not None and res.ok else None
                 scores[who].append(math.nan if score is None else score)
     base, got = (statistics.median(scores[k]) for k in ("parent", "case"))
     margin = spec.trust.tolerance * abs(base)
     better = got > base + margin if spec.maximize else got < base - margin
     return better, f"final holdout {got:.4g} vs baseline {base:.4g} (median of {runs})"
-
-
-def _archive(files: dict[str, bytes]) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for path, data in sorted(files.items()):
-            info = tarfile.TarInfo(path)
-            info.size, info.mode = len(data), 0o644
-            tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
 
 
 def driven(case: Case, review: bool = True) -> Outcome:
