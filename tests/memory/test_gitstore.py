@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from revtree.errors import StoreError
+from revtree.errors import EditError, StoreError
 from revtree.memory.gitstore import EXEC_MODE, FILE_MODE, GitStore, file_mode
 
 FILES = {
@@ -185,9 +185,10 @@ def test_changed_paths_lists_adds_changes_and_deletions(store, root):
 
 @pytest.mark.parametrize("path", ["../x", "a/../../x", "..", "", "./"])
 def test_invalid_path_is_refused(store, root, path):
-    with pytest.raises(StoreError, match="invalid path"):
+    # the edit's fault, not the store's: an EditError fails the candidate, never the run
+    with pytest.raises(EditError, match="invalid path"):
         store.commit(root, {path: b"x"}, "bad")
-    with pytest.raises(StoreError, match="invalid path"):
+    with pytest.raises(EditError, match="invalid path"):
         store.commit_files({path: b"x"}, "bad")
 
 
