@@ -350,10 +350,15 @@ class Store:
                 return None
             raise
 
-    def evaluations(self, run_id: str, node_id: int | None = None) -> list[EvalResult]:
+    def evaluations(
+        self, run_id: str, node_id: int | None = None, stage: str | None = None
+    ) -> list[EvalResult]:
+        """A run's evaluations in the order stored, of one node and one stage if given."""
         query = select(EVALS).where(EVALS.c.run_id == run_id)
         if node_id is not None:
             query = query.where(EVALS.c.node_id == node_id)
+        if stage is not None:
+            query = query.where(EVALS.c.stage == stage)
         with transaction(self.engine) as conn:
             rows = conn.execute(query.order_by(EVALS.c.id)).all()
         return [_eval(r) for r in rows]

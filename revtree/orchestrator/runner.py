@@ -1035,10 +1035,12 @@ class Orchestrator:
 
     # -- trust: verification and the holdout guard (see orchestrator.trust) ----------
     def _stored_guards(self) -> dict[int, float]:
+        """The guard score of each guarded node (its current attempt), from SQL: only the
+        guard rows are read, as a resume at 10k nodes must start fast."""
         runs: dict[int, list[float]] = {}
-        for e in self.store.evaluations(self.run_id):
+        for e in self.store.evaluations(self.run_id, stage=GUARD):
             node = self.nodes.get(e.node_id)
-            if e.score is None or not e.ok or e.stage != GUARD or node is None:
+            if e.score is None or not e.ok or node is None:
                 continue
             if e.attempt == node.attempt:
                 runs.setdefault(e.node_id, []).append(e.score)

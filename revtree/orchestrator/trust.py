@@ -41,6 +41,7 @@ from revtree.errors import (
     StoreError,
     TaskSpecError,
 )
+from revtree.memory.records import Score
 
 DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS}
 DISK_TEXTS = ("No space left on device", "database or disk is full", "Disk quota exceeded")
@@ -82,10 +83,6 @@ def infra_cause(e: BaseException) -> str | None:
     return None
 
 
-def better(a: float, b: float, maximize: bool) -> bool:
-    return a > b if maximize else a < b
-
-
 def holdout_alarm(
     dev: float,
     holdout: float,
@@ -97,7 +94,7 @@ def holdout_alarm(
     """The ``holdout-worse`` rule: a message, or None."""
     margin = tolerance * max(abs(base_holdout), 1e-12)
     worse = holdout < base_holdout - margin if maximize else holdout > base_holdout + margin
-    if better(dev, base_dev, maximize) and worse:
+    if Score(dev, maximize) > Score(base_dev, maximize) and worse:
         return (
             f"better than the baseline on dev ({dev:.6g} vs {base_dev:.6g}) but worse on the "
             f"guard holdout ({holdout:.6g} vs {base_holdout:.6g}, tolerance {tolerance:.0%})"
