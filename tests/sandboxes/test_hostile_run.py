@@ -76,29 +76,34 @@ os.write(3, json.dumps({"f": (sol.X - 1.2) ** 2, "seen": seen, "mode": mode}).en
 """
 
 
-def hostile_task(root: Path, budget: int, timeout: float, memory: str) -> Path:
+def write_task(
+    root: Path, name: str, sol: str, evaluator: str, sandbox: str, **vals: object
+) -> Path:
+    """A task minimising f over the knob X of sol.py, greedy with 2 evaluations at once;
+    ``sandbox`` is the body of its [sandbox] section, ``vals`` its timeout and budget."""
     root.mkdir(parents=True)
-    (root / "sol.py").write_text("X = 3.0\nMODE = 'ok'\n")
-    (root / "ev.py").write_text(EVALUATOR)
+    (root / "sol.py").write_text(sol)
+    (root / "ev.py").write_text(evaluator)
     (root / "task.toml").write_text(
         textwrap.dedent(f"""\
-        name = "hostile"
+        name = "{name}"
         editable = ["sol.py"]
         protected = ["ev.py"]
         [evaluate]
         command = "python ev.py"
         metric = "f"
         direction = "minimize"
-        timeout = {timeout}
+        timeout = {vals["timeout"]}
         [sandbox]
-        backend = "docker"
-        memory = "{memory}"
+        """)
+        + sandbox
+        + textwrap.dedent(f"""
         [search]
         policy = "greedy"
         parallel = 2
         seed = 3
         [budget]
-        max_nodes = {budget}
+        max_nodes = {vals["budget"]}
         [[knobs]]
         name = "X"
         type = "float"
@@ -108,6 +113,12 @@ def hostile_task(root: Path, budget: int, timeout: float, memory: str) -> Path:
         """)
     )
     return root
+
+
+def hostile_task(root: Path, budget: int, timeout: float, memory: str) -> Path:
+    sandbox = f'backend = "docker"\nmemory = "{memory}"\n'
+    sol = "X = 3.0\nMODE = 'ok'\n"
+    return write_task(root, "hostile", sol, EVALUATOR, sandbox, timeout=timeout, budget=budget)
 
 
 class HostileCoder:
@@ -248,36 +259,11 @@ os.write(3, json.dumps({{"f": (sol.X - 1.2) ** 2}}).encode())
 
 
 def local_task(root: Path, token: str, beat: Path, sleep: float, budget: int) -> Path:
-    root.mkdir(parents=True)
-    (root / "sol.py").write_text("X = 3.0\n")
-    (root / "ev.py").write_text(LOCAL_EVALUATOR.format(token=token, beat=str(beat), sleep=sleep))
-    (root / "task.toml").write_text(
-        textwrap.dedent(f"""\
-        name = "hostile-local"
-        editable = ["sol.py"]
-        protected = ["ev.py"]
-        [evaluate]
-        command = "python ev.py"
-        metric = "f"
-        direction = "minimize"
-        timeout = 60
-        [sandbox]
-        backend = "local"
-        [search]
-        policy = "greedy"
-        parallel = 2
-        seed = 3
-        [budget]
-        max_nodes = {budget}
-        [[knobs]]
-        name = "X"
-        type = "float"
-        low = 0
-        high = 4
-        file = "sol.py"
-        """)
+    evaluator = LOCAL_EVALUATOR.format(token=token, beat=str(beat), sleep=sleep)
+    sandbox = 'backend = "local"\n'
+    return write_task(
+        root, "hostile-local", "X = 3.0\n", evaluator, sandbox, timeout=60, budget=budget
     )
-    return root
 
 
 def processes_with(token: str) -> list[int]:
