@@ -124,21 +124,29 @@ def make_sandbox(backend: str, **kwargs: object) -> Sandbox:
     """Build a sandbox by name (``local``, ``docker``, ``auto``) or dotted path to a class.
     ``auto`` is resolved by :func:`choose_backend` (call it first to learn why).
 
-    Keyword arguments a backend does not take (``config`` for the local one, say) are
-    dropped, so one call site serves every backend.
+    Keyword arguments go to the backend's class; one it does not take is a
+    :class:`TypeError` naming the backend and the argument (never silently dropped).
     """
     if backend == "auto":
         url = kwargs.get("base_url")
         config = kwargs.get("config")
         backend = choose_backend(backend, config, url if isinstance(url, str) else None).name
+        if backend == "local":
+            kwargs.pop("base_url", None)  # it served the choice: no engine answers there
     path = BACKENDS.get(backend, backend)
     if "." not in path:
         raise ValueError(f"unknown sandbox backend {backend!r}; expected one of {sorted(BACKENDS)}")
     module, _, cls_name = path.rpartition(".")
     cls = getattr(importlib.import_module(module), cls_name)
-    params = inspect.signature(cls).parameters
-    if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
-        kwargs = {k: v for k, v in kwargs.items() if k in params}
+    params = inspect.signature(cls).parameters.values()
+    if not any(p.kind is p.VAR_KEYWORD for p in params):
+        keyword = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+        takes = [p.name for p in params if p.kind in keyword]
+        if extra := sorted(set(kwargs) - set(takes)):
+            raise TypeError(
+                f"sandbox backend {backend!r} ({path}) does not take {', '.join(extra)}; "
+                f"it takes {', '.join(takes) or 'no keyword arguments'}"
+            )
     sandbox: Sandbox = cls(**kwargs)
     return sandbox
 

@@ -102,7 +102,20 @@ class LocalSandbox:
 
     name = "local"
 
-    def __init__(self, base_dir: str | Path | None = None) -> None:
+    def __init__(
+        self,
+        base_dir: str | Path | None = None,
+        *,
+        config: object = None,
+        task_root: object = None,
+        gpu_pool: object = None,
+        labels: object = None,
+    ) -> None:
+        # config, task_root, gpu_pool and labels are taken and not used, so that the
+        # orchestrator's one make_sandbox call serves both backends: what the local
+        # backend honours of [sandbox] (limits, environment) comes with each request, and
+        # the rest is Docker's only (image, mounts, network, GPUs, warm pool, outputs,
+        # disk; see SandboxConfig); it has no containers to label
         self.base_dir = Path(base_dir) if base_dir else None
         if self.base_dir:
             self.base_dir.mkdir(parents=True, exist_ok=True)

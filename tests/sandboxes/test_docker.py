@@ -30,9 +30,9 @@ from revtree.sandboxes.docker import (
     LABEL,
     OWNER,
     DockerSandbox,
-    _runner_script,
     glob_match,
     reap,
+    runner_script,
 )
 from revtree.sandboxes.images import PACKAGES, apt_mirror, base_tag, build_image, host_suite
 from revtree.sandboxes.local import LocalSandbox
@@ -213,7 +213,7 @@ def test_kill_9_of_the_orchestrator_leaves_nothing_after_reap(docker_client, tmp
 @pytest.mark.docker
 def test_gc_command_removes_dead_owners(docker_client):
     out = subprocess.run(
-        [sys.executable, "-m", "revtree.sandbox_cli", "gc"],
+        [sys.executable, "-m", "revtree", "sandbox", "gc"],
         capture_output=True,
         text=True,
         cwd=ROOT,
@@ -292,7 +292,7 @@ def test_hostile_outputs_and_metrics_are_refused_not_raised(docker_client, tar_o
 
 
 def test_the_runner_script_names_no_metrics_path_and_opens_fd_3():
-    script = _runner_script(ExecRequest(b"", "python ev.py", Limits(timeout=5)), 2**20)
+    script = runner_script(ExecRequest(b"", "python ev.py", Limits(timeout=5)), 2**20)
     assert "REVTREE_METRICS" not in script
     assert "</dev/null 3>/sandbox/out/metrics.json\n" in script
 

@@ -55,13 +55,24 @@ def wait_dead(pid: int, within: float = 5.0) -> bool:
 def test_make_sandbox_by_name_and_dotted_path(monkeypatch):
     assert isinstance(make_sandbox("local"), LocalSandbox)
     assert isinstance(make_sandbox("revtree.sandboxes.local.LocalSandbox"), LocalSandbox)
-    assert isinstance(make_sandbox("local", config=object()), LocalSandbox)  # dropped
+    assert isinstance(make_sandbox("local", config=object()), LocalSandbox)  # taken, unused
     monkeypatch.setenv("REVTREE_SANDBOX", "local")
     assert isinstance(make_sandbox("auto"), LocalSandbox)
     monkeypatch.delenv("REVTREE_SANDBOX")
     assert resolve_auto() in ("local", "docker")
     with pytest.raises(ValueError, match="unknown sandbox backend"):
         make_sandbox("vm")
+
+
+def test_make_sandbox_refuses_an_argument_the_backend_does_not_take(monkeypatch):
+    with pytest.raises(TypeError, match=r"backend 'local' .*does not take colour, pids\b"):
+        make_sandbox("local", colour="red", pids=3)
+    with pytest.raises(TypeError, match=r"LocalSandbox\) does not take colour; it takes base_dir"):
+        make_sandbox("revtree.sandboxes.local.LocalSandbox", colour="red")
+    # "auto" asks the engine at base_url; where none answers, the local backend needs none
+    monkeypatch.delenv("REVTREE_SANDBOX", raising=False)
+    box = make_sandbox("auto", base_url="unix:///nonexistent/docker.sock")
+    assert isinstance(box, LocalSandbox)
 
 
 def test_background_child_dies_when_the_command_exits(local, workspace):
