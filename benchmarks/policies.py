@@ -15,7 +15,7 @@ budget, and the suite mean per policy at budgets <= 100, and checks the issue's 
 25/50/100; --full adds 200 (and --seeds more); --quick: 3 seeds, budgets 25/50.
 
 ``agentic`` runs with a simulated model
-(:class:`~revtree.orchestrator.policies.simmodel.SimulatedPolicyModel`, a seeded
+(:class:`~revtree.orchestrator.policies.sim.model.SimulatedPolicyModel`, a seeded
 heuristic stand-in for an LLM that reads the policy's tree summary and answers 10% of
 the time with something unusable): its row measures the policy's plumbing and fallback
 with a sensible chooser, not what a real model would do. Its model calls and fallbacks
@@ -74,9 +74,8 @@ from revtree.memory.records import Node, NodeStatus
 from revtree.orchestrator import Orchestrator, create_run
 from revtree.orchestrator.policies import POLICIES, Policy, make_policy
 from revtree.orchestrator.policies.agentic import AgenticPolicy
-from revtree.orchestrator.policies.sim import LANDSCAPES, Simulator
-from revtree.orchestrator.policies.simmodel import SimulatedPolicyModel
-from revtree.orchestrator.runner import read_source
+from revtree.orchestrator.policies.sim import LANDSCAPES, SimulatedPolicyModel, Simulator
+from revtree.orchestrator.run import read_source
 from revtree.orchestrator.tree import Tree
 from revtree.sandboxes.base import archive_of
 from revtree.sandboxes.local import LocalSandbox
@@ -84,7 +83,7 @@ from revtree.tasks import TaskSpec, code_files, load_task
 from revtree.tasks.load import matches, source_dir
 from revtree.tasks.spec import SearchConfig
 
-NAMES = ["greedy", "random", "optuna", "mcts", "evolution", "bgmcts", "exts", "agentic"]
+NAMES = list(POLICIES)  # every policy, in the task spec's order
 BASELINES, NEW = ("greedy", "mcts", "evolution"), ("bgmcts", "exts")
 AGENTIC_LABEL = "agentic with a simulated model (heuristic stand-in for an LLM)"
 console = Console(width=150)
@@ -565,7 +564,7 @@ def main() -> int:
     budgets = [25, 50] if args.quick else [25, 50, 100, 200] if args.full else [25, 50, 100]
     seeds = args.seeds or (3 if args.quick else 10)
     args.out.mkdir(parents=True, exist_ok=True)
-    console.print(f"policies: {', '.join(NAMES)} (table: {sorted(POLICIES)})")
+    console.print(f"policies: {', '.join(NAMES)}")
     t0 = time.perf_counter()
     real_budgets = [25, 50, 100, 200] if args.full else [10, 20]
     if args.real_budgets:

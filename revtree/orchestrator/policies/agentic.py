@@ -25,16 +25,14 @@ from __future__ import annotations
 import bisect
 import re
 from collections import deque
-from collections.abc import Callable
 from typing import Any
 
 from revtree.memory.records import Node, NodeStatus
-from revtree.orchestrator.policies.base import Selection
+from revtree.orchestrator.policies.base import Ask, Selection
 from revtree.orchestrator.policies.simple import GreedyPolicy
 from revtree.orchestrator.tree import Tree
 from revtree.tasks.spec import AgenticSearch, GreedySearch
 
-Ask = Callable[[str], str]
 _FIELD = re.compile(r"^\s*(ACTION|NODE|OPERATOR|OTHER|REASON)\s*:\s*(.+?)\s*$", re.M | re.I)
 
 
@@ -81,14 +79,14 @@ class AgenticPolicy(GreedyPolicy):
             super().update(self._inbox.popleft())
         self.note = None
         if self.ask is None:
-            return self._fallback(tree, "no model attached")
+            return self.fallback(tree, "no model attached")
         try:
             answer = self.ask(self.summary(tree))
         except Exception as e:  # a failed call must not stop the search
-            return self._fallback(tree, f"the model call failed: {e}")
+            return self.fallback(tree, f"the model call failed: {e}")
         choice, problem = parse_choice(answer, tree)
         if choice is None:
-            return self._fallback(tree, problem or "unusable answer")
+            return self.fallback(tree, problem or "unusable answer")
         self.n_selects += 1  # keep the fallback's RNG stream moving like greedy's
         self.note = problem
         if choice.operator != "verify":
@@ -104,7 +102,8 @@ class AgenticPolicy(GreedyPolicy):
         failed = [tree.nodes[i] for i in self.failures[-5:]]
         return render(tree, [tree.nodes[i] for i in good], tree.newest(k), failed, n_good)
 
-    def _fallback(self, tree: Tree, why: str) -> Selection | None:
+    def fallback(self, tree: Tree, why: str) -> Selection | None:
+        """Greedy's selection, when the model's answer cannot be used (``why``)."""
         self.fallbacks += 1
         self.note = f"agentic fell back to greedy: {why}"
         return super().select(tree)

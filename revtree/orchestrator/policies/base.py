@@ -5,16 +5,31 @@ small JSON object saved with every node it creates (in the same transaction), so
 resumed run chooses exactly as the uninterrupted run would have. The RNG for each
 ``select`` is derived from (seed, number of selects so far): the counter *is* the
 RNG state.
+
+Besides choosing, the protocol has three members that only a policy asking a model
+uses; the orchestrator reads them as plain attributes, and :class:`PolicyDefaults`
+gives every policy the defaults (fast, no note, ``attach`` a no-op):
+
+- ``slow``: ``select`` makes a model call, so the orchestrator calls it outside its tree
+  lock (one select at a time) instead of inside the critical section that creates the
+  node;
+- ``note``: a note on the last selection (e.g. why a model's answer was not used), for
+  the live log; None when there is nothing to say;
+- ``attach(ask)``: give the policy a model to ask (prompt text in, answer text out).
 """
 
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from revtree.memory.records import Node
 from revtree.orchestrator.tree import Tree
+
+Ask = Callable[[str], str]
+"""A model a policy may ask: prompt text in, answer text out (a metered call)."""
 
 
 @dataclass(frozen=True)
@@ -28,6 +43,12 @@ class Selection:
 
 class Policy(Protocol):
     name: str
+    slow: bool  # select makes a model call: the orchestrator selects outside its tree lock
+    note: str | None  # a note on the last selection, for the live log
+
+    def attach(self, ask: Ask) -> None:
+        """Give the policy a model to ask (a policy that asks none ignores it)."""
+        ...
 
     def select(self, tree: Tree) -> Selection | None:
         """The next expansion, or None if nothing should start now."""
@@ -42,7 +63,19 @@ class Policy(Protocol):
     def load_state(self, state: dict[str, Any]) -> None: ...
 
 
-class SeededPolicy:
+class PolicyDefaults:
+    """The optional features of :class:`Policy` for a policy that asks no model: fast,
+    no notes, and ``attach`` a no-op. Every built-in policy inherits them; a policy of
+    one's own (named by dotted path) may too."""
+
+    slow = False
+    note: str | None = None
+
+    def attach(self, ask: Ask) -> None:
+        """Ignore the model: this policy asks none."""
+
+
+class SeededPolicy(PolicyDefaults):
     """Base for policies whose only state is the count of selects made."""
 
     name = "seeded"

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 
 from revtree.memory.records import Node
 from revtree.orchestrator.policies.base import Selection
-from revtree.orchestrator.policies.indexed import TreeIndex, TreePolicy
+from revtree.orchestrator.policies.treebase import TreeIndex, TreePolicy
 from revtree.orchestrator.tree import Tree
 from revtree.tasks.spec import EvolutionSearch
 

@@ -1,6 +1,6 @@
 """exts: tree search that treats each expansion as a value-of-information decision.
 
-Formulas (values are scores in the better direction; see :mod:`.indexed`):
+Formulas (values are scores in the better direction; see :mod:`.treebase`):
 
 - **Reward** of a finished node v, fixed when it finishes:
   ``R(v) = pct(v) + tanh((value(v) - value(parent)) / spread)``, where pct is v's
@@ -48,7 +48,7 @@ from collections import defaultdict
 
 from revtree.memory.records import Node
 from revtree.orchestrator.policies.base import Selection
-from revtree.orchestrator.policies.indexed import TreeIndex, TreePolicy, improve_op
+from revtree.orchestrator.policies.treebase import TreeIndex, TreePolicy, improve_op
 from revtree.orchestrator.tree import Tree
 from revtree.tasks.spec import ExtsSearch
 

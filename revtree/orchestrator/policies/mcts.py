@@ -48,7 +48,7 @@ from collections import defaultdict
 
 from revtree.memory.records import Node
 from revtree.orchestrator.policies.base import Selection
-from revtree.orchestrator.policies.indexed import TreeIndex, TreePolicy, improve_op
+from revtree.orchestrator.policies.treebase import TreeIndex, TreePolicy, improve_op
 from revtree.orchestrator.tree import Tree
 from revtree.tasks.spec import BgmctsSearch, MctsSearch
 

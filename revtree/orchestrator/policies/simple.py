@@ -15,7 +15,7 @@ import random
 
 from revtree.memory.records import Node, NodeStatus
 from revtree.orchestrator.policies.base import SeededPolicy, Selection
-from revtree.orchestrator.policies.indexed import DEBUGGABLE, TreeIndex, TreePolicy
+from revtree.orchestrator.policies.treebase import DEBUGGABLE, TreeIndex, TreePolicy
 from revtree.orchestrator.tree import Tree
 from revtree.tasks.spec import GreedySearch, RandomSearch
 

@@ -14,7 +14,7 @@ import yaml
 from revtree.errors import TaskSpecError
 from revtree.tasks.spec import TaskSpec
 
-SHIMS = "_revtree_compat"  # workspace folder of the shim packages (see _sandbox/)
+SHIMS = "_revtree_compat"  # workspace folder of the shim packages (see shims/)
 OPENAI_URL = "https://api.openai.com/v1"
 #: Program file suffix -> the language named in the goal (a ``.py`` program is not named).
 LANGUAGES = {
@@ -115,8 +115,8 @@ def task_name(folder: Path) -> str:
 
 
 def support_files(sources: Mapping[str, str]) -> dict[str, str]:
-    """Workspace path -> content, for ``sources``: workspace path -> file under _sandbox/."""
-    root = resources.files("revtree.tasks.compat._sandbox")
+    """Workspace path -> content, for ``sources``: workspace path -> file under shims/."""
+    root = resources.files("revtree.tasks.compat.shims")
     return {
         dest: root.joinpath(*src.split("/")).read_text("utf-8") for dest, src in sources.items()
     }

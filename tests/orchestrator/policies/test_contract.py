@@ -10,19 +10,28 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from pydantic import TypeAdapter
 
 from revtree.memory.records import Node, NodeStatus
-from revtree.orchestrator.policies import POLICIES, Policy, Selection, make_policy
+from revtree.orchestrator.policies import (
+    CLASSES,
+    REGISTRY,
+    Policy,
+    PolicyDefaults,
+    Selection,
+    make_policy,
+    registry_mismatch,
+)
 from revtree.orchestrator.policies.sim import LANDSCAPES, Landscape, SimRun, Simulator
 from revtree.orchestrator.tree import Tree
 from revtree.tasks.spec import POLICIES as SPEC_POLICIES
 from revtree.tasks.spec import SearchConfig
 
-NAMES = sorted(POLICIES)
+NAMES = sorted(SPEC_POLICIES)
 BY_NAME = {land.name: land for land in LANDSCAPES}
 FAILING = BY_NAME["failure_prone"]
 PLAIN = Landscape("plain", offset=0.0, noise=0.05, p_fail=0.15)
@@ -35,7 +44,7 @@ def policy(name: str, seed: int = 0, **params: Any) -> Policy:
     )
 
 
-class Checked:
+class Checked(PolicyDefaults):
     """Wraps a policy and checks every selection against the snapshot it was made on."""
 
     def __init__(self, inner: Policy) -> None:
@@ -86,10 +95,45 @@ def simulate(
     return sim.run(Checked(policy(name, seed, **kw)))
 
 
-def test_every_policy_is_in_the_task_spec_and_the_table() -> None:
-    assert set(SPEC_POLICIES) >= set(NAMES) - {"agentic"}
+def test_the_registry_holds_exactly_the_task_specs_policies() -> None:
+    assert sorted(REGISTRY) == NAMES and len(SPEC_POLICIES) == len(NAMES)
+    assert registry_mismatch(CLASSES, SPEC_POLICIES) is None
     for name in NAMES:
-        assert policy(name).name == name
+        built = policy(name)
+        assert built.name == name and isinstance(built, REGISTRY[name])
+        assert isinstance(built.slow, bool) and built.note is None
+        built.attach(lambda prompt: "")  # every policy takes a model, most ignore it
+
+
+def test_the_registry_check_names_the_difference() -> None:
+    missing = registry_mismatch(CLASSES, (*SPEC_POLICIES, "annealing"))
+    assert missing == "names in revtree.tasks.spec.POLICIES without a policy class: ['annealing']"
+    extra = registry_mismatch(CLASSES, [n for n in SPEC_POLICIES if n != "exts"])
+    assert extra == "policy classes not in revtree.tasks.spec.POLICIES: ['exts']"
+    twice = registry_mismatch([*CLASSES, CLASSES[0]], SPEC_POLICIES)
+    assert twice == f"names given twice: ['{CLASSES[0].name}']"
+
+
+def test_only_the_agentic_policy_is_slow() -> None:
+    assert [name for name in NAMES if policy(name).slow] == ["agentic"]
+
+
+class Bare:
+    """A policy of one's own, by dotted path, that only selects."""
+
+    name = "bare"
+
+    def __init__(self, config: Any) -> None:
+        self.config = config
+
+    def select(self, tree: Tree) -> Selection | None:
+        return None
+
+
+def test_a_policy_without_the_protocol_members_is_refused() -> None:
+    config = SimpleNamespace(policy=f"{__name__}.Bare", seed=0)
+    with pytest.raises(TypeError, match="lacks slow, note, attach, update, state, load_state"):
+        make_policy(config)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -194,7 +238,7 @@ def grow(sim: Simulator, p: Policy, steps: int) -> list[Selection | None]:
         choices.append(choice)
         if choice is not None:
             is_verify = choice.operator == "verify"
-            p.update(sim._evaluate(choice.parent_id if is_verify else sim._create(choice)))
+            p.update(sim.evaluate(choice.parent_id if is_verify else sim.create(choice)))
     return choices
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from revtree.memory.records import EvalResult, Node, NodeStatus
-from revtree.orchestrator.pilot import analyse, format_report
+from revtree.orchestrator.commands.pilot import analyse, format_report
 
 
 def pilot(base: list[float], children: list[float | None], maximize: bool = False) -> tuple:

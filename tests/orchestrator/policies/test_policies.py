@@ -15,9 +15,9 @@ from revtree.memory.records import Node, NodeStatus
 from revtree.orchestrator.policies import make_policy
 from revtree.orchestrator.policies.evolution import EvolutionPolicy, EvolutionSelection
 from revtree.orchestrator.policies.exts import ExtsPolicy
-from revtree.orchestrator.policies.indexed import TreeIndex, TreePolicy
 from revtree.orchestrator.policies.mcts import BgmctsPolicy, MctsPolicy
 from revtree.orchestrator.policies.sim import LANDSCAPES, Landscape, Simulator
+from revtree.orchestrator.policies.treebase import TreeIndex, TreePolicy
 from revtree.orchestrator.tree import Tree
 from revtree.tasks.spec import SearchConfig, TaskSpec
 
@@ -89,7 +89,9 @@ def test_index_percentile_spread_and_lcb() -> None:
     assert ix.failed == {3: "crash"} and ix.spread() > 0
     assert ix.lcb(1, 1.0) == ix.value[1]  # no repeated node yet: no noise known
     ix.finish(Node("r", 4, 0, "improve", NodeStatus.SUCCEEDED, score=3.5, score_std=0.4, n_evals=4))
-    assert ix.sigma() == pytest.approx(0.4) and ix.lcb(1, 1.0) == pytest.approx(ix.value[1] - 0.4)
+    assert ix.noise.sigma() == pytest.approx(0.4) and ix.lcb(1, 1.0) == pytest.approx(
+        ix.value[1] - 0.4
+    )
 
 
 def test_mcts_holds_num_children_and_debugs_failed_children() -> None:
@@ -296,7 +298,9 @@ def test_index_top_equals_ranking_every_node() -> None:
             j = rng.randrange(i)
             if j in ix.value:
                 again = Node("r", j, None, "draft", NodeStatus.SUCCEEDED, score=rng.choice(grid))
-                ix.revalue(dataclasses.replace(again, score_std=0.2, n_evals=ix.noise[j][1] + 1))
+                ix.revalue(
+                    dataclasses.replace(again, score_std=0.2, n_evals=ix.noise.n_evals(j) + 1)
+                )
         for k in (1, 2, 5):
             for z in (0.0, 1.0, 40.0):
                 scan = heapq.nlargest(k, ix.value, key=lambda i: (ix.lcb(i, z), -i))

@@ -7,8 +7,12 @@ from pydantic import TypeAdapter
 from revtree.memory.records import Node, NodeStatus
 from revtree.orchestrator.policies import make_policy
 from revtree.orchestrator.policies.agentic import AgenticPolicy, parse_choice, summarize
-from revtree.orchestrator.policies.sim import LANDSCAPES, Simulator
-from revtree.orchestrator.policies.simmodel import SimulatedPolicyModel, parse_summary
+from revtree.orchestrator.policies.sim import (
+    LANDSCAPES,
+    SimulatedPolicyModel,
+    Simulator,
+    parse_summary,
+)
 from revtree.orchestrator.tree import Tree
 from revtree.tasks.spec import SearchConfig
 

@@ -24,8 +24,8 @@ import pytest
 from revtree.memory.records import Node, NodeStatus
 from revtree.orchestrator.policies.agentic import AgenticPolicy, summarize
 from revtree.orchestrator.policies.base import Policy, SeededPolicy, Selection
-from revtree.orchestrator.policies.indexed import TreePolicy
 from revtree.orchestrator.policies.simple import GreedyPolicy, RandomPolicy
+from revtree.orchestrator.policies.treebase import TreePolicy
 from revtree.orchestrator.tree import Tree
 from revtree.tasks.spec import AgenticSearch, GreedySearch, RandomSearch
 
@@ -79,7 +79,7 @@ class ReferenceAgentic(AgenticPolicy):
     def summary(self, tree: Tree) -> str:
         return summarize(tree, self.agentic.summary_nodes)
 
-    def _fallback(self, tree: Tree, why: str) -> Selection | None:
+    def fallback(self, tree: Tree, why: str) -> Selection | None:
         self.fallbacks += 1
         self.note = f"agentic fell back to greedy: {why}"
         return reference_greedy(self, self.config, tree)

@@ -127,14 +127,14 @@ class Simulator:
         (as a killed run would); a later ``run`` resumes them first.
         """
         if self.nodes[0].status is NodeStatus.PENDING:
-            policy.update(self._evaluate(0))
+            policy.update(self.evaluate(0))
         flight: deque[int] = deque(
             i for i, n in sorted(self.nodes.items()) if not n.status.is_finished()
         )
         done = 0
         while self.spent < self.budget and (steps is None or done < steps):
             if len(flight) >= self.parallel or self.spent + len(flight) >= self.budget:
-                policy.update(self._evaluate(flight.popleft()))
+                policy.update(self.evaluate(flight.popleft()))
                 continue
             choice = policy.select(self.tree())
             self.states.append(policy.state())
@@ -145,14 +145,15 @@ class Simulator:
                 continue
             self.selections.append(choice)
             if choice.operator == "verify":
-                policy.update(self._evaluate(choice.parent_id))
+                policy.update(self.evaluate(choice.parent_id))
                 continue
-            flight.append(self._create(choice))
+            flight.append(self.create(choice))
         while flight and steps is None:
-            policy.update(self._evaluate(flight.popleft()))
+            policy.update(self.evaluate(flight.popleft()))
         return SimRun(self.nodes, self.quality, self.selections, self.states)
 
-    def _create(self, choice: Selection) -> int:
+    def create(self, choice: Selection) -> int:
+        """Create the node ``choice`` asks for (pending); its id."""
         parent = self.nodes[choice.parent_id]
         node_id = max(self.nodes) + 1
         self.nodes[node_id] = Node(
@@ -198,7 +199,7 @@ class Simulator:
         if fail:
             self.crashed.add(node_id)
 
-    def _evaluate(self, node_id: int) -> Node:
+    def evaluate(self, node_id: int) -> Node:
         """One evaluation (the first of a new node, or one more repeat)."""
         node, land = self.nodes[node_id], self.land
         self.spent += node_id != 0

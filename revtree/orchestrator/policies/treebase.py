@@ -1,4 +1,5 @@
-"""Incremental indexes over the tree, shared by the tree-search policies.
+"""The base of the tree-search policies: :class:`TreePolicy` and the incremental
+:class:`TreeIndex` over the tree that it keeps in step.
 
 A :class:`TreeIndex` holds what the policies need to choose in time independent of the
 tree's size: parents, depths, finished children, pending (selected, unfinished) children
@@ -28,7 +29,7 @@ migrations): a rebuild sees the verified mean from the start.
 
 Noise: a node's value is its mean score; ``lcb`` subtracts ``z`` standard errors, using
 the node's own ``score_std`` when it has several evaluations, else the pooled standard
-deviation of the nodes that do.
+deviation of the nodes that do (:class:`Noise`).
 """
 
 from __future__ import annotations
@@ -59,6 +60,45 @@ def key_of(node: Node, maximize: bool) -> float | None:
     return node.score if maximize else -node.score
 
 
+class Noise:
+    """The evaluation noise of the valued nodes: each one's (score_std, n_evals), which
+    were evaluated more than once, and the pooled per-evaluation standard deviation."""
+
+    def __init__(self) -> None:
+        self.by_node: dict[int, tuple[float | None, int]] = {}
+        self.repeated: set[int] = set()  # valued nodes evaluated more than once
+        self._std_sum, self._std_n = 0.0, 0
+
+    def add(self, node: Node) -> None:
+        self.by_node[node.id] = (node.score_std, node.n_evals)
+        if node.n_evals > 1:
+            self.repeated.add(node.id)
+        if node.n_evals > 1 and node.score_std is not None:
+            self._std_sum += node.score_std
+            self._std_n += 1
+
+    def remove(self, node_id: int) -> None:
+        std, n = self.by_node.pop(node_id)
+        self.repeated.discard(node_id)
+        if n > 1 and std is not None:
+            self._std_sum -= std
+            self._std_n -= 1
+
+    def n_evals(self, node_id: int) -> int:
+        """How many evaluations a valued node's mean is over."""
+        return self.by_node[node_id][1]
+
+    def sigma(self) -> float:
+        """Pooled per-evaluation noise: mean score_std of the repeated nodes, else 0."""
+        return self._std_sum / self._std_n if self._std_n else 0.0
+
+    def std(self, node_id: int) -> float:
+        """A valued node's per-evaluation noise: its own score_std when it has several
+        evaluations, else the pooled :meth:`sigma`."""
+        std, n = self.by_node[node_id]
+        return std if (n > 1 and std is not None) else self.sigma()
+
+
 class TreeIndex:
     """Incrementally maintained views of a run's tree (see the module docstring)."""
 
@@ -75,8 +115,7 @@ class TreeIndex:
         self._unfinished: set[int] = set()
         self.was_pending = False  # whether the last finished node had been pending
         self.value: dict[int, float] = {}
-        self.noise: dict[int, tuple[float | None, int]] = {}
-        self.repeated: set[int] = set()  # valued nodes evaluated more than once
+        self.noise = Noise()
         self.failed: dict[int, str | None] = {}
         self.debug_depth: dict[int, int] = {}
         self.sorted_values: list[float] = []
@@ -85,7 +124,6 @@ class TreeIndex:
         self.next_id = 0
         self.max_depth = 0
         self._sum = self._sumsq = 0.0
-        self._std_sum, self._std_n = 0.0, 0
 
     # -- building ---------------------------------------------------------------------
     def register(self, node: Node) -> None:
@@ -134,7 +172,7 @@ class TreeIndex:
             self.failed[node.id] = node.error_kind
             return True
         self._add_value(node.id, value)
-        self._add_noise(node)
+        self.noise.add(node)
         return True
 
     def same_outcome(self, node: Node) -> bool:
@@ -151,14 +189,18 @@ class TreeIndex:
         Requires :meth:`same_outcome` (a node with a value keeps one)."""
         old = self.value.get(node.id)
         new = key_of(node, self.maximize)
-        if old is None or new is None or (new == old and self.noise[node.id][1] == node.n_evals):
+        if (
+            old is None
+            or new is None
+            or (new == old and self.noise.n_evals(node.id) == node.n_evals)
+        ):
             return None
         del self.sorted_values[bisect.bisect_left(self.sorted_values, old)]
         self._sum -= old
         self._sumsq -= old * old
-        self._remove_noise(node.id)
+        self.noise.remove(node.id)
         self._add_value(node.id, new)
-        self._add_noise(node)
+        self.noise.add(node)
         return old
 
     def rank(self) -> None:
@@ -180,21 +222,6 @@ class TreeIndex:
             heapq.heappush(self._best, (-value, node_id))
         self._sum += value
         self._sumsq += value * value
-
-    def _add_noise(self, node: Node) -> None:
-        self.noise[node.id] = (node.score_std, node.n_evals)
-        if node.n_evals > 1:
-            self.repeated.add(node.id)
-        if node.n_evals > 1 and node.score_std is not None:
-            self._std_sum += node.score_std
-            self._std_n += 1
-
-    def _remove_noise(self, node_id: int) -> None:
-        std, n = self.noise.pop(node_id)
-        self.repeated.discard(node_id)
-        if n > 1 and std is not None:
-            self._std_sum -= std
-            self._std_n -= 1
 
     # -- derived views ---------------------------------------------------------------
     @property
@@ -219,11 +246,6 @@ class TreeIndex:
         """Finished plus pending children."""
         return len(self.children.get(node_id, ())) + self.pending.get(node_id, 0)
 
-    def norm(self, value: float) -> float:
-        """Min-max normalised value in [0, 1] (1 = the best seen); 0.5 when all are equal."""
-        span = self.hi - self.lo
-        return 0.5 if span <= 0 else (value - self.lo) / span
-
     def percentile(self, value: float) -> float:
         """Fraction of succeeded nodes strictly worse than ``value``, ties counted half."""
         n = len(self.sorted_values)
@@ -241,18 +263,13 @@ class TreeIndex:
         mean = self._sum / n
         return math.sqrt(max(0.0, self._sumsq / n - mean * mean))
 
-    def sigma(self) -> float:
-        """Pooled per-evaluation noise: mean score_std of the repeated nodes, else 0."""
-        return self._std_sum / self._std_n if self._std_n else 0.0
-
     def lcb(self, node_id: int, z: float) -> float:
         """The value minus ``z`` standard errors of its mean."""
         value = self.value[node_id]
         if z <= 0:
             return value
-        std, n = self.noise[node_id]
-        s = std if (n > 1 and std is not None) else self.sigma()
-        return value - z * s / math.sqrt(max(1, n))
+        n = self.noise.n_evals(node_id)
+        return value - z * self.noise.std(node_id) / math.sqrt(max(1, n))
 
     def debuggable(self, node_id: int, max_debug_depth: int) -> bool:
         """A failed leaf whose failure a debug step may fix."""
@@ -280,7 +297,7 @@ class TreeIndex:
             if self.value.get(entry[1]) != -entry[0] or (popped and entry == popped[-1]):
                 continue  # stale (revalued) or a duplicate: dropped for good
             popped.append(entry)
-            if entry[1] in self.repeated:
+            if entry[1] in self.noise.repeated:
                 continue
             bound = self.lcb(entry[1], z)
             if len(leaders) >= k and bound < last:
@@ -289,7 +306,7 @@ class TreeIndex:
             last = bound if len(leaders) == k else last
         for entry in popped:
             heapq.heappush(heap, entry)
-        pool = [*leaders, *self.repeated]
+        pool = [*leaders, *self.noise.repeated]
         return heapq.nlargest(k, pool, key=lambda i: (self.lcb(i, z), -i))
 
 
@@ -383,7 +400,7 @@ class TreePolicy(SeededPolicy):
         if (
             k
             and node_id in index.value
-            and index.noise[node_id][1] < cfg.verify_repeats
+            and index.noise.n_evals(node_id) < cfg.verify_repeats
             and node_id in index.top(k, cfg.noise_z)
         ):
             return Selection(node_id, "verify")
