@@ -1,7 +1,7 @@
 """``revtree sandbox ...``: make evaluation images and clean up containers.
 
-Wired into the main command with ``app.add_typer(sandbox_app, name="sandbox")``; also
-runnable alone as ``python -m revtree.sandbox_cli``.
+A sub-app of its own (``sandbox_app``), wired into the main command at the end of this
+module; ``python -m revtree sandbox ...`` runs it without the console script.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from typing import Annotated
 
 import typer
 
+from revtree.cli.app import app
 from revtree.errors import RevtreeError
 
 sandbox_app = typer.Typer(
@@ -98,5 +99,4 @@ def gc(
     typer.echo(f"removed {n} container(s)")
 
 
-if __name__ == "__main__":
-    sandbox_app()
+app.add_typer(sandbox_app, name="sandbox")

@@ -1,0 +1,31 @@
+"""The ``revtree`` command (``revtree.cli:main``, also ``python -m revtree``).
+
+The package is cut by what a command does, so that each module reads as one concern:
+
+- ``app``: the typer app, the options shared by the commands (``--db``, the run id...),
+  the consoles, ``main()`` (a :class:`~revtree.errors.RevtreeError` becomes ``error: ...``
+  and exit code 2) and the two helpers every kind of command needs (``open_store``,
+  ``node_or_best``). It imports no command module, so there is no import cycle.
+- ``run``: the commands that start or drive evaluations: run, resume, fork, retry, and
+  also holdout and pilot, which are placed here rather than with the read-only commands
+  because they evaluate too: pilot creates and drives a run with the same live log and
+  task loading as ``run``, and holdout drives an Orchestrator. Keeping them here keeps
+  the live log, ``_drive`` and ``_load`` private to one module.
+- ``inspect``: the commands that read a run without driving it: watch, ls, show,
+  compare, diff, export.
+- ``admin``: acting on a run without driving it: rm, stop, approve, reject, doctor, gc.
+- ``sandbox``: the ``revtree sandbox ...`` sub-app.
+- ``render``: how things are shown, shared by the commands: scores, live-log lines, the
+  run summary, the family tree of forks.
+
+Each command module registers its commands on ``app.app`` with decorators when it is
+imported, which this ``__init__`` does; ``app.order_commands()`` then puts them back in
+the order ``revtree --help`` listed them in when they lived in one file.
+"""
+
+from revtree.cli import admin, inspect, run, sandbox  # noqa: F401  (registers the commands)
+from revtree.cli.app import app, main, order_commands
+
+order_commands()
+
+__all__ = ["app", "main"]

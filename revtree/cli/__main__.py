@@ -1,0 +1,3 @@
+from revtree.cli import main
+
+main()

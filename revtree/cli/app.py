@@ -1,0 +1,98 @@
+"""The typer app every command registers with, its shared options, the consoles and
+``main()``, which turns a :class:`RevtreeError` into ``error: ...`` and exit code 2."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from revtree.errors import RevtreeError
+from revtree.memory import RunInfo, Store
+from revtree.orchestrator.commands.report import recommendation_note, summarize
+
+# The order ``revtree --help`` lists the commands in (typer lists them as registered, the
+# sub-apps after them): they are defined in several modules, so see order_commands().
+COMMAND_ORDER = (
+    "run",
+    "resume",
+    "approve",
+    "reject",
+    "watch",
+    "ls",
+    "show",
+    "compare",
+    "diff",
+    "export",
+    "holdout",
+    "pilot",
+    "fork",
+    "retry",
+    "rm",
+    "stop",
+    "doctor",
+    "gc",
+)
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="Grow a tree of git revisions of your code, scored by your evaluator.",
+)
+console = Console(highlight=False)
+err = Console(stderr=True, highlight=False)
+
+DbOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--db", help="SQLAlchemy URL (default $REVTREE_DB or sqlite at $REVTREE_HOME/revtree.db)."
+    ),
+]
+DetachOpt = Annotated[bool, typer.Option(help="Keep running in the background.")]
+QuietOpt = Annotated[bool, typer.Option(help="No live log lines, only the summary.")]
+ParallelOpt = Annotated[int | None, typer.Option(help="Evaluations running at once.")]
+RunArg = Annotated[str, typer.Argument(help="Run id, a unique prefix of it, or 'last'.")]
+
+
+def main() -> None:
+    from revtree.sandboxes.local import protect_orchestrator
+
+    protect_orchestrator()  # our /proc/PID/environ (API keys) out of the sandboxes' reach
+    try:
+        app()
+    except RevtreeError as e:
+        err.print(f"[red]error:[/red] {escape(str(e))}")
+        raise SystemExit(2) from None
+
+
+def order_commands() -> None:
+    """Put the registered commands in :data:`COMMAND_ORDER` (any others after them); called
+    once every command module has registered its commands."""
+    rank = {name: i for i, name in enumerate(COMMAND_ORDER)}
+
+    def key(command: Any) -> int:  # a typer CommandInfo: its name, else its function's
+        name: str = command.name or command.callback.__name__
+        return rank.get(name, len(rank))
+
+    app.registered_commands.sort(key=key)
+
+
+def open_store(db: str | None) -> Store:
+    return Store(db)
+
+
+def node_or_best(store: Store, run: RunInfo, node: int | None) -> int:
+    """The node asked for, else the recommended one (the best without a drift alarm),
+    saying why when alarms moved the choice."""
+    if node is not None:
+        return node
+    s = summarize(store, run)
+    if s["best_node"] is None:
+        raise RevtreeError(f"run {run.id} has no succeeded node without an alarm; pass --node")
+    if (note := recommendation_note(s)) is not None:
+        err.print(escape(note))
+    best: int = s["best_node"]
+    return best

@@ -1,0 +1,221 @@
+"""The commands that read a run without driving it: watch, ls, show, compare, diff and
+export (which writes only your patch file or branch)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from revtree.cli.app import DbOpt, RunArg, app, console, node_or_best, open_store
+from revtree.cli.render import family_tree, fmt, format_event, print_pipe_safe
+from revtree.errors import RevtreeError
+from revtree.memory import GitStore, RunInfo
+from revtree.memory.db import revtree_home
+from revtree.orchestrator import RunPaths
+from revtree.orchestrator.commands.report import compare as compare_runs
+from revtree.orchestrator.commands.report import (
+    node_json,
+    summarize,
+    transcript_renderables,
+    transcripts,
+)
+
+
+@app.command()
+def watch(
+    run_id: RunArg,
+    db: DbOpt = None,
+    since: Annotated[int, typer.Option(help="Show events after this seq (0: all).")] = 0,
+    poll: Annotated[float, typer.Option(help="Seconds between polls.")] = 0.25,
+    timeout: Annotated[float | None, typer.Option(help="Give up after this many seconds.")] = None,
+) -> None:
+    """Follow a run's live log from another terminal until the run ends."""
+    store = open_store(db)
+    found = store.get_run(run_id)
+    last, start = since, time.monotonic()
+    while True:
+        events = store.events_since(found.id, last)
+        for ev in events:
+            console.print(format_event(ev), soft_wrap=True)
+            last = ev.seq
+        if not events:
+            current = store.get_run(found.id)
+            if current.status.is_finished() and not store.events_since(found.id, last):
+                console.print(f"run {current.status.value}: {current.reason}")
+                return
+            if timeout is not None and time.monotonic() - start > timeout:
+                raise typer.Exit(1)
+            time.sleep(poll)
+
+
+@app.command("ls")
+def ls(
+    db: DbOpt = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+    tree: Annotated[bool, typer.Option("--tree", help="Show forks as a family tree.")] = False,
+) -> None:
+    """List runs."""
+    store = open_store(db)
+    rows = [summarize(store, r) for r in store.list_runs()]
+    if as_json:
+        console.print_json(json.dumps(rows))
+        return
+    if tree:
+        console.print(family_tree(rows))
+        return
+    table = Table("run", "task", "status", "policy", "nodes", "baseline", "best", "created")
+    for s in rows:
+        table.add_row(
+            s["run_id"],
+            s["task"],
+            s["status"],
+            s["policy"],
+            str(s["n_nodes"]),
+            fmt(s["baseline_score"]),
+            fmt(s["best_score"]),
+            time.strftime("%Y-%m-%d %H:%M", time.localtime(s["created_at"])),
+        )
+    console.print(table)
+
+
+@app.command()
+def show(
+    run_id: RunArg,
+    node: Annotated[int | None, typer.Option(help="Show one node in detail.")] = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+    nodes: Annotated[bool, typer.Option("--nodes", help="Include every node.")] = False,
+    transcript: Annotated[
+        bool,
+        typer.Option(
+            "--transcript",
+            help="The prompts and replies of the model calls (the node's, with --node).",
+        ),
+    ] = False,
+    db: DbOpt = None,
+) -> None:
+    """Show a run (or one node) as a table or JSON."""
+    store = open_store(db)
+    found = store.get_run(run_id)
+    if node is not None:
+        data = node_json(store.node(found.id, node))
+        data["evaluations"] = [e.__dict__ for e in store.evaluations(found.id, node)]
+    else:
+        data = summarize(store, found, with_nodes=nodes)
+    if transcript:
+        data["transcript"] = transcripts(store, found.id, node)
+    if as_json:
+        print(json.dumps(data, indent=2, default=str))
+        return
+    if transcript:
+        print_pipe_safe(transcript_renderables(data["transcript"]))
+        return
+    table = Table(show_header=False, title=f"run {found.id}" + (f" node {node}" if node else ""))
+    for k, v in data.items():
+        if k not in ("nodes", "evaluations"):
+            table.add_row(k, str(v))
+    console.print(table)
+    if nodes and "nodes" in data:
+        nt = Table("id", "parent", "op", "status", "score", "commit", "hypothesis / error")
+        for n in data["nodes"]:
+            nt.add_row(
+                str(n["id"]),
+                str(n["parent"]),
+                n["operator"],
+                n["status"],
+                fmt(n["score"]),
+                (n["commit"] or "")[:10],
+                (n["error"] or n["hypothesis"] or "")[:70],
+            )
+        console.print(nt)
+
+
+@app.command()
+def compare(
+    run_ids: Annotated[list[str], typer.Argument(help="Two or more runs (ids, prefixes, 'last').")],
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+    db: DbOpt = None,
+) -> None:
+    """Runs side by side: a fork against its parent, say (what each added itself too)."""
+    store = open_store(db)
+    runs = [store.get_run(r) for r in run_ids]
+    rows = compare_runs(store, runs)
+    if as_json:
+        data = {r.id: {k: v[i] for k, v in rows} for i, r in enumerate(runs)}
+        print(json.dumps(data, indent=2, default=str))
+        return
+    table = Table("", *(r.id for r in runs), title="runs compared")
+    for key, values in rows:
+        table.add_row(key, *(fmt(v) if isinstance(v, float) else str(v) for v in values))
+    console.print(table)
+
+
+def _git(found: RunInfo) -> GitStore:
+    return GitStore(RunPaths(revtree_home(), found.id).repo)
+
+
+@app.command()
+def diff(
+    run_id: RunArg,
+    node: Annotated[int, typer.Argument(help="Node id.")],
+    against: Annotated[str, typer.Option(help="'parent', 'root', or a node id.")] = "parent",
+    db: DbOpt = None,
+) -> None:
+    """Print the diff of NODE against its parent (or the root, or another node)."""
+    store = open_store(db)
+    found = store.get_run(run_id)
+    target = store.node(found.id, node)
+    if against == "parent":
+        base_id = target.parent_id if target.parent_id is not None else target.id
+    else:
+        base_id = 0 if against == "root" else int(against)
+    base = store.node(found.id, base_id)
+    if not (base.commit and target.commit):
+        raise RevtreeError(f"node {node} or {base_id} of run {found.id} has no commit yet")
+    sys.stdout.write(_git(found).diff(base.commit, target.commit))
+
+
+@app.command()
+def export(
+    run_id: RunArg,
+    patch: Annotated[
+        Path | None, typer.Option(help="Write a patch (against the root) to this file.")
+    ] = None,
+    node: Annotated[int | None, typer.Option(help="Node id (default: the best).")] = None,
+    branch: Annotated[
+        str | None, typer.Option(help="Commit the node onto a new branch of --repo instead.")
+    ] = None,
+    repo: Annotated[
+        Path, typer.Option(help="Your git repository (holding the task's source folder).")
+    ] = Path("."),
+    db: DbOpt = None,
+) -> None:
+    """Export a node (by default the best) as a patch, or as a branch of your repository."""
+    if (patch is None) == (branch is None):
+        raise typer.BadParameter("give exactly one of --patch FILE or --branch NAME")
+    store = open_store(db)
+    found = store.get_run(run_id)
+    node_id = node_or_best(store, found, node)
+    if branch is not None:
+        from revtree.orchestrator.commands.export import export_branch
+
+        done = export_branch(store, found.id, node_id, repo, branch, revtree_home())
+        console.print(
+            f"branch {done.branch} ({done.commit[:10]} on {done.parent[:10]}): node {node_id} "
+            f"of run {found.id}, {len(done.files)} file(s) changed"
+        )
+        return
+    assert patch is not None
+    target, root = store.node(found.id, node_id), store.node(found.id, 0)
+    if not (target.commit and root.commit):
+        raise RevtreeError(f"node {node_id} of run {found.id} has no commit yet")
+    patch.write_text(_git(found).diff(root.commit, target.commit))
+    console.print(
+        f"wrote {patch}: node {node_id} (score {fmt(target.score)}) against the "
+        f"baseline; apply with `git apply {patch}` in your source folder"
+    )

@@ -1,0 +1,364 @@
+"""The commands that start runs or evaluations and drive them: run, resume, holdout,
+pilot, fork and retry, with the live log and its progress bar, Ctrl-C handling and
+detaching into the background."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import warnings
+from pathlib import Path
+from types import FrameType
+from typing import Annotated, Any
+
+import typer
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from revtree.cli.app import (
+    DbOpt,
+    DetachOpt,
+    ParallelOpt,
+    QuietOpt,
+    RunArg,
+    app,
+    console,
+    err,
+    node_or_best,
+    open_store,
+)
+from revtree.cli.render import fmt, format_event, print_summary
+from revtree.errors import RevtreeError
+from revtree.memory import Event, RunInfo, RunStatus, Store
+from revtree.memory.db import revtree_home
+from revtree.orchestrator import Orchestrator, RunPaths, create_run
+from revtree.tasks import TaskSpec, load_task
+from revtree.tasks.spec import POLICIES
+
+
+class LiveLog:
+    """Prints each committed event and keeps a progress bar over the node budget."""
+
+    def __init__(self, run: RunInfo, total: int | None, quiet: bool = False) -> None:
+        self.quiet, self.maximize, self.best = quiet, run.maximize, None
+        self.progress = Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("nodes"),
+            TimeElapsedColumn(),
+            TextColumn("{task.fields[best]}"),
+            console=console,
+            transient=False,
+        )
+        self.task = self.progress.add_task(run.id, total=total, best="")
+        self.done = 0
+
+    def __call__(self, ev: Event) -> None:
+        if not self.quiet:
+            self.progress.console.print(format_event(ev), soft_wrap=True)
+        if ev.kind == "node":
+            self.done += 1
+            self.progress.update(self.task, completed=self.done)
+        if ev.kind == "best":
+            score = ev.data.get("score") if ev.data else None
+            self.progress.update(self.task, best=f"best {fmt(score)}")
+
+
+def _install_stop(stop: threading.Event) -> None:
+    def handler(signum: int, _frame: FrameType | None) -> None:
+        if stop.is_set():  # second Ctrl-C: give up at once
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            raise KeyboardInterrupt
+        stop.set()
+        err.print(
+            f"[yellow]{signal.Signals(signum).name}: stopping after cancelling the "
+            "evaluations in flight (again to abort)...[/yellow]"
+        )
+
+    signal.signal(signal.SIGINT, handler)
+    signal.signal(signal.SIGTERM, handler)
+
+
+def _drive(store: Store, run: RunInfo, parallel: int | None, quiet: bool, home: Path) -> None:
+    spec_budget = run.spec.get("budget", {}).get("max_nodes")
+    live = LiveLog(run, spec_budget, quiet)
+    live.done = sum(n.status.is_finished() for n in store.nodes(run.id))
+    stop = threading.Event()
+    _install_stop(stop)
+    with live.progress:
+        try:
+            orch = Orchestrator(store, run.id, home=home, on_event=live, parallel=parallel)
+        except RevtreeError as e:  # e.g. no sandbox: the run cannot start; say so in it too
+            if not store.get_run(run.id).status.is_finished():
+                store.update_run(
+                    run.id,
+                    ("run", f"run failed to start: {e}", None),
+                    status=RunStatus.FAILED,
+                    reason=f"could not start: {e}",
+                )
+            raise
+        live.progress.update(live.task, completed=live.done)
+        final = orch.drive(stop)
+    print_summary(store, final)
+    if final.status is RunStatus.STOPPED:
+        raise typer.Exit(130)
+    if final.status is RunStatus.FAILED:
+        raise typer.Exit(1)
+
+
+def _detach(run: RunInfo, db: str | None, home: Path, parallel: int | None) -> None:
+    log = RunPaths(home, run.id).dir / "run.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "revtree", "resume", run.id, "--quiet"]
+    if db:
+        cmd += ["--db", db]
+    if parallel:
+        cmd += ["--parallel", str(parallel)]
+    env = {**os.environ, "REVTREE_HOME": str(home)}
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(
+            cmd,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            env=env,
+        )
+    console.print(
+        f"run {run.id} detached (pid {proc.pid}), log {log}\nwatch it:  revtree watch {run.id}"
+    )
+
+
+def _load(task: Path) -> TaskSpec:
+    """Load a task, printing the loader's warnings (ignored keys of imported formats)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        spec = load_task(task)
+    from revtree.tasks.compat import CompatNote
+
+    for w in caught:
+        what = "mapped" if issubclass(w.category, CompatNote) else "[yellow]warning:[/yellow]"
+        err.print(f"{what} {escape(str(w.message))}")
+    return spec
+
+
+@app.command()
+def run(
+    task: Annotated[Path, typer.Argument(help="Task folder (holding task.toml) or the file.")],
+    policy: Annotated[
+        str | None, typer.Option(help=f"Search policy: {', '.join(POLICIES)}.")
+    ] = None,
+    parallel: ParallelOpt = None,
+    budget_nodes: Annotated[int | None, typer.Option(help="Nodes, root included.")] = None,
+    budget_time: Annotated[str | None, typer.Option(help="Wall time, e.g. 600, '10m'.")] = None,
+    budget_sandbox: Annotated[str | None, typer.Option(help="Sandbox-seconds, e.g. '1h'.")] = None,
+    sandbox: Annotated[str | None, typer.Option(help="local, docker or auto.")] = None,
+    seed: Annotated[int | None, typer.Option(help="Seed of the policy and proposer.")] = None,
+    model: Annotated[
+        str | None,
+        typer.Option(
+            help="LLM for all roles: openai:NAME, anthropic:NAME, openai-compatible:NAME."
+        ),
+    ] = None,
+    base_url: Annotated[
+        str | None, typer.Option(help="OpenAI-compatible server, e.g. http://host:8000/v1.")
+    ] = None,
+    budget_usd: Annotated[float | None, typer.Option(help="LLM spend cap in dollars.")] = None,
+    approve: Annotated[
+        bool,
+        typer.Option(
+            "--approve",
+            help="Hold each candidate before its evaluation until `revtree approve RUN NODE` "
+            "(or `reject`); its hypothesis and diff are in the live log.",
+        ),
+    ] = False,
+    db: DbOpt = None,
+    detach: DetachOpt = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """Start a run of TASK and show its live log."""
+    spec = _load(task)
+    search: dict[str, Any] = {"approve": "evaluate"} if approve else {}
+    if policy:
+        search["policy"] = policy
+    if parallel:
+        search["parallel"] = parallel
+    if seed is not None:
+        search["seed"] = seed
+    budget = {
+        k: v
+        for k, v in {
+            "max_nodes": budget_nodes,
+            "max_wall": budget_time,
+            "max_sandbox_seconds": budget_sandbox,
+            "max_usd": budget_usd,
+        }.items()
+        if v is not None
+    }
+    try:
+        agents: dict[str, Any] = {
+            k: v for k, v in {"model": model, "base_url": base_url}.items() if v
+        }
+        if agents:
+            agents["mode"] = "llm"
+        spec = spec.with_overrides(
+            search=search,
+            budget=budget,
+            sandbox={"backend": sandbox} if sandbox else {},
+            agents=agents,
+        )
+    except ValueError as e:
+        raise typer.BadParameter(str(e)) from e
+    home = revtree_home()
+    store = open_store(db)
+    new = create_run(store, spec, home)
+    console.print(
+        f"run [bold]{new.id}[/bold] · task {spec.name} · {spec.evaluate.metric} "
+        f"({spec.evaluate.direction}) · policy {spec.search.policy}"
+    )
+    if detach:
+        _detach(new, db, home, parallel)
+        return
+    _drive(store, new, None, quiet, home)
+
+
+@app.command()
+def resume(
+    run_id: RunArg,
+    parallel: ParallelOpt = None,
+    db: DbOpt = None,
+    detach: DetachOpt = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """Continue a stopped or crashed run where it left off."""
+    store = open_store(db)
+    found = store.get_run(run_id)
+    if detach:
+        _detach(found, db, revtree_home(), parallel)
+        return
+    _drive(store, found, parallel, quiet, revtree_home())
+
+
+@app.command()
+def holdout(
+    run_id: RunArg,
+    node: Annotated[int | None, typer.Option(help="Node id (default: the best).")] = None,
+    db: DbOpt = None,
+) -> None:
+    """Run the task's hidden holdout evaluation on a node and record it."""
+    store = open_store(db)
+    found = store.get_run(run_id)
+    node_id = node_or_best(store, found, node)
+    orch = Orchestrator(store, found.id, on_event=lambda ev: console.print(format_event(ev)))
+    try:
+        result = orch.trust.holdout(node_id)
+    finally:
+        orch.close()
+    if result is None:
+        raise RevtreeError(f"the task of run {found.id} has no [holdout] section")
+
+
+@app.command()
+def pilot(
+    task: Annotated[Path, typer.Argument(help="Task folder (holding task.toml) or the file.")],
+    evals: Annotated[int, typer.Option(help="Evaluations to spend in all.")] = 12,
+    repeats: Annotated[int, typer.Option(help="Of which baseline repeats (noise).")] = 4,
+    db: DbOpt = None,
+) -> None:
+    """Spend a small budget characterising TASK, then recommend a policy and parameters."""
+    from revtree.orchestrator.commands.pilot import analyse, format_report
+
+    if not 2 <= repeats < evals:
+        raise typer.BadParameter("need 2 <= --repeats < --evals")
+    spec = _load(task).with_overrides(
+        search={"policy": "optuna", "parallel": 1}, budget={"max_nodes": evals - repeats + 1}
+    )
+    store, home = open_store(db), revtree_home()
+    new = create_run(store, spec, home)
+    console.print(
+        f"pilot run [bold]{new.id}[/bold]: {evals - repeats} proposals from the root "
+        f"and {repeats} baseline repeats"
+    )
+    live = LiveLog(new, evals - repeats + 1, quiet=True)
+    with live.progress:
+        Orchestrator(store, new.id, home=home, on_event=live).drive()
+    orch = Orchestrator(store, new.id, home=home)
+    try:
+        orch.trust.verify(0, repeats)
+    finally:
+        orch.close()
+    report = analyse(
+        store.nodes(new.id), store.evaluations(new.id), spec.maximize, budget_evals=evals
+    )
+    for line in format_report(report):
+        console.print(line)
+
+
+@app.command()
+def fork(
+    run_id: RunArg,
+    node: Annotated[int, typer.Option(help="The node to continue from.")],
+    set_: Annotated[
+        list[str] | None,
+        typer.Option("--set", help="Change a task key, e.g. search.policy=mcts (repeatable)."),
+    ] = None,
+    task: Annotated[Path | None, typer.Option(help="Use this task file instead.")] = None,
+    with_tree: Annotated[bool, typer.Option(help="Inherit the whole tree as history.")] = False,
+    db: DbOpt = None,
+    detach: DetachOpt = False,
+    quiet: QuietOpt = False,
+) -> None:
+    """Start a new run from NODE of RUN, with a changed configuration."""
+    from revtree.orchestrator.commands.fork import apply_sets, fork_run
+
+    store, home = open_store(db), revtree_home()
+    parent = store.get_run(run_id)
+    spec = _load(task) if task else TaskSpec.model_validate(parent.spec)
+    spec = apply_sets(spec, set_ or [])
+    new = fork_run(store, parent.id, node, spec, home, with_tree, task_files=task is not None)
+    console.print(
+        f"run [bold]{new.id}[/bold] forked from {parent.id} at node {node} "
+        f"({len(store.nodes(new.id))} nodes of history) · policy {new.policy}"
+    )
+    if detach:
+        _detach(new, db, home, None)
+        return
+    _drive(store, new, None, quiet, home)
+
+
+@app.command()
+def retry(
+    run_id: RunArg,
+    node: Annotated[int, typer.Argument(help="The node to re-run.")],
+    from_: Annotated[
+        str | None,
+        typer.Option(
+            "--from",
+            help="propose, code or evaluate (default: the first step whose work the node "
+            "lacks, else evaluate).",
+        ),
+    ] = None,
+    set_: Annotated[
+        list[str] | None,
+        typer.Option("--set", help="Change a run key, e.g. sandbox.memory=8g (repeatable)."),
+    ] = None,
+    db: DbOpt = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """Re-run NODE of RUN from a step as its next attempt (the earlier attempt is kept)."""
+    from revtree.orchestrator.commands.retry import retry as run_retry
+
+    store = open_store(db)
+    found = store.get_run(run_id)
+    show = None if quiet else (lambda ev: console.print(format_event(ev), soft_wrap=True))
+    done = run_retry(store, found.id, node, from_, set_ or [], revtree_home(), show)
+    what = (
+        f"scored {fmt(done.score)}"
+        if done.status.value == "succeeded"
+        else f"{done.status.value} ({done.error_kind}): {done.error}"
+    )
+    console.print(f"node {node} of run {found.id}, attempt {done.attempt}: {what}")
