@@ -21,17 +21,18 @@ from unittest import mock
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from revtree.agents.context import ContextBuilder, Related, symbols_text
+from revtree.agents.context import ContextBuilder, Related
 from revtree.agents.llm.base import estimate_tokens
+from revtree.agents.llm.fake_embeddings import EmbeddingsFakeLLMServer
 from revtree.agents.llm.fake_server import (
-    EmbeddingsFakeLLMServer,
     FakeLLMServer,
     FakeReply,
     FakeRequest,
     tool_results,
 )
-from revtree.agents.llm_agents import render_files
+from revtree.agents.outline import symbols_text
 from revtree.agents.retrieval import Index, OpenAIEmbedder
+from revtree.agents.roles import render_files
 from revtree.memory import Store
 from revtree.orchestrator import Orchestrator, create_run
 from revtree.tasks import load_task
@@ -101,7 +102,7 @@ def run(nodes: int, old: bool, tools: bool = False) -> dict[str, float]:
         root = Path(tmp)
         task = write_task(root / "t", nodes=nodes)
         store = Store(f"sqlite:///{root / 'revtree.db'}")
-        patch = mock.patch("revtree.orchestrator.team.RepoContext", WholeRepository)
+        patch = mock.patch("revtree.orchestrator.llm_team.RepoContext", WholeRepository)
         model = ToolModeller() if tools else Modeller()
         with FakeLLMServer(model) as srv, patch if old else mock.MagicMock():
             agents = {"base_url": srv.openai_url}

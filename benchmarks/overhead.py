@@ -158,7 +158,7 @@ def optuna_tsp(tmp: Path, seed: int, budget: int, mirror: bool) -> tuple[float, 
                 constant_liar=True,
             )
         trial = study.ask(dists)
-        changed = coder.code(Proposal("", dict(trial.params)), files)
+        changed = coder.write(Proposal("", dict(trial.params)), files)
         value = _evaluate(
             tmp, {**files, **{p: d for p, d in changed.items() if d is not None}}, seed
         )

@@ -28,10 +28,10 @@ from rich.console import Console
 from rich.table import Table
 
 from revtree.memory import Store
+from revtree.memory.checkpoints import gc
 from revtree.memory.records import NodeStatus
 from revtree.orchestrator import Orchestrator, create_run
-from revtree.orchestrator.housekeeping import gc
-from revtree.orchestrator.report import summarize
+from revtree.orchestrator.commands.report import summarize
 from revtree.sandboxes.local import LocalSandbox
 from revtree.tasks import load_task
 
@@ -111,7 +111,7 @@ def main() -> None:
         wall = time.monotonic() - t0
         n = len(store.nodes(run.id))
         before, cp_before = db_bytes(db), checkpoint_bytes(db)
-        removed = gc(store, home)
+        removed = gc(store)
         after, cp_after = db_bytes(db), checkpoint_bytes(db)
         size = Table(
             "",

@@ -42,6 +42,15 @@ class EditError(RevtreeError, ValueError):
     """A proposed edit cannot be applied (unknown file, pattern not found, ...)."""
 
 
+class EditRefused(EditError):
+    """An answer whose edits cannot be applied; carries the answer, which a repair
+    round (an edge of the pipeline graph) shows back to the coder."""
+
+    def __init__(self, message: str, answer: str = "") -> None:
+        super().__init__(message)
+        self.answer = answer
+
+
 class StoreError(RevtreeError, RuntimeError):
     """The SQL memory or the git store failed or is inconsistent."""
 

@@ -19,28 +19,35 @@ import revtree
 from revtree.sandboxes.env import is_secret, sandbox_env
 
 PACKAGE = Path(revtree.__file__).parent
+DOC = PACKAGE.parent / "docs" / "architecture.md"
+MAX_LINES = 500  # per module, migrations excluded
+MAX_PUBLIC_METHODS = 15  # per class
+WIDE_BY_NATURE = {"revtree.memory.store.Store"}  # a storage contract is wide (as Optuna's)
 
+
+def may_import_table(text: str) -> dict[str, tuple[str, tuple[str, ...] | None, set[str] | None]]:
+    """The "may import" table of docs/architecture.md: layer -> (row, the revtree modules
+    it may import or None for anything, the third-party packages it may import or None
+    for any)."""
+    section = text.split("## May import", 1)[1].split("\n## ", 1)[0]
+    rows = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 3 or not cells[0].startswith("`revtree"):
+            continue
+        layer = cells[0].strip("`")
+        names = tuple(n for n in cells[1].split("`")[1::2])
+        revtree_ok = None if cells[1].startswith("anything") else names
+        third = None if cells[2] == "any" else set(cells[2].split("`")[1::2])
+        rows[layer] = (cells[1], revtree_ok, third)
+    return rows
+
+
+TABLE = may_import_table(DOC.read_text(encoding="utf-8"))
 # layer -> the revtree modules it may import (besides itself); None: anything
-ALLOWED: dict[str, tuple[str, ...] | None] = {
-    "revtree.errors": (),
-    "revtree.tasks": ("revtree.errors",),
-    "revtree.sandboxes": ("revtree.tasks", "revtree.errors"),
-    "revtree.memory": ("revtree.tasks", "revtree.errors"),
-    "revtree.agents": (
-        "revtree.tasks",
-        "revtree.sandboxes",
-        "revtree.errors",
-        "revtree.memory.records",
-    ),
-    "revtree.orchestrator": None,
-    "revtree.cli": None,
-    "revtree.sandbox_cli": None,  # the `revtree sandbox` commands: part of the CLI
-    "revtree.__main__": None,  # `python -m revtree`: the CLI
-    "revtree.web": None,
-}
-# yaml: the OpenEvolve / ShinkaEvolve loaders read their config.yaml files
-THIRD_PARTY_ALLOWED = {"revtree.errors": set(), "revtree.tasks": {"pydantic", "yaml"}}
-MAY_IMPORT_CLI = ("revtree.cli", "revtree.sandbox_cli", "revtree.__main__", "revtree.web")
+ALLOWED: dict[str, tuple[str, ...] | None] = {k: v[1] for k, v in TABLE.items()}
+THIRD_PARTY_ALLOWED = {k: v[2] for k, v in TABLE.items() if v[2] is not None}
+MAY_IMPORT_CLI = tuple(k for k, v in TABLE.items() if v[0] == "anything")
 
 
 def module_name(path: Path) -> str:
@@ -116,6 +123,113 @@ def test_import_direction(path):
         path.read_text(encoding="utf-8"), module_name(path), path.name == "__init__.py"
     )
     assert found == []
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def private_uses(source: str, module: str, is_package: bool = False) -> list[str]:
+    """Uses of another revtree module's private names: ``from m import _x``, and
+    ``alias._x`` where ``alias`` is a revtree module imported here."""
+    out, aliases = [], {}
+    for line, name in imports(source, module, is_package):
+        base, _, leaf = name.rpartition(".")
+        if _within(name, "revtree") and _private(leaf) and base != module:
+            out.append(f"{module}:{line} imports {name}")
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if _within(alias.name, "revtree"):
+                    aliases[alias.asname or alias.name.split(".")[0]] = alias.name
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("revtree"):
+            for alias in node.names:
+                aliases[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+    for node in ast.walk(ast.parse(source)):
+        if (
+            isinstance(node, ast.Attribute)
+            and _private(node.attr)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in aliases
+        ):
+            out.append(f"{module}:{node.lineno} uses {node.value.id}.{node.attr}")
+    return out
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: module_name(p))
+def test_no_module_uses_another_modules_private_names(path):
+    found = private_uses(
+        path.read_text(encoding="utf-8"), module_name(path), path.name == "__init__.py"
+    )
+    assert found == []
+
+
+@pytest.mark.parametrize(
+    ("module", "source", "caught"),
+    [
+        ("revtree.cli.x", "from revtree.orchestrator.run import _alive\n", True),
+        ("revtree.cli.x", "from revtree.orchestrator import run\nrun._alive(1, 'h')\n", True),
+        ("revtree.cli.x", "import revtree.sandboxes.docker as sd\nsd._start_time()\n", True),
+        ("revtree.cli.x", "from ..orchestrator.run import _alive\n", True),
+        ("revtree.cli.x", "from revtree.orchestrator.run import alive\n", False),
+        ("revtree.cli.x", "def _mine():\n    pass\n_mine()\nself._x = 1\n", False),
+        ("revtree.cli.x", "from revtree.memory import Store\nStore.__init__\n", False),
+    ],
+)
+def test_the_private_name_check_can_fail(module, source, caught):
+    assert bool(private_uses(source, module)) is caught
+
+
+def _size_exempt(path: Path) -> bool:
+    return "migrations" in path.relative_to(PACKAGE).parts
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: module_name(p))
+def test_no_module_is_over_the_line_limit(path):
+    if _size_exempt(path):
+        pytest.skip("migrations are generated history")
+    lines = len(path.read_text(encoding="utf-8").splitlines())
+    assert lines <= MAX_LINES, f"{module_name(path)} has {lines} lines (> {MAX_LINES}): split it"
+
+
+def public_methods(source: str) -> dict[str, int]:
+    """Class name -> its public methods (properties included, dunders not)."""
+    return {
+        node.name: sum(
+            1
+            for f in node.body
+            if isinstance(f, ast.FunctionDef | ast.AsyncFunctionDef) and not f.name.startswith("_")
+        )
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.ClassDef)
+    }
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: module_name(p))
+def test_no_class_has_too_many_public_methods(path):
+    module = module_name(path)
+    wide = {
+        name: n
+        for name, n in public_methods(path.read_text(encoding="utf-8")).items()
+        if n > MAX_PUBLIC_METHODS and f"{module}.{name}" not in WIDE_BY_NATURE
+    }
+    assert wide == {}, f"classes of {module} with more than {MAX_PUBLIC_METHODS} public methods"
+
+
+def test_the_size_checks_can_fail():
+    many = "class A:\n" + "".join(f"    def m{i}(self): pass\n" for i in range(16))
+    assert public_methods(many) == {"A": 16}
+    assert public_methods("class B:\n    def _p(self): pass\n    def __len__(self): pass\n") == {
+        "B": 0
+    }
+
+
+def test_the_table_is_read_from_the_living_document():
+    assert ALLOWED["revtree.tasks"] == ("revtree.errors",)
+    assert ALLOWED["revtree.orchestrator"] is None
+    assert "revtree.memory.records" in (ALLOWED["revtree.agents"] or ())
+    assert THIRD_PARTY_ALLOWED["revtree.tasks"] == {"pydantic", "yaml"}
+    assert "revtree.cli" in MAY_IMPORT_CLI and "revtree.orchestrator" not in MAY_IMPORT_CLI
 
 
 @pytest.mark.parametrize(

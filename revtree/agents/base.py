@@ -1,11 +1,17 @@
-"""The agent protocols. Agents receive what they need (a sandbox, an LLM, the parent's
-files) and return records; they never build their dependencies or touch the Store.
+"""The agent protocol, one for offline and LLM agents alike.
+
+Every agent takes a ``Job`` (the candidate's node, its parent, the parent's files) and
+returns a record: a ``Proposal``, the changes, a ``Verdict``, an analysis. Agents
+receive what they need (a sandbox, an LLM) when they are built, by
+``revtree.orchestrator.wiring``; they never build their dependencies or touch the Store.
+The pipeline calls them the same way whatever drives the run (``Agents``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Protocol
 
 from revtree.memory.records import Node
@@ -29,16 +35,89 @@ class Verdict:
 
     accepted: bool
     reasons: tuple[str, ...] = ()
+    stored: bool = True  # an acceptance worth recording on the node (a model's, a user's)
+
+
+@dataclass(frozen=True)
+class Change:
+    """A candidate's change against its parent, as a reviewer reads it."""
+
+    paths: tuple[str, ...]
+    diff: str
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why a coder's answer could not be applied, with the answer: what a repair round
+    (an edge of the pipeline graph) hands the coder back."""
+
+    error: str
+    answer: str = ""
+    round: int = 0  # repair rounds already spent on this candidate
+
+
+@dataclass(frozen=True)
+class Job:
+    """One candidate as every agent sees it: its node (id, operator, attempt, and its
+    proposal once made), its parent, and the parent's files, read once on demand.
+
+    Offline agents read the node and the files; the LLM agents build their prompt
+    context from the same job (``revtree.orchestrator.llm_team``), so there is one
+    protocol whatever drives the run."""
+
+    node: Node
+    parent: Node
+    read: Callable[[], Mapping[str, bytes]] = field(compare=False, repr=False)
+
+    @cached_property
+    def files(self) -> Mapping[str, bytes]:
+        return self.read()
 
 
 class Proposer(Protocol):
-    def propose(self, node_id: int, parent: Node, operator: str) -> Proposal: ...
+    def propose(self, job: Job) -> Proposal:
+        """What to try for this candidate."""
+        ...
 
     def observe(self, node: Node) -> None:
         """Learn a finished node's outcome."""
 
+    def rebuild(self, nodes: Iterable[Node]) -> None:
+        """Learn a resumed run's history (every node, in any state)."""
+
 
 class Coder(Protocol):
-    def code(self, proposal: Proposal, files: Mapping[str, bytes]) -> dict[str, bytes | None]:
-        """The changes (path -> new content, None deletes) that implement the proposal."""
+    repairs: int  # repair rounds the pipeline may give a refused answer
+
+    def code(
+        self, job: Job, proposal: Proposal, refusal: Refusal | None = None
+    ) -> dict[str, bytes | None]:
+        """The changes (path -> new content, None deletes) that implement the proposal;
+        with ``refusal``, a repair of the refused answer. Raises ``EditError``."""
         ...
+
+
+class Reviewer(Protocol):
+    def review(self, job: Job, proposal: Proposal, change: Change) -> Verdict | None:
+        """A verdict on the change, or None to abstain."""
+        ...
+
+
+class Analyst(Protocol):
+    def analyse(self, job: Job) -> str | None:
+        """A short reading of the node's failed evaluation, for later proposals."""
+        ...
+
+
+@dataclass
+class Agents:
+    """The agents that drive a run, built by ``revtree.orchestrator.wiring``: the
+    pipeline calls them the same way whether they are offline or on models."""
+
+    proposer: Proposer
+    coder: Coder
+    reviewers: tuple[Reviewer, ...]
+    analyst: Analyst | None = None
+    label: str = "offline"
+    spent: Callable[[], str | None] = lambda: None  # why the model budget is spent, if it is
+    ask: Callable[[str], str] | None = None  # one model call, for a policy that asks

@@ -37,7 +37,7 @@ from optuna.distributions import (
 )
 from optuna.trial import TrialState, create_trial
 
-from revtree.agents.base import Proposal
+from revtree.agents.base import Job, Proposal, Refusal
 from revtree.errors import EditError
 from revtree.memory.records import Node, NodeStatus
 from revtree.tasks.load import knob_regex
@@ -103,7 +103,15 @@ class KnobCoder:
     def __init__(self, knobs: Iterable[Knob]) -> None:
         self.knobs = {k.name: k for k in knobs}
 
-    def code(self, proposal: Proposal, files: Mapping[str, bytes]) -> dict[str, bytes | None]:
+    repairs = 0  # a refused knob edit cannot be repaired: the same values fail again
+
+    def code(
+        self, job: Job, proposal: Proposal, refusal: Refusal | None = None
+    ) -> dict[str, bytes | None]:
+        return self.write(proposal, job.files)
+
+    def write(self, proposal: Proposal, files: Mapping[str, bytes]) -> dict[str, bytes | None]:
+        """The knob values of ``proposal`` written into ``files``."""
         texts: dict[str, str] = {}
         for name, value in proposal.knobs.items():
             knob = self.knobs.get(name)
@@ -190,7 +198,12 @@ class KnobProposer:
                 else:
                     self._add_running(node.id, params)
 
-    def propose(self, node_id: int, parent: Node, operator: str) -> Proposal:
+    def propose(self, job: Job) -> Proposal:
+        return self.ask(job.node.id, job.parent, job.node.operator)
+
+    def ask(self, node_id: int, parent: Node, operator: str) -> Proposal:
+        """The next values to try for node ``node_id`` (an Optuna ask, or a local step
+        from the parent's values)."""
         if not self.knobs:
             return Proposal(hypothesis="no knobs to tune: re-evaluate the parent unchanged")
         before = (parent.proposal or {}).get("knobs", {})

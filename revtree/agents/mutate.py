@@ -29,9 +29,8 @@ import random
 import tokenize
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Protocol
 
-from revtree.agents.base import Coder, Proposal
+from revtree.agents.base import Coder, Job, Proposal, Proposer, Refusal
 from revtree.agents.edits import evolve_regions
 from revtree.agents.knobs import KnobCoder, KnobProposer, derive_seed
 from revtree.errors import EditError
@@ -40,17 +39,7 @@ from revtree.tasks.load import matches
 from revtree.tasks.spec import MutateAgent, TaskSpec
 
 
-class OfflineProposer(Protocol):
-    """A proposer that needs no model: knobs or mutations."""
-
-    def propose(self, node_id: int, parent: Node, operator: str) -> Proposal: ...
-
-    def observe(self, node: Node) -> None: ...
-
-    def rebuild(self, nodes: Iterable[Node]) -> None: ...
-
-
-def offline_agents(spec: TaskSpec) -> tuple[OfflineProposer, Coder]:
+def offline_agents(spec: TaskSpec) -> tuple[Proposer, Coder]:
     """The offline proposer and coder that ``[agents] mode`` selects: knobs, or code
     mutations with ``mode = "mutate"``, and in ``auto`` when the task has no knobs (the
     knob proposer would have nothing to change)."""
@@ -69,7 +58,11 @@ class MutationProposer:
     def __init__(self, seed: int, config: MutateAgent) -> None:
         self.seed, self.config = seed, config
 
-    def propose(self, node_id: int, parent: Node, operator: str) -> Proposal:
+    def propose(self, job: Job) -> Proposal:
+        return self.ask(job.node.id, job.parent, job.node.operator)
+
+    def ask(self, node_id: int, parent: Node, operator: str) -> Proposal:
+        """The mutation plan of node ``node_id``: depends only on (seed, node id)."""
         seed = derive_seed(self.seed, "mutate", node_id)
         if operator == "draft":
             edits = self.config.draft_edits
@@ -110,7 +103,15 @@ class MutationCoder:
         self.editable, self.config = tuple(editable), config
         self.groups = {tok: g for g in config.swaps for tok in g}
 
-    def code(self, proposal: Proposal, files: Mapping[str, bytes]) -> dict[str, bytes | None]:
+    repairs = 0  # a plan is replayed exactly: repairing it would fail the same way
+
+    def code(
+        self, job: Job, proposal: Proposal, refusal: Refusal | None = None
+    ) -> dict[str, bytes | None]:
+        return self.write(proposal, job.files)
+
+    def write(self, proposal: Proposal, files: Mapping[str, bytes]) -> dict[str, bytes | None]:
+        """The plan of ``proposal`` applied to ``files``."""
         try:
             plan = json.loads(proposal.plan)
             rng, edits = random.Random(int(plan["seed"])), int(plan["edits"])

@@ -37,7 +37,7 @@ import tokenize
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
-from revtree.agents.base import Verdict
+from revtree.agents.base import Change, Job, Proposal, Verdict
 from revtree.tasks.load import matches
 from revtree.tasks.spec import TaskSpec
 
@@ -449,7 +449,12 @@ class StaticReviewer:
         """The rule flags of the lines ``diff`` adds to editable files."""
         return self.scanner.scan(diff)
 
-    def review(self, changed_paths: Iterable[str], diff: str = "") -> Verdict:
+    def review(self, job: Job, proposal: Proposal, change: Change) -> Verdict:
+        """The static checks of the change (an acceptance is not stored on the node)."""
+        verdict = self.check(change.paths, change.diff)
+        return verdict if not verdict.accepted else Verdict(True, stored=False)
+
+    def check(self, changed_paths: Iterable[str], diff: str = "") -> Verdict:
         """Rejects a change to non-editable paths, or whose added lines trip a rule."""
         changed = list(changed_paths)
         reasons = []

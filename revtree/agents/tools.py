@@ -28,9 +28,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from revtree.agents.context import decode, symbols_text
+from revtree.agents.context import decode
 from revtree.agents.edits import Edit, apply_edits
 from revtree.agents.llm.base import Tool, ToolCall
+from revtree.agents.outline import symbols_text
 from revtree.agents.retrieval import Index, words
 from revtree.errors import EditError, RevtreeError, SandboxError
 from revtree.sandboxes.base import ExecResult

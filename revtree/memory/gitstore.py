@@ -197,14 +197,14 @@ class GitStore:
         with self._lock:
             return str(self.repo.git.diff(base, head, "--no-color", "--binary")) + "\n"
 
-    def resolve(self, ref: str) -> str:
+    def _resolve(self, ref: str) -> str:
         with self._lock:
             return str(self.repo.commit(ref).hexsha)
 
     def find(self, ref: str) -> str | None:
         """The commit ``ref`` names, or None if there is no such ref."""
         try:
-            return self.resolve(ref)
+            return self._resolve(ref)
         except (ValueError, git.BadName, git.BadObject):
             return None
 

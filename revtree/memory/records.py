@@ -135,6 +135,14 @@ class EvalResult:
 
 
 @dataclass(frozen=True)
+class Decision:
+    """A user's decision on a candidate waiting for approval (``revtree approve``)."""
+
+    accepted: bool
+    why: str = ""
+
+
+@dataclass(frozen=True)
 class Event:
     """One line of the live log. ``seq`` increases by one per event within a run."""
 

@@ -16,16 +16,16 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any
 
-from sqlalchemy import Engine, Table, delete, func, insert, select, update
+from sqlalchemy import Engine, delete, func, insert, select, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
 from revtree.errors import RunNotFound, StoreError
 from revtree.memory.db import default_url, make_engine, migrate, transaction
-from revtree.memory.models import EvaluationRow, EventRow, LLMCallRow, NodeRow, RunRow
 from revtree.memory.records import (
+    Decision,
     EvalResult,
     Event,
     LLMCall,
@@ -34,12 +34,18 @@ from revtree.memory.records import (
     RunInfo,
     RunStatus,
 )
+from revtree.memory.rows import (
+    CALLS,
+    EVALS,
+    EVENTS,
+    NODES,
+    RUNS,
+    node_values,
+    row_to_eval,
+    row_to_node,
+    row_to_run,
+)
 
-RUNS = cast(Table, RunRow.__table__)
-NODES = cast(Table, NodeRow.__table__)
-EVALS = cast(Table, EvaluationRow.__table__)
-EVENTS = cast(Table, EventRow.__table__)
-CALLS = cast(Table, LLMCallRow.__table__)
 EventSpec = tuple[str, str, dict[str, Any] | None]  # (kind, message, data)
 
 
@@ -130,6 +136,38 @@ class Store:
         with self._write() as conn:
             return self._event(conn, run_id, (kind, message, data), node_id)
 
+    # -- approval decisions (events of kind "decision", written by another process) ----
+    def decide(
+        self, run_id: str, node_id: int, attempt: int, accepted: bool, why: str = ""
+    ) -> Event:
+        verb = "approved" if accepted else "rejected"
+        message = f"node {node_id} {verb} by the user" + (f": {why}" if why else "")
+        data = {"attempt": attempt, "accepted": accepted, "why": why}
+        return self.add_event(run_id, "decision", message, node_id, data)
+
+    def decisions(self, run_id: str, nodes: dict[int, int]) -> dict[int, Decision]:
+        """The latest decision on each of ``nodes`` (node -> attempt), for that attempt."""
+        if not nodes:
+            return {}
+        with transaction(self.engine) as conn:
+            rows = conn.execute(
+                select(EVENTS.c.node_id, EVENTS.c.data)
+                .where(
+                    EVENTS.c.run_id == run_id,
+                    EVENTS.c.kind == "decision",
+                    EVENTS.c.node_id.in_(list(nodes)),
+                )
+                .order_by(EVENTS.c.seq)
+            ).all()
+        out = {}
+        for node_id, data in rows:
+            if data and data.get("attempt") == nodes[node_id]:
+                out[node_id] = Decision(bool(data["accepted"]), data.get("why") or "")
+        return out
+
+    def decision(self, run_id: str, node_id: int, attempt: int) -> Decision | None:
+        return self.decisions(run_id, {node_id: attempt}).get(node_id)
+
     def events_since(self, run_id: str, after: int = 0, limit: int = 1000) -> list[Event]:
         with transaction(self.engine) as conn:
             rows = conn.execute(
@@ -183,7 +221,7 @@ class Store:
                 None,
             )
             if root is not None:
-                conn.execute(insert(NODES).values(**_node_values(root[0])))
+                conn.execute(insert(NODES).values(**node_values(root[0])))
                 self._event(conn, run_id, root[1], root[0].id)
             if history is not None:
                 self._copy(conn, run_id, *history)
@@ -205,12 +243,12 @@ class Store:
                     row = rows[0] if rows else None
         if row is None:
             raise RunNotFound(f"no run {run_id!r} in {self.url}")
-        return _run_info(row)
+        return row_to_run(row)
 
     def list_runs(self) -> list[RunInfo]:
         with transaction(self.engine) as conn:
             rows = conn.execute(select(RUNS).order_by(RUNS.c.created_at)).all()
-        return [_run_info(r) for r in rows]
+        return [row_to_run(r) for r in rows]
 
     def update_run(
         self, run_id: str, event: EventSpec | None = None, **values: Any
@@ -267,7 +305,7 @@ class Store:
         event: EventSpec,
     ) -> Event:
         if nodes:
-            conn.execute(insert(NODES), [_node_values(n) for n in nodes])
+            conn.execute(insert(NODES), [node_values(n) for n in nodes])
         if evaluations:
             now = time.time()
             conn.execute(
@@ -288,7 +326,7 @@ class Store:
     ) -> Event:
         """Insert a node (and the policy state that chose it) in one transaction."""
         with self._write() as conn:
-            conn.execute(insert(NODES).values(**_node_values(node)))
+            conn.execute(insert(NODES).values(**node_values(node)))
             if policy_state is not None:
                 conn.execute(
                     update(RUNS).where(RUNS.c.id == node.run_id).values(policy_state=policy_state)
@@ -315,7 +353,7 @@ class Store:
             rows = conn.execute(
                 select(NODES).where(NODES.c.run_id == run_id).order_by(NODES.c.id)
             ).all()
-        return [_node(r) for r in rows]
+        return [row_to_node(r) for r in rows]
 
     def node(self, run_id: str, node_id: int) -> Node:
         with transaction(self.engine) as conn:
@@ -324,7 +362,7 @@ class Store:
             ).first()
         if row is None:
             raise StoreError(f"run {run_id} has no node {node_id}")
-        return _node(row)
+        return row_to_node(row)
 
     def node_timings(self, run_id: str) -> dict[int, dict[str, float]]:
         with transaction(self.engine) as conn:
@@ -361,7 +399,7 @@ class Store:
             query = query.where(EVALS.c.stage == stage)
         with transaction(self.engine) as conn:
             rows = conn.execute(query.order_by(EVALS.c.id)).all()
-        return [_eval(r) for r in rows]
+        return [row_to_eval(r) for r in rows]
 
     def evaluation_counts(self, run_id: str) -> dict[tuple[int, str, int], int]:
         """Evaluations per (node, stage, repeat), every attempt counted: 1 everywhere
@@ -398,6 +436,14 @@ class Store:
         return float(total or 0.0)
 
     # -- LLM calls ----------------------------------------------------------------
+    def delete_evaluations(self, run_id: str, node_id: int, why: str) -> None:
+        """Delete the evaluation rows of a node (``doctor --repair``: rows of a node
+        that does not exist), with an event saying why."""
+        with self._write() as conn:
+            conn.execute(delete(EVALS).where(EVALS.c.run_id == run_id, EVALS.c.node_id == node_id))
+            message = f"evaluations of node {node_id} deleted ({why})"
+            self._event(conn, run_id, ("repair", message, None), node_id)
+
     def record_llm_call(self, run_id: str, call: LLMCall) -> None:
         with self._write() as conn:
             conn.execute(
@@ -438,95 +484,3 @@ class Store:
                 ).where(CALLS.c.run_id == run_id)
             ).one()
         return float(row[0] or 0.0), int(row[1] or 0)
-
-
-def _node_values(node: Node) -> dict[str, Any]:
-    return {
-        "run_id": node.run_id,
-        "id": node.id,
-        "parent_id": node.parent_id,
-        "extra_parents": list(node.extra_parents) or None,
-        "depth": node.depth,
-        "operator": node.operator,
-        "status": node.status.value,
-        "commit": node.commit,
-        "proposal": node.proposal,
-        "score": node.score,
-        "score_std": node.score_std,
-        "n_evals": node.n_evals,
-        "error": node.error,
-        "error_kind": node.error_kind,
-        "thread_id": node.thread_id,
-        "created_at": node.created_at or time.time(),
-        "finished_at": node.finished_at,
-        "review": node.review,
-        "lesson": node.lesson,
-        "attempt": node.attempt,
-        "alarm": node.alarm,
-    }
-
-
-def _node(r: Any) -> Node:
-    return Node(
-        run_id=r.run_id,
-        id=r.id,
-        parent_id=r.parent_id,
-        operator=r.operator,
-        status=NodeStatus(r.status),
-        depth=r.depth,
-        commit=r.commit,
-        proposal=r.proposal,
-        score=r.score,
-        score_std=r.score_std,
-        n_evals=r.n_evals,
-        error=r.error,
-        error_kind=r.error_kind,
-        thread_id=r.thread_id,
-        created_at=r.created_at,
-        finished_at=r.finished_at,
-        extra_parents=tuple(r.extra_parents or ()),
-        review=r.review,
-        lesson=r.lesson,
-        attempt=r.attempt,
-        alarm=r.alarm,
-    )
-
-
-def _eval(r: Any) -> EvalResult:
-    return EvalResult(
-        node_id=r.node_id,
-        stage=r.stage,
-        repeat=r.repeat,
-        ok=r.ok,
-        score=r.score,
-        metrics=dict(r.metrics or {}),
-        exit_code=r.exit_code,
-        duration=r.duration,
-        stdout_tail=r.stdout_tail or "",
-        stderr_tail=r.stderr_tail or "",
-        error=r.error,
-        error_kind=r.error_kind,
-        log_path=r.log_path,
-        attempt=r.attempt,
-    )
-
-
-def _run_info(r: Any) -> RunInfo:
-    return RunInfo(
-        id=r.id,
-        task_name=r.task_name,
-        status=RunStatus(r.status),
-        policy=r.policy,
-        direction=r.direction,
-        spec=r.spec,
-        seed=r.seed,
-        created_at=r.created_at,
-        updated_at=r.updated_at,
-        reason=r.reason,
-        pid=r.pid,
-        host=r.host,
-        wall_used=r.wall_used,
-        policy_state=r.policy_state,
-        parent_run=r.parent_run,
-        parent_node=r.parent_node,
-    )

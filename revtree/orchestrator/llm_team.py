@@ -30,14 +30,12 @@ from __future__ import annotations
 
 import functools
 import json
-import re
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping
-from string import Template
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from revtree.agents.base import Proposal, Verdict
+from revtree.agents.base import Change, Job, Proposal, Refusal, Verdict
 from revtree.agents.context import Learnt, RepoContext
 from revtree.agents.evaluator import GUARD, HOLDOUT
 from revtree.agents.knobs import derive_seed
@@ -53,31 +51,30 @@ from revtree.agents.llm import (
     missing_key,
     split_model,
 )
-from revtree.agents.llm.base import StructureRefused, Tool, estimate_tokens
-from revtree.agents.llm_agents import (
-    FORMAT_HELP,
-    PROPOSE,
+from revtree.agents.llm.base import StructureRefused, estimate_tokens
+from revtree.agents.llm.meter import Meter
+from revtree.agents.retrieval import make_embedder
+from revtree.agents.roles import (
     Context,
     LLMAnalyst,
-    LLMCoder,
     LLMProposer,
     LLMReviewer,
-    Structured,
-    ToolCoder,
-    call_named,
-    load_template,
+    OneCallCoder,
+    hypothesis_of,
     render_files,
-    structured_kind,
 )
-from revtree.agents.retrieval import make_embedder
+from revtree.agents.structured import Structured, structured_kind
+from revtree.agents.toolcoder import ToolCoder
 from revtree.agents.tools import Runner, ToolBox, archive, hidden_paths
 from revtree.memory.records import Node, NodeStatus
-from revtree.orchestrator.meter import Meter
 from revtree.sandboxes.base import ExecRequest, ExecResult, Limits
 from revtree.tasks.spec import Role, TaskSpec
 
 if TYPE_CHECKING:
-    from revtree.orchestrator.runner import Orchestrator
+    from revtree.memory import Store
+    from revtree.memory.gitstore import GitStore
+    from revtree.orchestrator.mirror import Mirror
+    from revtree.sandboxes import Sandbox
 
 TAIL = 1500
 RELATED_HEAD = (
@@ -115,11 +112,24 @@ def offline_reason(spec: TaskSpec) -> str | None:
 
 
 class Team:
-    """Proposer, coder and reviewer on metered models, for one run."""
+    """Proposer, coder, reviewer and analyst on metered models, for one run: the agent
+    protocol of ``revtree.agents.base`` (``propose(job)``, ``code(job, …)``, …), each
+    call with the context this module builds for the job's node."""
 
-    def __init__(self, orch: Orchestrator) -> None:
-        self.orch, self.spec = orch, orch.spec
-        self.meter = Meter(orch.store, orch.run_id, orch.spec)
+    repairs = 1  # one repair round for an answer whose edits cannot be applied
+
+    def __init__(
+        self,
+        store: Store,
+        spec: TaskSpec,
+        git: GitStore,
+        mirror: Mirror,
+        sandbox: Sandbox,
+        cancel: threading.Event,
+    ) -> None:
+        self.store, self.run_id, self.spec = store, mirror.run_id, spec
+        self.git, self.mirror, self.sandbox, self.cancel = git, mirror, sandbox, cancel
+        self.meter = Meter(store, self.run_id, spec)
         self.one_call = self.spec.agents.one_call
         roles = ("coder", "reviewer", "analyst") if self.one_call else ROLES
         self.models = {
@@ -129,9 +139,9 @@ class Team:
         }
         self.structured = self._structured()
         self._answers: dict[tuple[int, int], Completion] = {}  # one-call, (node, attempt)
-        root = orch.nodes[0]
+        root = mirror.get(0)
         assert root.commit is not None
-        self.baseline = orch.git.read_files(root.commit)
+        self.baseline = git.read_files(root.commit)
         a = self.spec.agents
         self.repo = RepoContext(
             self.spec,
@@ -188,8 +198,8 @@ class Team:
         return out
 
     def _refused(self, models: list[str], why: str) -> None:
-        self.orch.store.add_event(
-            self.orch.run_id,
+        self.store.add_event(
+            self.run_id,
             "warning",
             f"{', '.join(models)}: structured answers refused; plain text from now on ({why})",
             None,
@@ -228,22 +238,19 @@ class Team:
         return cached
 
     def _build_context(self, node: Node, hypothesis: str = "", related: bool = True) -> Context:
-        orch = self.orch
-        assert node.parent_id is not None
-        parent = orch.nodes[node.parent_id]
+        parent = self.mirror.parent(node)
         assert parent.commit is not None
-        files = orch.git.read_files(parent.commit)
+        files = self.git.read_files(parent.commit)
         changed = {p: d for p, d in files.items() if self.baseline.get(p) != d}
         others = ""
         for other_id in node.extra_parents:
-            other = orch.nodes[other_id]
+            other = self.mirror.get(other_id)
             hyp = (other.proposal or {}).get("hypothesis", "")
             others += f"Other parent: node {other_id}, score {other.score}: {hyp}\n"
             if other.commit:
-                diff = orch.git.diff(parent.commit, other.commit)
+                diff = self.git.diff(parent.commit, other.commit)
                 others += f"Its diff against the parent:\n{diff[-4000:]}\n"
-        with orch.lock:
-            snapshot = dict(orch.nodes)
+        snapshot = self.mirror.copy()
         memory = render_memory(
             snapshot, parent.id, self.spec.maximize, self.spec.agents.memory_tokens, node.operator
         )
@@ -279,13 +286,13 @@ class Team:
     def _context_event(
         self, message: str, node_id: int | None, data: dict[str, Any] | None
     ) -> None:
-        self.orch.store.add_event(self.orch.run_id, "context", message, node_id, data)
+        self.store.add_event(self.run_id, "context", message, node_id, data)
 
     def _learnt(self) -> list[Learnt]:
         """What earlier candidates of this run learnt about the repository (from the
         live log, so a resumed run keeps it)."""
         out, after = [], 0
-        while batch := self.orch.store.events_since(self.orch.run_id, after):
+        while batch := self.store.events_since(self.run_id, after):
             after = batch[-1].seq
             out += [
                 Learnt.from_json(e.node_id or 0, e.data["learnt"])
@@ -297,7 +304,7 @@ class Team:
     def _evaluation(self, node: Node) -> str:
         evals = [  # this attempt's only: an earlier one (see ``retry``) is history
             e
-            for e in self.orch.store.evaluations(self.orch.run_id, node.id)
+            for e in self.store.evaluations(self.run_id, node.id)
             if e.stage not in (HOLDOUT, GUARD) and e.attempt == node.attempt
         ]
         if not evals:
@@ -316,8 +323,9 @@ class Team:
             out.append("stderr (tail):\n" + last.stderr_tail[-TAIL:])
         return "\n".join(out)
 
-    # -- the roles --------------------------------------------------------------------
-    def propose(self, node: Node) -> Proposal:
+    # -- the agent protocol -------------------------------------------------------------
+    def propose(self, job: Job) -> Proposal:
+        node = job.node
         if self.one_call:
             coder = self._coder(node)
             answer = coder.ask_all(self.context(node), self.spec.agents.proposer.prompt)
@@ -327,13 +335,25 @@ class Team:
         proposal: Proposal = self._role(LLMProposer, "proposer", node).propose(self.context(node))
         return proposal
 
-    def code(self, node: Node, proposal: Proposal) -> dict[str, bytes | None]:
+    def observe(self, node: Node) -> None:
+        """The models read what finished nodes taught from the memory in the context."""
+
+    def rebuild(self, nodes: Iterable[Node]) -> None:
+        """Nothing to rebuild: the memory is read from SQL at each context."""
+
+    def code(
+        self, job: Job, proposal: Proposal, refusal: Refusal | None = None
+    ) -> dict[str, bytes | None]:
+        node = job.node
         coder = self._coder(node)
-        with self._lock:
-            coder.answer = self._answers.pop((node.id, node.attempt), None)
-        if coder.answer is None and self._tools_on():
-            return self._work(node, coder, proposal)
-        changes: dict[str, bytes | None] = coder.code(self.context(node), proposal)
+        if refusal is not None:  # a repair round: the refused answer and its error
+            changes = coder.repair(self.context(node), proposal, refusal)
+        else:
+            with self._lock:
+                coder.answer = self._answers.pop((node.id, node.attempt), None)
+            if coder.answer is None and self._tools_on():
+                return self._work(node, coder, proposal)
+            changes = coder.code(self.context(node), proposal)
         self.repo.learn(node.id, proposal.hypothesis, self.context(node).files, changes)
         return changes
 
@@ -364,7 +384,7 @@ class Team:
             if switch.kind == "off":  # no structure to switch off: said here
                 self._refused(self._models_of(a.coder), why)
             switch.refuse(why)
-            return self.code(node, proposal)
+            return self.code(Job(node, self.mirror.parent(node), lambda: ctx.files), proposal)
         finally:
             self._tools_event(node, loop)
         self.repo.shown[node.id] = box.read
@@ -375,8 +395,8 @@ class Team:
         box = loop.box
         used = ", ".join(f"{name} x{n}" for name, n in box.used.items()) or "no tools"
         refused = f"; {len(box.misuse)} refused: " + " | ".join(box.misuse) if box.misuse else ""
-        self.orch.store.add_event(
-            self.orch.run_id,
+        self.store.add_event(
+            self.run_id,
             "tools",
             f"node {node.id}: the coder worked in {len(loop.steps)} steps: {used}{refused}"[:2000],
             node.id,
@@ -391,13 +411,13 @@ class Team:
     def _runner(self, node: Node) -> Runner:
         """``run(command)`` for the node's tool box: the tree, as a fresh workspace of the
         run's sandbox (no protected files: the box has none), under ``agents.run_timeout``."""
-        orch, sb = self.orch, self.spec.sandbox
+        sb = self.spec.sandbox
         limits = Limits(self.spec.agents.run_timeout, sb.memory, sb.cpu_seconds, sb.output_cap)
         labels = {"revtree.step": "tool", "revtree.node": str(node.id)}
 
         def run(command: str, tree: Mapping[str, bytes]) -> ExecResult:
             request = ExecRequest(archive(tree), command, limits, dict(sb.env), labels)
-            return orch.sandbox.execute(request, orch.cancel)
+            return self.sandbox.execute(request, self.cancel)
 
         return run
 
@@ -407,18 +427,19 @@ class Team:
         )
         return coder
 
-    def review(self, node: Node, proposal: Proposal, diff: str) -> Verdict | None:
+    def review(self, job: Job, proposal: Proposal, change: Change) -> Verdict | None:
         if "reviewer" not in self.models:
             return None
-        verdict: Verdict = self._role(LLMReviewer, "reviewer", node).review(
-            self.context(node), proposal, diff
+        verdict: Verdict = self._role(LLMReviewer, "reviewer", job.node).review(
+            self.context(job.node), proposal, change.diff
         )
         return verdict
 
-    def analyse(self, node: Node) -> str | None:
+    def analyse(self, job: Job) -> str | None:
         """A short analysis of the node's evaluation, for later proposals (analyst role)."""
         if "analyst" not in self.models:
             return None
+        node = job.node
         hypothesis = (node.proposal or {}).get("hypothesis", "")
         analyst = self._role(LLMAnalyst, "analyst", node)
         ctx = self.context(node) if node.parent_id is not None else None
@@ -441,55 +462,3 @@ POLICY_RULES = (
     "budget: exploit strong nodes, debug promising failures, verify a surprising score "
     "before building on it, restart from the root when a line of work is exhausted."
 )
-
-
-ONE_CALL_RULES = (
-    "You also choose the change yourself: from the parent, its evaluation and what "
-    "earlier rounds learnt, pick ONE concrete, testable change that should improve the "
-    "score. Never change the evaluator, hard-code answers or detect the test data.\n"
-    "Begin your answer with one line 'HYPOTHESIS: what you change and why it improves "
-    "the score', then write the edits."
-)
-ONE_CALL_ASK = "State your HYPOTHESIS in one line, then write the edits now."
-REASONING = re.compile(r"<(think|thinking|reasoning)>.*?</\1>", re.S | re.I)
-HYPOTHESIS = re.compile(r"^\W*hypothesis\W*?[:\-]\**\s*(.+)$", re.I | re.M)
-NOT_PROSE = ("```", "<<<<<<<", "=======", ">>>>>>>", "=== FILE", "--- ", "+++ ", "@@")
-
-
-class OneCallCoder(LLMCoder):
-    """The coder; in one-call mode, also the proposer. ``answer``, when set, is used as
-    the coder's first answer instead of a call (it came with the hypothesis)."""
-
-    answer: Completion | None = None
-
-    def ask_all(self, ctx: Context, proposer_template: str | None) -> Completion:
-        """One call for the hypothesis and the edits: the coder's rules and the
-        proposer's view of the candidate (parent, evaluation, memory)."""
-        _, situation = load_template("proposer", proposer_template, self.spec.root)
-        self.user = Template(situation.template + "\n\n" + ONE_CALL_ASK)
-        system = Template(self.system.template + "\n\n" + ONE_CALL_RULES)
-        self.system = system
-        tools = self.tools(hypothesis=True)
-        return self.reply(ctx, tools, edit_format_help=FORMAT_HELP[self.edit_format])
-
-    def reply(self, ctx: Context, tools: tuple[Tool, ...] = (), **values: str) -> Completion:
-        answer, self.answer = self.answer, None
-        return answer if answer is not None else super().reply(ctx, tools, **values)
-
-
-def hypothesis_of(answer: Completion) -> str:
-    """The hypothesis a one-call answer states: its ``propose`` call's, else its
-    HYPOTHESIS line, else its first line of prose, else a placeholder."""
-    call = call_named(answer, PROPOSE.name)
-    typed = call.arguments.get("hypothesis") if call else None
-    if isinstance(typed, str) and typed.strip():
-        return typed.strip()[:500]
-    text = REASONING.sub("", answer.prose if answer.calls else answer.text)
-    found = HYPOTHESIS.search(text)
-    if found:
-        return found.group(1).strip().strip("*").strip()[:500]
-    for line in text.splitlines():
-        line = line.strip()
-        if line and not line.startswith(NOT_PROSE) and not line.startswith("#"):
-            return line[:300]
-    return "(the answer states no hypothesis)"

@@ -1,58 +1,94 @@
-"""The candidate pipeline as a LangGraph ``StateGraph``.
+"""The candidate pipeline as a LangGraph ``StateGraph``: the graph is the controller.
 
-    select -> propose -> code -> review -> evaluate -> record
+    select ─► propose ─► code ─► review ─► approve ─► evaluate ─► record
+                         ▲  │       │          │          │          ▲
+                         └──┘       └──────────┴──► record└► analyse ┘
+                        repair     rejected (by a reviewer     failed
+                        (bounded)   or the user)
 
-Each step reads the node from the orchestrator's mirror of the SQL memory and is
-idempotent: a step whose work is already stored does nothing. The graph state is
-tiny (the ticket, the node id and the outcome), so a LangGraph checkpoint costs
-little; after a crash the thread resumes at the step that was running.
+The edges carry what is decided between steps: an answer whose edits cannot be applied
+goes back to the coder for a repair round while it has rounds left, then to ``record``;
+a rejection by a reviewer, or by the user at ``approve``, goes to ``record``; a failed
+evaluation goes to the analyst, then to ``record``. ``approve`` parks the thread with
+LangGraph's ``interrupt`` until a decision is stored (human approval).
+
+What travels in the graph state is what a step hands the next: the ticket and node id,
+the refused answer (``refusal``), a rejection (``verdict``), the evaluation's
+``outcome`` and the ``analysis``. What a candidate *is* (its proposal, commit, scores)
+lives in SQL, the single source: every step is idempotent against it, and the
+checkpoints stay small (they say where a thread stands, not what it holds). A node
+that is finished ends its thread at the next edge.
 """
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable
-from typing import Any, Protocol, TypedDict
+from typing import Any, TypedDict
 
 from langgraph.graph import END, START, StateGraph
 
-STEPS = ("select", "propose", "code", "review", "evaluate", "record")
+from revtree.orchestrator.steps import Steps
+
+STEPS = ("select", "propose", "code", "review", "approve", "evaluate", "analyse", "record")
 
 
 class CandidateState(TypedDict, total=False):
     ticket: str
     node_id: int | None
-    outcome: dict[str, Any] | None
-
-
-class Steps(Protocol):
-    def run_step(self, step: str, state: CandidateState) -> dict[str, Any]: ...
-
-    def candidate_done(self, state: CandidateState) -> bool: ...
+    refusal: dict[str, Any] | None  # {error, answer, round, detail, repairable}: not applied
+    verdict: dict[str, Any] | None  # {accepted: False, reasons, by?}: a rejection
+    outcome: dict[str, Any] | None  # the evaluation's ``Outcome``
+    analysis: str | None  # the analyst's reading of a failed evaluation
 
 
 def build_pipeline(steps: Steps, checkpointer: Any) -> Any:
-    """Compile the pipeline graph; each step calls ``steps.run_step(name, state)``."""
+    """Compile the pipeline graph over ``steps``."""
     graph: StateGraph[CandidateState] = StateGraph(CandidateState)
     for name in STEPS:
-        graph.add_node(name, _bind(steps, name))  # type: ignore[call-overload]
+        graph.add_node(name, steps.guarded(name, getattr(steps, name)))  # type: ignore[call-overload]
     graph.add_edge(START, "select")
-    for here, nxt in itertools.pairwise(STEPS):
-        graph.add_conditional_edges(here, _router(steps, nxt), {nxt: nxt, END: END})
+    done = _finished(steps)
+
+    def after_code(state: CandidateState) -> str:
+        refusal = state.get("refusal")
+        if refusal is None:
+            return "review"
+        repair = refusal["repairable"] and refusal["round"] < steps.agents.coder.repairs
+        return "code" if repair else "record"
+
+    def rejected_or(nxt: str) -> Callable[[CandidateState], str]:
+        return lambda state: "record" if state.get("verdict") else nxt
+
+    def after_evaluate(state: CandidateState) -> str:
+        outcome = state.get("outcome") or {}
+        failed = not outcome.get("ok") and outcome.get("error_kind") != "gated"
+        return "analyse" if failed and steps.agents.analyst is not None else "record"
+
+    routes: dict[str, tuple[Callable[[CandidateState], str], tuple[str, ...]]] = {
+        "select": (lambda s: "propose", ("propose",)),
+        "propose": (lambda s: "code", ("code",)),
+        "code": (after_code, ("code", "review", "record")),
+        "review": (rejected_or("approve"), ("approve", "record")),
+        "approve": (rejected_or("evaluate"), ("evaluate", "record")),
+        "evaluate": (after_evaluate, ("analyse", "record")),
+        "analyse": (lambda s: "record", ("record",)),
+    }
+    for here, (route, targets) in routes.items():
+        graph.add_conditional_edges(here, done(route), [*targets, END])
     graph.add_edge("record", END)
     return graph.compile(checkpointer=checkpointer)
 
 
-def _bind(steps: Steps, name: str) -> Callable[[CandidateState], dict[str, Any]]:
-    def step(state: CandidateState) -> dict[str, Any]:
-        return steps.run_step(name, state)
+def _finished(steps: Steps) -> Callable[[Callable[[CandidateState], str]], Callable[..., str]]:
+    """Wrap a route: a candidate with no node, or whose node is finished, ends."""
 
-    step.__name__ = name
-    return step
+    def wrap(route: Callable[[CandidateState], str]) -> Callable[[CandidateState], str]:
+        def decide(state: CandidateState) -> str:
+            node_id = state.get("node_id")
+            if node_id is None or steps.mirror.get(node_id).status.is_finished():
+                return END
+            return route(state)
 
+        return decide
 
-def _router(steps: Steps, nxt: str) -> Callable[[CandidateState], str]:
-    def route(state: CandidateState) -> str:
-        return END if steps.candidate_done(state) else nxt
-
-    return route
+    return wrap

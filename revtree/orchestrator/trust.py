@@ -67,9 +67,12 @@ def infra_cause(e: BaseException) -> str | None:
             return f"disk full or read-only: {x.strerror}{where}"
         text = str(x)
         # the sandbox's own messages may quote candidate-chosen file names: not read
-        machinery = isinstance(x, (OSError, StoreError)) or type(
-            x
-        ).__module__.split(".")[0] in ("sqlite3", "sqlalchemy", "git", "psycopg")
+        machinery = isinstance(x, (OSError, StoreError)) or type(x).__module__.split(".")[0] in (
+            "sqlite3",
+            "sqlalchemy",
+            "git",
+            "psycopg",
+        )
         if machinery and any(t in text for t in DISK_TEXTS):
             return f"disk full: {text[:400]}"
         if isinstance(x, SandboxError) and any(t in text for t in ENGINE_TEXTS):

@@ -9,18 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from revtree.agents.context import (
-    ContextBuilder,
-    RepoContext,
-    evolve_regions,
-    excerpt,
-    outline,
-    repo_map,
-)
+from revtree.agents.context import ContextBuilder, RepoContext
 from revtree.agents.llm.base import estimate_tokens
 from revtree.agents.llm.fake_server import FakeLLMServer, FakeReply, FakeRequest
-from revtree.agents.llm_agents import render_files
+from revtree.agents.outline import evolve_regions, excerpt, outline, repo_map
 from revtree.agents.retrieval import Index
+from revtree.agents.roles import render_files
 from revtree.memory import Store
 from revtree.orchestrator import Orchestrator, create_run
 from revtree.tasks import load_task

@@ -63,7 +63,7 @@ FILES = {"solver.py": SOLVER.encode(), "other.py": b"untouched = 1\n"}
 
 def test_coder_rewrites_values_in_place_and_nothing_else():
     values = {"lr": 0.5, "batch": 64, "mode": "slow", "width": 256, "act": "gelu"}
-    changes = KnobCoder(KNOBS).code(Proposal("try", knobs=values), FILES)
+    changes = KnobCoder(KNOBS).write(Proposal("try", knobs=values), FILES)
     assert list(changes) == ["solver.py"]
     expected = (
         SOLVER.replace("LR = 0.01", "LR = 0.5")
@@ -89,26 +89,26 @@ def test_coder_rewrites_values_in_place_and_nothing_else():
     ids=["float", "int", "int-from-float", "categorical", "pattern-int", "pattern-categorical"],
 )
 def test_coder_changes_one_value_byte_for_byte(name, value, old, new):
-    changes = KnobCoder(KNOBS).code(Proposal("one", knobs={name: value}), FILES)
+    changes = KnobCoder(KNOBS).write(Proposal("one", knobs={name: value}), FILES)
     assert SOLVER.count(old) == 1
     assert changes == {"solver.py": SOLVER.replace(old, new).encode()}
     assert 'LR_SCHEDULE = "cosine"' in changes["solver.py"].decode()  # similar name untouched
 
 
 def test_coder_returns_nothing_when_values_are_unchanged():
-    assert KnobCoder(KNOBS).code(Proposal("same", knobs={"lr": 0.01, "batch": 32}), FILES) == {}
+    assert KnobCoder(KNOBS).write(Proposal("same", knobs={"lr": 0.01, "batch": 32}), FILES) == {}
 
 
 def test_coder_rejects_an_unknown_knob():
     with pytest.raises(EditError, match="unknown knob 'depth'"):
-        KnobCoder(KNOBS).code(Proposal("x", knobs={"depth": 4}), FILES)
+        KnobCoder(KNOBS).write(Proposal("x", knobs={"depth": 4}), FILES)
 
 
 def test_coder_rejects_a_missing_file_or_location():
     with pytest.raises(EditError, match=r"solver\.py"):
-        KnobCoder(KNOBS).code(Proposal("x", knobs={"lr": 0.1}), {"other.py": b""})
+        KnobCoder(KNOBS).write(Proposal("x", knobs={"lr": 0.1}), {"other.py": b""})
     with pytest.raises(EditError, match="location is gone"):
-        KnobCoder(KNOBS).code(Proposal("x", knobs={"lr": 0.1}), {"solver.py": b"lr = 1\n"})
+        KnobCoder(KNOBS).write(Proposal("x", knobs={"lr": 0.1}), {"solver.py": b"lr = 1\n"})
 
 
 def test_read_knobs_reads_the_original_values():
@@ -163,7 +163,7 @@ def finish(node_id: int, proposal: Proposal) -> Node:
 def drive(p: KnobProposer, ids: range) -> tuple[list[dict], list[Node]]:
     proposals, nodes = [], []
     for i in ids:
-        prop = p.propose(i, ROOT, "improve")
+        prop = p.ask(i, ROOT, "improve")
         node = finish(i, prop)
         p.observe(node)
         proposals.append(prop.knobs)
@@ -185,8 +185,8 @@ def test_rebuilt_proposer_asks_what_the_uninterrupted_one_asks():
     resumed = proposer()
     resumed.rebuild([ROOT, *reversed(history)])  # any order: rebuild sorts by id
     for node_id in range(8, 12):
-        a = straight.propose(node_id, ROOT, "improve")
-        b = resumed.propose(node_id, ROOT, "improve")
+        a = straight.ask(node_id, ROOT, "improve")
+        b = resumed.ask(node_id, ROOT, "improve")
         assert a == b
         straight.observe(finish(node_id, a))
         resumed.observe(finish(node_id, b))
@@ -195,7 +195,7 @@ def test_rebuilt_proposer_asks_what_the_uninterrupted_one_asks():
 def test_rebuild_keeps_in_flight_nodes_as_running_trials():
     straight = proposer()
     _, history = drive(straight, range(1, 6))
-    in_flight = straight.propose(6, ROOT, "improve")  # asked, never told
+    in_flight = straight.ask(6, ROOT, "improve")  # asked, never told
     pending = Node(
         run_id="r",
         id=6,
@@ -206,11 +206,11 @@ def test_rebuild_keeps_in_flight_nodes_as_running_trials():
     )
     resumed = proposer()
     resumed.rebuild([*history, pending])
-    assert straight.propose(7, ROOT, "improve") == resumed.propose(7, ROOT, "improve")
+    assert straight.ask(7, ROOT, "improve") == resumed.ask(7, ROOT, "improve")
     done6 = finish(6, in_flight)
     straight.observe(done6)
     resumed.observe(done6)
-    assert straight.propose(8, ROOT, "improve") == resumed.propose(8, ROOT, "improve")
+    assert straight.ask(8, ROOT, "improve") == resumed.ask(8, ROOT, "improve")
 
 
 @pytest.mark.parametrize("sampler", ["tpe", "random"])
@@ -235,14 +235,14 @@ def test_proposal_text_names_the_changes_and_codes_cleanly():
         status=NodeStatus.SUCCEEDED,
         proposal={"knobs": read_knobs(KNOBS, FILES)},
     )
-    prop = proposer().propose(1, parent, "improve")
+    prop = proposer().ask(1, parent, "improve")
     assert prop.hypothesis.startswith("improve from node 0:")
-    changes = KnobCoder(KNOBS).code(prop, FILES)
+    changes = KnobCoder(KNOBS).write(prop, FILES)
     assert read_knobs(KNOBS, changes or FILES) == prop.knobs
 
 
 def test_proposer_without_knobs_proposes_no_change():
-    prop = KnobProposer([], maximize=False, seed=0).propose(1, ROOT, "improve")
+    prop = KnobProposer([], maximize=False, seed=0).ask(1, ROOT, "improve")
     assert prop.knobs == {}
 
 
@@ -326,7 +326,7 @@ PARENTS = [  # the middle, then the low and the high end of every range
 def test_local_proposals_stay_in_range_and_differ_from_the_parent(parent, share):
     p = local(knobs=ALL, local_share=share, local_scale=0.3)
     for i in range(1, 61):
-        knobs = p.propose(i, node(0, parent), "improve").knobs
+        knobs = p.ask(i, node(0, parent), "improve").knobs
         assert set(knobs) == {k.name for k in ALL}
         in_range(knobs)
         assert {k: v for k, v in knobs.items() if k in parent} != parent
@@ -338,7 +338,7 @@ def test_local_moves_each_kind_of_knob_and_only_some_at_a_time():
     start = PARENTS[0]
     moved = {k.name: 0 for k in ALL}
     for i in range(1, 401):
-        knobs = p.propose(i, node(0, start), "debug").knobs
+        knobs = p.ask(i, node(0, start), "debug").knobs
         for k, v in knobs.items():
             moved[k] += v != start[k]
     assert moved["one"] == moved["single"] == 0  # cannot change
@@ -353,8 +353,8 @@ def test_local_proposals_are_near_the_parent(operator):
     far = proposer(seed=5, sampler="tpe")
     d_local, d_global = [], []
     for i in range(1, 81):
-        d_local.append(distance(near.propose(i, parent, operator).knobs, MID))
-        d_global.append(distance(far.propose(i, parent, operator).knobs, MID))
+        d_local.append(distance(near.ask(i, parent, operator).knobs, MID))
+        d_global.append(distance(far.ask(i, parent, operator).knobs, MID))
     median = sorted(d_local)[40]  # about 0.09 against 0.31
     assert 0 < median < 0.5 * sorted(d_global)[40]
     assert max(d_local) < 0.6
@@ -365,32 +365,32 @@ def test_local_scale_sets_the_size_of_a_step():
     medians = []
     for scale in (0.03, 0.1, 0.3):
         p = local(local_scale=scale, local_share=1.0)
-        d = sorted(distance(p.propose(i, parent, "improve").knobs, MID) for i in range(1, 61))
+        d = sorted(distance(p.ask(i, parent, "improve").knobs, MID) for i in range(1, 61))
         medians.append(d[30])
     assert medians[0] < 0.5 * medians[1] < 0.25 * medians[2]
 
 
 def test_local_proposals_are_seeded_by_run_seed_and_node_id_only():
     parent = node(4, MID)
-    a = [local().propose(i, parent, "improve").knobs for i in range(5, 25)]
-    assert a == [local().propose(i, parent, "improve").knobs for i in range(5, 25)]
-    assert a != [local(seed=4).propose(i, parent, "improve").knobs for i in range(5, 25)]
+    a = [local().ask(i, parent, "improve").knobs for i in range(5, 25)]
+    assert a == [local().ask(i, parent, "improve").knobs for i in range(5, 25)]
+    assert a != [local(seed=4).ask(i, parent, "improve").knobs for i in range(5, 25)]
     assert len({str(k) for k in a}) > len(a) // 2  # each node its own move
     busy = local()
     drive(busy, range(1, 5))  # a history in the study does not change a local move
-    assert busy.propose(5, parent, "improve").knobs == a[0]
+    assert busy.ask(5, parent, "improve").knobs == a[0]
 
 
 def test_local_drafts_and_tunes_ask_the_study_as_tpe_does():
     straight, near = proposer(), local()
     for i in range(1, 9):
         op = "draft" if i % 2 else "tune"
-        a, b = straight.propose(i, ROOT, op), near.propose(i, ROOT, op)
+        a, b = straight.ask(i, ROOT, op), near.ask(i, ROOT, op)
         assert a == b
         straight.observe(finish(i, a))
         near.observe(finish(i, b))
     parent = finish(8, b)
-    a, b = straight.propose(9, parent, "improve"), near.propose(9, parent, "improve")
+    a, b = straight.ask(9, parent, "improve"), near.ask(9, parent, "improve")
     assert distance(b.knobs, parent.proposal["knobs"]) < distance(a.knobs, parent.proposal["knobs"])
 
 
@@ -400,7 +400,7 @@ def local_history(p: KnobProposer, ids: range) -> list[Node]:
     for i in ids:
         op = "draft" if i <= 3 else ("debug" if i % 4 == 0 else "improve")
         parent = nodes[0] if op == "draft" else nodes[-1 - i % 3]
-        prop = p.propose(i, parent, op)
+        prop = p.ask(i, parent, op)
         done = finish(i, prop)
         p.observe(done)
         nodes.append(done)
@@ -414,7 +414,7 @@ def state(p: KnobProposer) -> list[tuple]:
 def test_a_rebuilt_local_proposer_equals_the_live_one():
     live = local()
     history = local_history(live, range(1, 13))
-    in_flight = live.propose(13, history[-1], "improve")  # proposed, not yet finished
+    in_flight = live.ask(13, history[-1], "improve")  # proposed, not yet finished
     pending = dataclasses.replace(
         history[-1], id=13, status=NodeStatus.EVALUATING, score=None, proposal=in_flight.to_json()
     )
@@ -427,7 +427,7 @@ def test_a_rebuilt_local_proposer_equals_the_live_one():
     assert state(resumed) == state(live)
     assert state(live)[12][1] == [objective(in_flight.knobs)]  # the local move was told
     for i, op in [(14, "draft"), (15, "improve"), (16, "draft")]:
-        a, b = live.propose(i, history[5], op), resumed.propose(i, history[5], op)
+        a, b = live.ask(i, history[5], op), resumed.ask(i, history[5], op)
         assert a == b
         live.observe(finish(i, a))
         resumed.observe(finish(i, b))
@@ -437,12 +437,12 @@ def test_a_rebuilt_local_proposer_equals_the_live_one():
 def test_local_from_the_root_starts_at_the_baseline_values():
     base = read_knobs(KNOBS, FILES)
     p = local(baseline=base)
-    moves = [p.propose(i, ROOT, "improve").knobs for i in range(1, 41)]
+    moves = [p.ask(i, ROOT, "improve").knobs for i in range(1, 41)]
     assert sorted(distance(m, base) for m in moves)[20] < 0.1
-    prop = local(baseline=base).propose(1, ROOT, "improve")
+    prop = local(baseline=base).ask(1, ROOT, "improve")
     assert prop.hypothesis.count("->") == sum(prop.knobs[k] != base[k] for k in base) >= 1
     # no baseline: missing values are drawn over the whole range
-    far = [local().propose(i, ROOT, "improve").knobs for i in range(1, 41)]
+    far = [local().ask(i, ROOT, "improve").knobs for i in range(1, 41)]
     assert sorted(distance(m, base) for m in far)[20] > 0.15
     for knobs in far:
         in_range(knobs)
@@ -451,7 +451,7 @@ def test_local_from_the_root_starts_at_the_baseline_values():
 def test_out_of_range_parent_values_are_clipped_first():
     wild = {"lr": 50.0, "batch": 0, "mode": "medium", "width": 1000, "act": "relu"}
     for i in range(1, 21):
-        knobs = local(local_scale=0.01).propose(i, node(0, wild), "improve").knobs
+        knobs = local(local_scale=0.01).ask(i, node(0, wild), "improve").knobs
         in_range(knobs)
         assert knobs["lr"] > 0.8 and knobs["batch"] <= 2 and knobs["width"] >= 480
 
@@ -498,8 +498,8 @@ def run_task(store: Store, home: Path, task: Path, max_nodes: int | None = None)
 def test_a_local_run_improves_near_each_parent(tmp_path: Path, home: Path, store: Store) -> None:
     orch = run_task(store, home, make_task(tmp_path / "t", budget=16, extra=LOCAL))
     root = {"X": 3.0, "N": 2}  # make_task's sol.py; knobs X in [-5, 5], N in [1, 10]
-    assert orch.proposer.baseline == root  # an improve of the root starts there
-    assert (orch.proposer.sampler_name, orch.proposer.local_scale) == ("local", 0.1)
+    assert orch.agents.proposer.baseline == root  # an improve of the root starts there
+    assert (orch.agents.proposer.sampler_name, orch.agents.proposer.local_scale) == ("local", 0.1)
     nodes = {n.id: n for n in store.nodes(orch.run_id)}
     knobs = {i: (n.proposal or {}).get("knobs") or root for i, n in nodes.items()}
     steps = []

@@ -27,11 +27,11 @@ CFG = MutateAgent(swaps=(("+", "-"), ("*", "/"), ("sin", "cos")))
 
 def plan(node_id: int, operator: str = "improve", seed: int = 3) -> Proposal:
     parent = Node("r", 0, None, "baseline", NodeStatus.SUCCEEDED)
-    return MutationProposer(seed, CFG).propose(node_id, parent, operator)
+    return MutationProposer(seed, CFG).ask(node_id, parent, operator)
 
 
 def mutated(coder: MutationCoder, proposal: Proposal, src: bytes = SRC) -> str:
-    return (coder.code(proposal, {"a.py": src}).get("a.py") or src).decode()
+    return (coder.write(proposal, {"a.py": src}).get("a.py") or src).decode()
 
 
 def split(text: str) -> tuple[list[str], list[str]]:
@@ -76,7 +76,7 @@ def test_only_editable_files_and_evolve_blocks_change() -> None:
     coder = MutationCoder(["b.py"], CFG)
     files = {"a.py": SRC, "b.py": BLOCKED, "c.txt": b"1 + 2"}
     for i in range(1, 20):
-        changes = coder.code(plan(i), files)
+        changes = coder.write(plan(i), files)
         assert set(changes) <= {"b.py"}
         new = (changes.get("b.py") or BLOCKED).decode()
         assert new.startswith("LIMIT = 7\n# EVOLVE-BLOCK-START\n")
@@ -85,9 +85,9 @@ def test_only_editable_files_and_evolve_blocks_change() -> None:
 def test_nothing_to_mutate_and_a_bad_plan_are_edit_errors() -> None:
     coder = MutationCoder(["*.py"], CFG)
     with pytest.raises(EditError, match="nothing to mutate"):
-        coder.code(plan(1), {"a.py": b"x = 'text'\n"})
+        coder.write(plan(1), {"a.py": b"x = 'text'\n"})
     with pytest.raises(EditError, match="not a mutation plan"):
-        coder.code(Proposal("h", plan="{"), {"a.py": SRC})
+        coder.write(Proposal("h", plan="{"), {"a.py": SRC})
 
 
 def test_the_mode_selects_the_offline_agents() -> None:

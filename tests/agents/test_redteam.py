@@ -13,8 +13,8 @@ import pytest
 from revtree.agents.base import Proposal
 from revtree.agents.llm.base import Prompt
 from revtree.agents.llm.scripted import ScriptedLLM
-from revtree.agents.llm_agents import Context, LLMReviewer
 from revtree.agents.reviewer import RULES, StaticReviewer
+from revtree.agents.roles import Context, LLMReviewer
 from revtree.tasks import load_task
 from tests.agents.redteam.cases import CASES, HACKS, HONEST, Case
 from tests.agents.redteam.harness import (

@@ -11,8 +11,9 @@ from collections.abc import Mapping
 
 import pytest
 
-from revtree.agents.context import ContextBuilder, symbols_text
-from revtree.agents.llm.fake_server import EmbeddingsFakeLLMServer
+from revtree.agents.context import ContextBuilder
+from revtree.agents.llm.fake_embeddings import EmbeddingsFakeLLMServer
+from revtree.agents.outline import symbols_text
 from revtree.agents.retrieval import Index, OpenAIEmbedder, stem, words
 from revtree.tasks.spec import TaskSpec
 

@@ -30,13 +30,13 @@ def reviewer(write_task):
 
 @pytest.mark.parametrize("paths", [["solver.py"], ["pkg/a.py", "pkg/new.py"], []])
 def test_accepts_editable_paths(reviewer, paths):
-    verdict = reviewer.review(paths)
+    verdict = reviewer.check(paths)
     assert verdict.accepted and verdict.reasons == ()
 
 
 @pytest.mark.parametrize("path", ["evaluate.py", "data/train.csv"])
 def test_rejects_a_protected_path_naming_it(reviewer, path):
-    verdict = reviewer.review(["solver.py", path])
+    verdict = reviewer.check(["solver.py", path])
     assert not verdict.accepted
     assert len(verdict.reasons) == 1
     assert "protected" in verdict.reasons[0] and repr(path) in verdict.reasons[0]
@@ -45,13 +45,13 @@ def test_rejects_a_protected_path_naming_it(reviewer, path):
 
 @pytest.mark.parametrize("path", ["README.md", "task.toml", "other/solver.py", "solver.pyc"])
 def test_rejects_a_non_editable_path_naming_it(reviewer, path):
-    verdict = reviewer.review([path, "pkg/a.py"])
+    verdict = reviewer.check([path, "pkg/a.py"])
     assert not verdict.accepted
     assert verdict.reasons == (f"touches non-editable file(s) [{path!r}]",)
 
 
 def test_names_every_offender_once(reviewer):
-    verdict = reviewer.review(["evaluate.py", "README.md", "solver.py", "data/x.bin"])
+    verdict = reviewer.check(["evaluate.py", "README.md", "solver.py", "data/x.bin"])
     assert not verdict.accepted
     protected, other = verdict.reasons
     assert "'evaluate.py'" in protected and "'data/x.bin'" in protected
@@ -69,7 +69,7 @@ def diff_of(path: str, added: list[str], context: tuple[str, ...] = (), new: boo
 
 def test_flags_name_the_file_line_and_rule(reviewer):
     diff = diff_of("solver.py", ["import atexit", "x = 1"], context=("import os",))
-    verdict = reviewer.review(["solver.py"], diff)
+    verdict = reviewer.check(["solver.py"], diff)
     assert not verdict.accepted
     assert verdict.reasons == (
         "static check: solver.py:2: atexit (registers an exit hook): import atexit",
@@ -82,7 +82,7 @@ def test_only_added_lines_count_and_comments_never_do(reviewer):
         ["# we never use atexit or os._exit here", "y = 2  # ctypes would be faster"],
         context=("import atexit", "os._exit(0)"),
     )
-    assert reviewer.review(["solver.py"], diff).accepted
+    assert reviewer.check(["solver.py"], diff).accepted
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from revtree.agents.base import Proposal
+from revtree.agents.base import Proposal, Refusal
 from revtree.agents.llm import ScriptedLLM
 from revtree.agents.llm.base import Structure, ToolCall
 from revtree.agents.llm.fake_server import (
@@ -21,20 +21,19 @@ from revtree.agents.llm.fake_server import (
     StreamingFakeLLMServer,
     current_file,
 )
+from revtree.agents.llm.meter import unpack
 from revtree.agents.llm.scripted import Answer
-from revtree.agents.llm_agents import (
+from revtree.agents.roles import Context, LLMCoder
+from revtree.agents.structured import (
     EDIT_FILE,
     PROPOSE,
     WRITE_FILE,
-    Context,
-    LLMCoder,
     Structured,
     structured_kind,
 )
-from revtree.errors import EditError
+from revtree.errors import EditError, EditRefused
 from revtree.memory import NodeStatus, RunStatus, Store
 from revtree.orchestrator import Orchestrator, create_run
-from revtree.orchestrator.meter import unpack
 from revtree.tasks import load_task
 from tests.orchestrator.test_llm_run import Scientist, make_task, role
 
@@ -248,6 +247,15 @@ def coder(tmp_path: Path, llm: ScriptedLLM) -> tuple[LLMCoder, Context]:
     return LLMCoder("coder", llm, spec, 1024, 0.0, structured=Structured("tools")), ctx
 
 
+def code_with_repair(c: LLMCoder, ctx: Context, proposal: Proposal) -> dict[str, bytes | None]:
+    """The coder's answer and, when it is refused, the one repair round the pipeline's
+    ``code -> code`` edge gives it."""
+    try:
+        return c.code(ctx, proposal)
+    except EditRefused as e:
+        return c.repair(ctx, proposal, Refusal(str(e), e.answer))
+
+
 @pytest.mark.parametrize("case", sorted(OUT_OF_SCOPE))
 def test_typed_and_text_edits_are_refused_alike(tmp_path: Path, case: str) -> None:
     typed, text = OUT_OF_SCOPE[case]
@@ -257,7 +265,7 @@ def test_typed_and_text_edits_are_refused_alike(tmp_path: Path, case: str) -> No
         llm = ScriptedLLM([reply])
         c, ctx = coder(tmp_path / str(i), llm)
         with pytest.raises(EditError) as refused:
-            c.code(ctx, Proposal("h"))
+            code_with_repair(c, ctx, Proposal("h"))
         errors.append(str(refused.value))
         assert llm.prompts[0].structure is not None
     assert errors[0] == errors[1]
@@ -272,7 +280,7 @@ def test_typed_edits_land_inside_the_block_and_bad_calls_get_the_repair_round(
     )
     llm = ScriptedLLM([[ToolCall("edit_file", {"path": "model.py"})], [good]])
     c, ctx = coder(tmp_path, llm)
-    changes = c.code(ctx, Proposal("h"))
+    changes = code_with_repair(c, ctx, Proposal("h"))
     assert changes == {"model.py": FILES["model.py"].replace(b"1.0", b"2.0")}
     repair = llm.prompts[1]
     assert "the argument 'search' is missing" in repair.user and repair.structure is not None

@@ -13,14 +13,10 @@ from revtree.agents.base import Proposal
 from revtree.agents.llm import ScriptedLLM
 from revtree.agents.llm.base import Prompt, ToolCall
 from revtree.agents.llm.fake_server import FakeRequest, tool_results
-from revtree.agents.llm_agents import (
-    Context,
-    LLMCoder,
-    StepBudgetExceeded,
-    Structured,
-    ToolCoder,
-)
 from revtree.agents.retrieval import Index
+from revtree.agents.roles import Context, LLMCoder
+from revtree.agents.structured import Structured
+from revtree.agents.toolcoder import StepBudgetExceeded, ToolCoder
 from revtree.agents.tools import ToolBox, archive, hidden_paths
 from revtree.errors import EditError
 from revtree.sandboxes.base import ExecRequest, ExecResult, Limits

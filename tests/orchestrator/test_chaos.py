@@ -37,7 +37,7 @@ import pytest
 
 from revtree.memory import NodeStatus, RunStatus, Store
 from revtree.orchestrator import Orchestrator, RunPaths, create_run
-from revtree.orchestrator.housekeeping import doctor
+from revtree.orchestrator.commands.doctor import doctor
 from revtree.tasks import load_task
 
 from .conftest import cli_env, make_task

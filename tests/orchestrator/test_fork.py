@@ -13,8 +13,8 @@ import pytest
 from revtree.errors import RevtreeError, TaskSpecError
 from revtree.memory import Node, NodeStatus, RunStatus, Store
 from revtree.orchestrator import Orchestrator, RunPaths, create_run
-from revtree.orchestrator.fork import apply_sets, fork_run, lineage
-from revtree.orchestrator.report import COMPARE_KEYS, compare, summarize
+from revtree.orchestrator.commands.fork import apply_sets, fork_run, lineage
+from revtree.orchestrator.commands.report import COMPARE_KEYS, compare, summarize
 from revtree.tasks import load_task
 
 from .conftest import make_task, revtree, spawn, wait_for

@@ -17,11 +17,13 @@ from sqlalchemy import text
 
 from revtree.errors import RevtreeError
 from revtree.memory import GitStore, Node, NodeStatus, RunStatus, Store
+from revtree.memory.checkpoints import gc
 from revtree.orchestrator import Orchestrator, RunPaths, create_run
-from revtree.orchestrator.fork import lineage
-from revtree.orchestrator.housekeeping import doctor, export_branch, gc
-from revtree.orchestrator.report import summarize
-from revtree.orchestrator.retry import retry
+from revtree.orchestrator.commands.doctor import doctor
+from revtree.orchestrator.commands.export import export_branch
+from revtree.orchestrator.commands.fork import lineage
+from revtree.orchestrator.commands.report import summarize
+from revtree.orchestrator.commands.retry import retry
 from revtree.tasks import TaskSpec, load_task
 
 from ..pg import fresh_database
@@ -238,14 +240,14 @@ def test_gc_prunes_finished_checkpoints_and_the_run_resumes(
     db.commit()
     db.close()
 
-    report = gc(store, home)
+    report = gc(store)
     assert report["checkpoints"] == sum(before[t] for t in finished if t in before)
     assert report["threads"] == len(finished & before.keys())
     assert report["vacuumed"] and report["bytes_before"] > 0 and report["bytes_after"] > 0
     after = _thread_rows(home)
     assert not finished & after.keys()
     assert after == {keep: 1}
-    assert gc(store, home)["checkpoints"] == 0
+    assert gc(store)["checkpoints"] == 0
 
     # the run is intact: shown, and resumed with a bigger budget
     assert summarize(store, store.get_run(run_id))["n_nodes"] == 4
@@ -348,7 +350,7 @@ def test_gc_mid_run_keeps_unfinished_candidates_and_resume_completes(
     assert unfinished & before[main].keys()  # a stopped candidate with checkpoints to keep
     assert finished & before[main].keys() and orphans
 
-    report = gc(store, home)
+    report = gc(store)
 
     after = _checkpoint_rows(store)
     for table, rows in before.items():
@@ -365,7 +367,7 @@ def test_gc_mid_run_keeps_unfinished_candidates_and_resume_completes(
     assert len(nodes) == 10 and all(n.status.is_finished() for n in nodes)
     assert set(store.evaluation_counts(stopped).values()) == {1}
     assert doctor(store, home) == []
-    assert gc(store, home)["threads"] > 0  # the resumed candidates, finished now
+    assert gc(store)["threads"] > 0  # the resumed candidates, finished now
     left = set().union(*_checkpoint_rows(store).values())
     assert not left & (_threads(store, done, True) | _threads(store, stopped, True))
 
@@ -378,7 +380,7 @@ def test_retry_after_gc_starts_the_pruned_thread_over(
     store = any_store
     run_id = _finished_run(store, home, make_task(tmp_path / "t", budget=4))
     leaf = _deepest(store, run_id)
-    assert gc(store, home)["threads"] == 4
+    assert gc(store)["threads"] == 4
     thread = f"{run_id}:{leaf.thread_id}"
     main = CHECKPOINT_TABLES[store.engine.dialect.name]["checkpoints"]
     assert thread not in _checkpoint_rows(store)[main]
@@ -391,7 +393,7 @@ def test_retry_after_gc_starts_the_pruned_thread_over(
     assert store.get_run(run_id).status is RunStatus.COMPLETED
     assert doctor(store, home) == []
     assert thread in _checkpoint_rows(store)[main]  # the new attempt's thread
-    assert gc(store, home)["threads"] == 1
+    assert gc(store)["threads"] == 1
 
 
 @pytest.mark.slow

@@ -12,7 +12,7 @@ import pytest
 from revtree.agents.llm.fake_server import FakeLLMServer, FakeReply, FakeRequest
 from revtree.memory import NodeStatus, RunStatus, Store
 from revtree.orchestrator import Orchestrator, create_run
-from revtree.orchestrator.report import summarize
+from revtree.orchestrator.commands.report import summarize
 from revtree.tasks import load_task
 
 EVALUATOR = """\
@@ -525,7 +525,7 @@ def test_a_tool_using_coder_searches_reads_and_edits_in_a_real_run(
     tmp_path: Path, home: Path, store: Store
 ) -> None:
     from revtree.agents.llm.base import estimate_tokens
-    from revtree.orchestrator.report import transcripts
+    from revtree.orchestrator.commands.report import transcripts
     from tests.agents.test_context import SECRET, write_task
 
     task = write_task(tmp_path / "t", nodes=3)

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from revtree.agents.llm import BudgetExhausted, Prompt
+from revtree.agents.llm.meter import Meter
 from revtree.memory import Store
-from revtree.orchestrator.meter import Meter
 from revtree.tasks import load_task
 
 from .conftest import make_task

@@ -14,8 +14,8 @@ import pytest
 from sqlalchemy import inspect
 
 from revtree.memory import NodeStatus, RunStatus, Store
+from revtree.memory.checkpoints import CHECKPOINT_SCHEMA
 from revtree.orchestrator import Orchestrator, create_run
-from revtree.orchestrator.runner import CHECKPOINT_SCHEMA
 from revtree.tasks import load_task
 
 from ..pg import fresh_database

@@ -19,8 +19,8 @@ import pytest
 
 from revtree.memory import NodeStatus, RunStatus, Store
 from revtree.orchestrator import Orchestrator, RunPaths, create_run
-from revtree.orchestrator.housekeeping import doctor
-from revtree.orchestrator.runner import _alive
+from revtree.orchestrator.commands.doctor import doctor
+from revtree.orchestrator.run import alive
 from revtree.tasks import load_task
 
 from .conftest import make_task, revtree, spawn, wait_for
@@ -119,7 +119,7 @@ def test_retry_from_evaluate_after_an_infrastructure_failure(
         assert fork.next == ("evaluate",) and fork.parent_config is not None
         base = orch.graph.get_state(fork.parent_config)
         assert base.next == ("evaluate",) and base.metadata["source"] == "loop"
-        values = [t.value for t in orch.proposer.study.trials if t.value is not None]
+        values = [t.value for t in orch.agents.proposer.study.trials if t.value is not None]
         assert node.score in values
         assert 1 in {n.id for n in orch.snapshot().succeeded}
     finally:
@@ -215,7 +215,7 @@ def test_retry_refuses_what_it_cannot_do(
     assert f"node 2 of run {run_id} is still evaluating" in refused("2")
     st.update_node(run_id, 2, status=NodeStatus.FAILED)
     # a live process (this one) drives the run
-    st.claim_run(run_id, os.getpid(), socket.gethostname(), _alive)
+    st.claim_run(run_id, os.getpid(), socket.gethostname(), alive)
     assert "being driven by pid" in refused("1")
     assert st.node(run_id, 1).attempt == 1  # nothing was changed
     assert all(e.kind != "retry" for e in st.events_since(run_id))

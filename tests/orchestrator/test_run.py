@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 import subprocess
-from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
 
 from revtree.agents import Proposal
+from revtree.agents.base import Job, Refusal
 from revtree.memory import NodeStatus, RunStatus, Store
 from revtree.orchestrator import Orchestrator, RunPaths, create_run
-from revtree.orchestrator.report import summarize
+from revtree.orchestrator.commands.report import summarize
 from revtree.tasks import load_task
 
 from .conftest import make_task
@@ -123,7 +123,11 @@ def _sleepers() -> set[int]:
 class TouchesEvaluator:
     """A hostile coder: besides the knob, it rewrites the protected evaluator."""
 
-    def code(self, proposal: Proposal, files: Mapping[str, bytes]) -> dict[str, bytes | None]:
+    repairs = 0
+
+    def code(
+        self, job: Job, proposal: Proposal, refusal: Refusal | None = None
+    ) -> dict[str, bytes | None]:
         return {"sol.py": b"X = 1.2\nN = 7\n", "ev.py": b"print('{\"f\": -1000}')\n"}
 
 
@@ -132,7 +136,7 @@ def test_a_diff_touching_the_evaluator_is_rejected_before_evaluation(
 ) -> None:
     run = create_run(store, load_task(make_task(tmp_path / "t", budget=3)), home)
     orch = Orchestrator(store, run.id, home=home)
-    orch.coder = TouchesEvaluator()  # type: ignore[assignment]
+    orch.agents.coder = TouchesEvaluator()  # type: ignore[assignment]
     orch.drive()
     nodes = store.nodes(run.id)
     rejected = [n for n in nodes if n.id > 0]
@@ -237,8 +241,10 @@ def test_unfinished_nodes_resume_without_repeating_recorded_evaluations(
     run = create_run(store, spec, home)
     orch = Orchestrator(store, run.id, home=home)
     # Simulate a crash mid-evaluation: one repeat of the root is already stored.
-    archive = orch.git.archive(orch.nodes[0].commit or "", orch.overlay)
-    first = orch.evaluator.run_one(0, archive, "full", 0, spec.evaluate.command, "f", 10, None)
+    archive = orch.git.archive(orch.nodes[0].commit or "", orch.parts.overlay)
+    first = orch.parts.evaluator.run_one(
+        0, archive, "full", 0, spec.evaluate.command, "f", 10, None
+    )
     store.record_evaluation(run.id, dataclasses.replace(first, stdout_tail="FIRST"))
     orch.close()
     Orchestrator(store, run.id, home=home).drive()

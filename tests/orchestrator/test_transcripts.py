@@ -14,10 +14,10 @@ import pytest
 
 from revtree.agents.llm import Prompt, ScriptedLLM, make_llm
 from revtree.agents.llm.fake_server import FakeLLMServer, FakeReply, FakeRequest
+from revtree.agents.llm.meter import CAP, Meter, cap, pack, read_prompt, redact, unpack
 from revtree.errors import InfrastructureError, LLMUnreachable
 from revtree.memory import NodeStatus, Store
-from revtree.orchestrator.meter import CAP, Meter, cap, pack, read_prompt, redact, unpack
-from revtree.orchestrator.report import transcripts
+from revtree.orchestrator.commands.report import transcripts
 from revtree.tasks import load_task
 
 from .conftest import cli_env, revtree
@@ -207,8 +207,8 @@ def test_a_stalled_stream_times_out_and_is_recorded_with_what_came(
     api: str, tmp_path: Path, store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from revtree.agents.llm import StreamStalled
+    from revtree.agents.llm import meter as meter_module
     from revtree.agents.llm.fake_server import StreamingFakeLLMServer
-    from revtree.orchestrator import meter as meter_module
 
     monkeypatch.setattr(meter_module, "PROGRESS_EVERY", 0.05)
     spec = load_task(make_knob_task(tmp_path / "t"))

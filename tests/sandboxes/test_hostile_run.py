@@ -20,13 +20,13 @@ import sys
 import textwrap
 import threading
 import time
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from revtree.agents import Proposal
+from revtree.agents.base import Job, Refusal
 from revtree.memory import NodeStatus, RunStatus, Store
 from revtree.orchestrator import Orchestrator, RunPaths, create_run
 from revtree.sandboxes.docker import LABEL, OWNER
@@ -128,7 +128,11 @@ class HostileCoder:
         self.modes = itertools.cycle(MODES[1:])
         self.lock = threading.Lock()
 
-    def code(self, proposal: Proposal, files: Mapping[str, bytes]) -> dict[str, bytes | None]:
+    repairs = 0
+
+    def code(
+        self, job: Job, proposal: Proposal, refusal: Refusal | None = None
+    ) -> dict[str, bytes | None]:
         with self.lock:
             mode = next(self.modes)
         return {"sol.py": f"X = 1.0\nMODE = {mode!r}\n".encode()}
@@ -162,7 +166,7 @@ def test_hostile_candidates_fail_with_reasons_and_the_run_goes_on(
     task = hostile_task(tmp_path / "task", budget=len(MODES), timeout=4, memory="200m")
     run = create_run(store, load_task(task), home)
     orch = Orchestrator(store, run.id, home=home)
-    orch.coder = HostileCoder()  # type: ignore[assignment]
+    orch.agents.coder = HostileCoder()  # type: ignore[assignment]
     started = time.monotonic()
     orch.drive()
     assert time.monotonic() - started < 120
@@ -216,7 +220,7 @@ def test_kill_9_of_revtree_run_then_gc_leaves_nothing(docker_client: Any, tmp_pa
 
 
 def _start_time(pid: int) -> str:
-    from revtree.sandboxes.docker import _start_time as start_time
+    from revtree.sandboxes.docker import start_time
 
     return start_time(pid)
 

@@ -11,11 +11,15 @@ Structured answers: a responder sees the request's tools and response format
 (``FakeRequest.tools``, ``FakeRequest.schema``) and may answer tool calls
 (``FakeReply.tool_calls``: OpenAI ``message.tool_calls``, Anthropic ``tool_use`` blocks),
 a JSON text, or a 400 whose ``message`` names what the server does not support.
+
+The streamed events are cut in :mod:`revtree.agents.llm.fake_sse`; the embeddings fake
+is :class:`revtree.agents.llm.fake_embeddings.EmbeddingsFakeLLMServer`.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -24,6 +28,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from revtree.agents.llm.base import estimate_tokens
+from revtree.agents.llm.fake_sse import anthropic_events, openai_events
 
 
 @dataclass
@@ -97,8 +102,8 @@ class FakeLLMServer:
         self.requests: list[FakeRequest] = []
         self.seen_prefixes: set[tuple[str, str]] = set()
         self.seen_prompts: list[str] = []
-        self._lock = threading.Lock()
-        self.server = ThreadingHTTPServer(("127.0.0.1", port), self._handler())
+        self.lock = threading.Lock()
+        self.server = ThreadingHTTPServer(("127.0.0.1", port), self.handler())
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
@@ -122,7 +127,7 @@ class FakeLLMServer:
         self.server.shutdown()
         self.server.server_close()
 
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
+    def handler(self) -> type[BaseHTTPRequestHandler]:
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -132,7 +137,7 @@ class FakeLLMServer:
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))))
                 req = _parse(self.path, body)
-                with fake._lock:
+                with fake.lock:
                     fake.requests.append(req)
                 reply = fake.responder(req)
                 if isinstance(reply, str):
@@ -176,9 +181,9 @@ class FakeLLMServer:
         n = self.chunk_chars
         if req.api == "openai":
             options = req.body.get("stream_options") or {}
-            events = _openai_events(whole, n, bool(options.get("include_usage")))
+            events = openai_events(whole, n, bool(options.get("include_usage")))
         else:
-            events = _anthropic_events(whole, n)
+            events = anthropic_events(whole, n)
         sent, stalled = 0, False  # pieces of text or arguments sent; stalled yet
         for name, data, piece in events:
             if (
@@ -201,7 +206,7 @@ class FakeLLMServer:
             error = reply.message or f"fake status {reply.status}"
             return {"error": {"type": "invalid_request_error", "message": error}}
         prompt_tokens = estimate_tokens(req.system + req.user)
-        with self._lock:
+        with self.lock:
             if req.api == "anthropic":  # explicit: the block marked cache_control
                 key = (req.api, req.prefix)
                 hit = len(req.prefix) >= self.cache_min_chars and key in self.seen_prefixes
@@ -370,78 +375,6 @@ class DialectCycle:
 #: every ``FakeLLMServer`` streams when asked: the name is kept for the tests that use it
 StreamingFakeLLMServer = FakeLLMServer
 
-Event = tuple[str, str, int]  # (event name or "", data, 1 for a piece of text or arguments)
-
-
-def _pieces(text: str, n: int) -> list[str]:
-    return [text[i : i + n] for i in range(0, len(text), n)]
-
-
-def _openai_events(whole: dict[str, Any], n: int, include_usage: bool) -> list[Event]:
-    """The chunks of an OpenAI chat completion: the role, the text, each tool call (its
-    name, then its arguments), the finish reason, and the usage if asked for."""
-    base: dict[str, Any] = {k: whole[k] for k in ("id", "created", "model")}
-    base["object"] = "chat.completion.chunk"
-    if include_usage:
-        base["usage"] = None  # as the API does: null until the last chunk
-
-    def chunk(delta: dict[str, Any], finish: str | None = None, piece: int = 0) -> Event:
-        choice = {"index": 0, "delta": delta, "finish_reason": finish}
-        return "", json.dumps({**base, "choices": [choice]}), piece
-
-    message = whole["choices"][0]["message"]
-    text = message.get("content") or ""
-    events = [chunk({"role": "assistant", "content": "" if text else message["content"]})]
-    events += [chunk({"content": p}, piece=1) for p in _pieces(text, n)]
-    for i, c in enumerate(message.get("tool_calls") or ()):
-        head = {**c, "index": i, "function": {"name": c["function"]["name"], "arguments": ""}}
-        events.append(chunk({"tool_calls": [head]}))
-        events += [
-            chunk({"tool_calls": [{"index": i, "function": {"arguments": p}}]}, piece=1)
-            for p in _pieces(c["function"]["arguments"], n)
-        ]
-    events.append(chunk({}, whole["choices"][0]["finish_reason"]))
-    if include_usage:
-        events.append(("", json.dumps({**base, "choices": [], "usage": whole["usage"]}), 0))
-    return [*events, ("", "[DONE]", 0)]
-
-
-def _anthropic_events(whole: dict[str, Any], n: int) -> list[Event]:
-    """The events of an Anthropic message: its start (with the input usage), each content
-    block (text deltas, or a ``tool_use`` block's input as JSON deltas), the stop reason
-    with the output usage, and the stop."""
-    usage = whole["usage"]
-    start = {**whole, "content": [], "stop_reason": None, "usage": {**usage, "output_tokens": 1}}
-    events: list[tuple[dict[str, Any], int]] = [
-        ({"type": "message_start", "message": start}, 0),
-        ({"type": "ping"}, 0),
-    ]
-    for i, block in enumerate(whole["content"]):
-        if block["type"] == "tool_use":
-            first, kind, key = {**block, "input": {}}, "input_json_delta", "partial_json"
-            pieces = _pieces(json.dumps(block["input"]), n)
-        else:
-            first, kind, key = {**block, "text": ""}, "text_delta", "text"
-            pieces = _pieces(block.get("text", ""), n)
-        events.append(({"type": "content_block_start", "index": i, "content_block": first}, 0))
-        events += [
-            ({"type": "content_block_delta", "index": i, "delta": {"type": kind, key: p}}, 1)
-            for p in pieces
-        ]
-        events.append(({"type": "content_block_stop", "index": i}, 0))
-    events.append(
-        (
-            {
-                "type": "message_delta",
-                "delta": {"stop_reason": whole["stop_reason"], "stop_sequence": None},
-                "usage": {"output_tokens": usage["output_tokens"]},
-            },
-            0,
-        )
-    )
-    events.append(({"type": "message_stop"}, 0))
-    return [(e["type"], json.dumps(e), piece) for e, piece in events]
-
 
 def _raw_events(req: FakeRequest, raw: bytes) -> bytes:
     """A raw reply to a streamed request: verbatim if it reads as server-sent events
@@ -459,73 +392,6 @@ def _raw_events(req: FakeRequest, raw: bytes) -> bytes:
     kind = parsed.get("type") if isinstance(parsed, dict) else None
     name = kind if isinstance(kind, str) and kind else "message_start"
     return f"event: {name}\n".encode() + data
-
-
-import base64  # noqa: E402  (the embeddings fake, appended)
-import hashlib  # noqa: E402
-import math  # noqa: E402
-import re  # noqa: E402
-import struct  # noqa: E402
-
-
-def fake_embedding(text: str, dims: int = 256) -> list[float]:
-    """A deterministic unit vector: hashed features of the words' first five letters, so
-    texts sharing word stems (``smoothing``, ``smoothed``) are near, as real embeddings
-    of related texts are."""
-    vec = [0.0] * dims
-    for word in re.findall(r"[a-z]{3,}", re.sub(r"([a-z])([A-Z])", r"\1 \2", text).lower()):
-        h = int.from_bytes(hashlib.blake2b(word[:5].encode(), digest_size=4).digest(), "big")
-        vec[h % dims] += 1.0 if h & 1 << 31 else -1.0
-    norm = math.sqrt(sum(x * x for x in vec)) or 1.0
-    return [x / norm for x in vec]
-
-
-class EmbeddingsFakeLLMServer(FakeLLMServer):
-    """A ``FakeLLMServer`` that also answers OpenAI's ``POST /v1/embeddings`` with
-    ``fake_embedding`` vectors (float or base64, as asked); each call's inputs are kept
-    in ``embedding_inputs``. ``embeddings_status`` other than 200 fails those calls."""
-
-    def __init__(self, responder: Responder, *, embeddings_status: int = 200, **kw: Any) -> None:
-        self.embedding_inputs: list[list[str]] = []
-        self.embeddings_status = embeddings_status
-        super().__init__(responder, **kw)
-
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
-        fake, plain = self, super()._handler()
-
-        class Handler(plain):  # type: ignore[misc, valid-type]
-            def do_POST(self) -> None:
-                if not self.path.endswith("/embeddings"):
-                    super().do_POST()
-                    return
-                body = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))))
-                texts = body.get("input")
-                texts = [texts] if isinstance(texts, str) else list(texts or [])
-                with fake._lock:
-                    fake.embedding_inputs.append(texts)
-                status, payload = fake._embeddings(body, texts)
-                data = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        return Handler
-
-    def _embeddings(self, body: dict[str, Any], texts: list[str]) -> tuple[int, dict[str, Any]]:
-        if self.embeddings_status != 200:
-            error = {"type": "fake_error", "message": f"fake status {self.embeddings_status}"}
-            return self.embeddings_status, {"error": error}
-        rows: list[dict[str, Any]] = []
-        for i, text in enumerate(texts):
-            vec: Any = fake_embedding(text)
-            if body.get("encoding_format") == "base64":
-                vec = base64.b64encode(struct.pack(f"<{len(vec)}f", *vec)).decode()
-            rows.append({"object": "embedding", "index": i, "embedding": vec})
-        tokens = sum(estimate_tokens(t) for t in texts)
-        usage = {"prompt_tokens": tokens, "total_tokens": tokens}
-        return 200, {"object": "list", "data": rows, "model": body.get("model"), "usage": usage}
 
 
 # -- tool-using coders (appended) ---------------------------------------------------------

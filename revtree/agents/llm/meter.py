@@ -30,12 +30,11 @@ import threading
 import time
 import zlib
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from revtree.agents.llm import KEY_ENV, LLM, BudgetExhausted, Completion, Prompt, Usage
 from revtree.agents.llm.base import PROGRESS, StreamStalled, estimate_tokens
 from revtree.agents.llm.pricing import Rate, cost, rate_for
-from revtree.memory import Store
 from revtree.memory.records import LLMCall
 from revtree.tasks.spec import TaskSpec, is_secret
 
@@ -124,10 +123,27 @@ def read_prompt(stored: str | None) -> dict[str, Any]:
     return {"user": text}
 
 
+class Ledger(Protocol):
+    """Where metered calls go: the run's memory (``revtree.memory.Store`` is one)."""
+
+    def llm_totals(self, run_id: str) -> tuple[float, int]: ...
+
+    def record_llm_call(self, run_id: str, call: LLMCall) -> None: ...
+
+    def add_event(
+        self,
+        run_id: str,
+        kind: str,
+        message: str,
+        node_id: int | None = None,
+        data: dict[str, Any] | None = None,
+    ) -> Any: ...
+
+
 class Meter:
     """The run's spend, shared by every metered view of every model."""
 
-    def __init__(self, store: Store, run_id: str, spec: TaskSpec) -> None:
+    def __init__(self, store: Ledger, run_id: str, spec: TaskSpec) -> None:
         self.store, self.run_id = store, run_id
         self.max_usd, self.max_tokens = spec.budget.max_usd, spec.budget.max_tokens
         self.prices = {

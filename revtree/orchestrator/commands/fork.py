@@ -24,7 +24,7 @@ from revtree.errors import RevtreeError, TaskSpecError
 from revtree.memory import GitStore, Node, RunInfo, Store
 from revtree.memory.db import revtree_home
 from revtree.memory.gitstore import HOLDOUT_REF, PROTECTED_REF
-from revtree.orchestrator.runner import RunPaths, read_source
+from revtree.orchestrator.run import RunPaths, read_source
 from revtree.tasks import TaskSpec
 from revtree.tasks.load import code_files, format_validation_error, holdout_files, matches
 

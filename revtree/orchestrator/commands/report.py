@@ -235,7 +235,7 @@ def transcripts(store: Store, run_id: str, node_id: int | None = None) -> dict[s
     ``{"prefixes": {sha: text}, "calls": [...]}``. Each call names its node, attempt,
     role and number within them (``call``: 2 is the coder's repair round, say); its
     ``prefix`` is a key of ``prefixes`` (stored once per run, shared by every call)."""
-    from revtree.orchestrator.meter import read_prompt, unpack
+    from revtree.agents.llm.meter import read_prompt, unpack
 
     prefixes: dict[str, str] = {}
     counts: dict[tuple[int | None, int, str], int] = {}

@@ -44,12 +44,16 @@ from typing import Any
 
 from revtree.errors import RevtreeError
 from revtree.memory import Event, Node, NodeStatus, RunInfo, RunStatus, Store
-from revtree.orchestrator.fork import apply_sets
+from revtree.orchestrator.commands.fork import apply_sets
+from revtree.orchestrator.core import Orchestrator
 from revtree.orchestrator.pipeline import STEPS
-from revtree.orchestrator.runner import ROOT_TICKET, Orchestrator, _alive
+from revtree.orchestrator.run import ROOT_TICKET, alive
 from revtree.tasks import TaskSpec
 
 RETRY_STEPS = ("propose", "code", "evaluate")
+# what the steps before the rewound one handed on: cleared, so the new attempt's edges
+# decide afresh (a rejection or a refused answer of the old attempt does not carry over)
+CLEAN = {"outcome": None, "verdict": None, "refusal": None, "analysis": None}
 ATTEMPT_REF = "refs/revtree/attempts/{}/{}"
 FIXED_KEYS = ("name", "source", "editable", "protected", "exclude", "search", "knobs")
 FIXED_PATHS = ("evaluate.metric", "evaluate.direction")
@@ -63,6 +67,11 @@ RESET: dict[str, dict[str, Any]] = {
         "finished_at": None,
         "lesson": None,
     },
+}
+RESET_STATUS = {  # the status a node is reset to, by the step it is retried from
+    "propose": NodeStatus.PENDING,
+    "code": NodeStatus.PROPOSED,
+    "evaluate": NodeStatus.CODED,
 }
 RESET["code"] = {**RESET["evaluate"], "commit": None, "review": None}
 RESET["propose"] = {**RESET["code"], "proposal": None}
@@ -142,7 +151,7 @@ def retry(
     step = step or default_step(nodes[node_id])
     check_retry(run, nodes, node_id, step)
     spec = retry_spec(TaskSpec.model_validate(run.spec), sets) if sets else None
-    store.claim_run(run.id, os.getpid(), socket.gethostname(), _alive)
+    store.claim_run(run.id, os.getpid(), socket.gethostname(), alive)
     try:
         if spec is not None:
             _store_sets(store, run.id, spec, sets, node_id)
@@ -165,7 +174,7 @@ def retry(
 def _holdout(orch: Orchestrator) -> None:
     """A completed run holds out its best node: the retried node may be the new best."""
     try:
-        orch._final_holdout()
+        orch.trust.final_holdout()
     except Exception as e:
         orch.store.add_event(orch.run_id, "error", f"holdout after the retry failed: {e}", None)
 
@@ -183,19 +192,19 @@ def _store_sets(store: Store, run_id: str, spec: TaskSpec, sets: list[str], node
 
 
 def _run_attempt(orch: Orchestrator, node_id: int, step: str) -> Node:
-    reason = orch.budget_reason(starting=False)
+    reason = orch.parts.budget.reason(starting=False)
     if reason is not None:
         raise RevtreeError(
             f"retry of node {node_id} of run {orch.run_id}: {reason}; raise it with "
             "--set budget.KEY=VALUE"
         )
-    orch.sandbox.reap()  # leftovers of a killed session of this run
+    orch.parts.sandbox.reap()  # leftovers of a killed session of this run
     ticket = orch.nodes[node_id].thread_id or (ROOT_TICKET if node_id == 0 else None)
     if ticket is None:
         raise RevtreeError(f"node {node_id} of run {orch.run_id} has no pipeline thread")
     _reset(orch, node_id, step)
     rewind(orch, ticket, step)
-    outcome = orch._candidate(ticket)  # a failure is recorded on the node as its outcome
+    outcome = orch.candidate(ticket)  # a failure is recorded on the node as its outcome
     node = orch.nodes[node_id]
     if not node.status.is_finished():
         raise RevtreeError(
@@ -211,15 +220,8 @@ def _reset(orch: Orchestrator, node_id: int, step: str) -> Node:
     old = orch.nodes[node_id]
     if old.commit is not None:
         orch.git.set_ref(ATTEMPT_REF.format(node_id, old.attempt), old.commit)
-    status = (
-        NodeStatus.PENDING
-        if step == "propose"
-        else NodeStatus.PROPOSED
-        if step == "code"
-        else NodeStatus.REVIEWED
-        if old.parent_id is None
-        else NodeStatus.CODED
-    )
+    # the baseline (retried from evaluate only) is reviewed by definition
+    status = NodeStatus.REVIEWED if old.parent_id is None else RESET_STATUS[step]
     attempt = old.attempt + 1
     what = f"{old.status.value}" + (
         f" with score {old.score:.6g}"
@@ -240,7 +242,9 @@ def _reset(orch: Orchestrator, node_id: int, step: str) -> Node:
         "proposal": old.proposal,
     }
     data = {"from": step, "attempt": attempt, "previous": previous}
-    return orch._set(node_id, ("retry", msg, data), status=status, attempt=attempt, **RESET[step])
+    return orch.mirror.set(
+        node_id, ("retry", msg, data), status=status, attempt=attempt, **RESET[step]
+    )
 
 
 def rewind(orch: Orchestrator, ticket: str, step: str) -> bool:
@@ -252,7 +256,7 @@ def rewind(orch: Orchestrator, ticket: str, step: str) -> bool:
     before = STEPS[STEPS.index(step) - 1]
     for snap in orch.graph.get_state_history(config):
         if snap.next == (step,):
-            orch.graph.update_state(snap.config, {"outcome": None}, as_node=before)
+            orch.graph.update_state(snap.config, CLEAN, as_node=before)
             return True
     return False
 
@@ -273,7 +277,7 @@ def _release(store: Store, run: RunInfo, orch: Orchestrator | None, message: str
         status, reason = RunStatus.FAILED, "its process died; `revtree resume` continues"
     values: dict[str, Any] = {"status": status, "reason": reason, "pid": None}
     if orch is not None:
-        values["wall_used"] = orch.wall_used()
+        values["wall_used"] = orch.parts.budget.wall_used()
         with contextlib.suppress(Exception):
             orch.close()
     event = ("run", f"{message}; run {status.value} again", None) if message else None

@@ -41,11 +41,11 @@ from revtree.agents.evaluator import HOLDOUT, Evaluator
 from revtree.agents.llm.base import Prompt
 from revtree.agents.llm.fake_server import FakeLLMServer, FakeRequest
 from revtree.agents.llm.scripted import ScriptedLLM
-from revtree.agents.llm_agents import Context, LLMReviewer, task_prefix
 from revtree.agents.reviewer import StaticReviewer
+from revtree.agents.roles import Context, LLMReviewer, task_prefix
 from revtree.memory import GitStore, NodeStatus, Store
 from revtree.orchestrator import Orchestrator, RunPaths, create_run
-from revtree.orchestrator.report import summarize
+from revtree.orchestrator.commands.report import summarize
 from revtree.sandboxes.base import archive_of
 from revtree.sandboxes.local import LocalSandbox
 from revtree.tasks import load_task
@@ -110,7 +110,7 @@ def case_diff(case: Case) -> tuple[list[str], str]:
 # -- A ---------------------------------------------------------------------------------
 def static(case: Case) -> Outcome:
     changed, diff = case_diff(case)
-    verdict = StaticReviewer(spec_for(case.task)).review(changed, diff)
+    verdict = StaticReviewer(spec_for(case.task)).check(changed, diff)
     return Outcome(
         not verdict.accepted, "static" if not verdict.accepted else "", True, verdict.reasons
     )

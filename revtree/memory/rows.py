@@ -1,0 +1,110 @@
+"""The tables of the SQL memory as SQLAlchemy Core handles, and the conversion between
+their rows and the records (:mod:`revtree.memory.records`) the Store hands out."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, cast
+
+from sqlalchemy import Table
+
+from revtree.memory.models import EvaluationRow, EventRow, LLMCallRow, NodeRow, RunRow
+from revtree.memory.records import EvalResult, Node, NodeStatus, RunInfo, RunStatus
+
+RUNS = cast(Table, RunRow.__table__)
+NODES = cast(Table, NodeRow.__table__)
+EVALS = cast(Table, EvaluationRow.__table__)
+EVENTS = cast(Table, EventRow.__table__)
+CALLS = cast(Table, LLMCallRow.__table__)
+
+
+def node_values(node: Node) -> dict[str, Any]:
+    return {
+        "run_id": node.run_id,
+        "id": node.id,
+        "parent_id": node.parent_id,
+        "extra_parents": list(node.extra_parents) or None,
+        "depth": node.depth,
+        "operator": node.operator,
+        "status": node.status.value,
+        "commit": node.commit,
+        "proposal": node.proposal,
+        "score": node.score,
+        "score_std": node.score_std,
+        "n_evals": node.n_evals,
+        "error": node.error,
+        "error_kind": node.error_kind,
+        "thread_id": node.thread_id,
+        "created_at": node.created_at or time.time(),
+        "finished_at": node.finished_at,
+        "review": node.review,
+        "lesson": node.lesson,
+        "attempt": node.attempt,
+        "alarm": node.alarm,
+    }
+
+
+def row_to_node(r: Any) -> Node:
+    return Node(
+        run_id=r.run_id,
+        id=r.id,
+        parent_id=r.parent_id,
+        operator=r.operator,
+        status=NodeStatus(r.status),
+        depth=r.depth,
+        commit=r.commit,
+        proposal=r.proposal,
+        score=r.score,
+        score_std=r.score_std,
+        n_evals=r.n_evals,
+        error=r.error,
+        error_kind=r.error_kind,
+        thread_id=r.thread_id,
+        created_at=r.created_at,
+        finished_at=r.finished_at,
+        extra_parents=tuple(r.extra_parents or ()),
+        review=r.review,
+        lesson=r.lesson,
+        attempt=r.attempt,
+        alarm=r.alarm,
+    )
+
+
+def row_to_eval(r: Any) -> EvalResult:
+    return EvalResult(
+        node_id=r.node_id,
+        stage=r.stage,
+        repeat=r.repeat,
+        ok=r.ok,
+        score=r.score,
+        metrics=dict(r.metrics or {}),
+        exit_code=r.exit_code,
+        duration=r.duration,
+        stdout_tail=r.stdout_tail or "",
+        stderr_tail=r.stderr_tail or "",
+        error=r.error,
+        error_kind=r.error_kind,
+        log_path=r.log_path,
+        attempt=r.attempt,
+    )
+
+
+def row_to_run(r: Any) -> RunInfo:
+    return RunInfo(
+        id=r.id,
+        task_name=r.task_name,
+        status=RunStatus(r.status),
+        policy=r.policy,
+        direction=r.direction,
+        spec=r.spec,
+        seed=r.seed,
+        created_at=r.created_at,
+        updated_at=r.updated_at,
+        reason=r.reason,
+        pid=r.pid,
+        host=r.host,
+        wall_used=r.wall_used,
+        policy_state=r.policy_state,
+        parent_run=r.parent_run,
+        parent_node=r.parent_node,
+    )

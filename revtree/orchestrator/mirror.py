@@ -1,0 +1,178 @@
+"""The run's nodes in memory, kept in step with SQL: state changes, the best, snapshots.
+
+Every change goes to SQL first (with its live-log event, in one transaction), then to
+the mirror, under one lock. Readers take ``snapshot()`` (an immutable ``Tree`` grown by
+the nodes that changed since the last one, never rebuilt) or ``get(id)``; nothing else
+holds a node across a change. A node id that is not in the run is an error, never a
+silent fall-back to the root.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from revtree.agents.lessons import lesson_for
+from revtree.memory import Node, NodeStatus, Store
+from revtree.orchestrator.tree import Tree
+
+EventSpec = tuple[str, str, Any]
+Observer = Callable[[Node], None]  # told of each finished node (the policy, the proposer)
+
+
+def subtree_alarm(ancestor: int, score: float | None) -> dict[str, Any]:
+    """The alarm a finished descendant of an alarmed node carries."""
+    return {
+        "kind": "subtree",
+        "message": f"descends from node {ancestor}, which carries a drift alarm",
+        "dev": score,
+        "holdout": None,
+    }
+
+
+class Mirror:
+    """The nodes of one run, the lock that guards them, and the best node."""
+
+    def __init__(self, store: Store, run_id: str, maximize: bool, nodes: Iterable[Node]) -> None:
+        self.store, self.run_id, self.maximize = store, run_id, maximize
+        self.nodes: dict[int, Node] = {n.id: n for n in nodes}
+        self.by_ticket = {n.thread_id: n.id for n in self.nodes.values() if n.thread_id}
+        self.lock = threading.RLock()
+        self.observers: list[Observer] = []
+        self.timings: dict[int, dict[str, float]] = {}
+        self.fraction: Callable[[], float] = lambda: 0.0  # the budget used, for snapshots
+        self._changed: list[int] = []
+        self._tree = Tree.of(list(self.nodes.values()), maximize)
+        best = self._tree.best()
+        self.best_id = best.id if best else None
+
+    def get(self, node_id: int | None) -> Node:
+        """The node ``node_id``; a missing id is a bug of the caller, said as such."""
+        if node_id is None or node_id not in self.nodes:
+            raise KeyError(f"run {self.run_id} has no node {node_id}")
+        return self.nodes[node_id]
+
+    def parent(self, node: Node) -> Node:
+        if node.parent_id is None:
+            raise KeyError(f"node {node.id} of run {self.run_id} has no parent")
+        return self.get(node.parent_id)
+
+    def copy(self) -> dict[int, Node]:
+        with self.lock:
+            return dict(self.nodes)
+
+    def next_id(self) -> int:
+        return max(self.nodes) + 1
+
+    def time(self, node_id: int, step: str, seconds: float) -> None:
+        spent = self.timings.setdefault(node_id, {})
+        spent[step] = spent.get(step, 0.0) + seconds
+
+    # -- changes (SQL first, then the mirror, then the live log) ----------------------
+    def add(self, node: Node, event: EventSpec, policy_state: dict[str, Any]) -> Node:
+        """Store a new node (selected: its event and the policy's state in one write)."""
+        self.store.add_node(node, event, policy_state=policy_state)
+        with self.lock:
+            self.nodes[node.id] = node
+            self._changed.append(node.id)
+            if node.thread_id:
+                self.by_ticket[node.thread_id] = node.id
+        return node
+
+    def set(self, node_id: int, event: EventSpec | None, **values: Any) -> Node:
+        self.store.update_node(self.run_id, node_id, event, **values)
+        with self.lock:
+            if "status" in values:
+                values["status"] = NodeStatus(values["status"])
+            values.pop("timings", None)
+            node = dataclasses.replace(self.nodes[node_id], **values)
+            self.nodes[node_id] = node
+            self._changed.append(node_id)
+        return node
+
+    def finish(
+        self,
+        node_id: int,
+        status: NodeStatus,
+        message: str,
+        analysis: str | None = None,
+        **values: Any,
+    ) -> Node:
+        """Record a node's outcome with its lesson; the observers learn it; a new best is
+        said in the live log."""
+        timings = {k: round(v, 4) for k, v in self.timings.pop(node_id, {}).items()}
+        done = dataclasses.replace(self.nodes[node_id], status=status, **values)
+        parent = self.nodes.get(done.parent_id) if done.parent_id is not None else None
+        if status is NodeStatus.SUCCEEDED and parent is not None and parent.alarm is not None:
+            values["alarm"] = subtree_alarm(parent.id, values.get("score"))
+        values["lesson"] = lesson_for(done, parent, self.maximize)
+        if analysis:
+            values["lesson"] += f" | analysis: {analysis}"
+        data = {
+            "status": status.value,
+            "score": values.get("score"),
+            "error_kind": values.get("error_kind"),
+        }
+        node = self.set(
+            node_id,
+            ("node", message, data),
+            status=status,
+            finished_at=time.time(),
+            timings=timings,
+            **values,
+        )
+        for observe in self.observers:
+            observe(node)
+        with self.lock:
+            current = self.nodes.get(self.best_id) if self.best_id is not None else None
+            new_best = node.status is NodeStatus.SUCCEEDED and (
+                current is None or node.score_of(self.maximize) > current.score_of(self.maximize)
+            )
+            if new_best:
+                self.best_id = node_id
+        if new_best:
+            self.store.add_event(
+                self.run_id,
+                "best",
+                f"new best: node {node_id} scores {node.score:.6g}",
+                node_id,
+                {"score": node.score},
+            )
+        return node
+
+    def rebest(self, why: str) -> None:
+        """Find the best again (a verification or an alarm moved it); say so if it moved."""
+        with self.lock:
+            before = self.best_id
+            best = self.snapshot().best()
+            self.best_id = best.id if best else None
+        if self.best_id is not None and self.best_id != before:
+            top = self.nodes[self.best_id]
+            self.store.add_event(
+                self.run_id,
+                "best",
+                f"new best: node {top.id} scores {top.score:.6g} ({why})",
+                top.id,
+                {"score": top.score},
+            )
+
+    def snapshot(self) -> Tree:
+        """The tree as the policy sees it: grown from the last snapshot by the nodes that
+        changed since (no O(n) rebuild per select)."""
+        with self.lock:
+            changed = [self.nodes[i] for i in dict.fromkeys(self._changed)]
+            self._changed.clear()
+            self._tree = self._tree.extend(changed, self.fraction())
+            return self._tree
+
+    def subtree(self, node_id: int) -> list[Node]:
+        """The descendants of a node (depth first)."""
+        tree, out, todo = self.snapshot(), [], [c.id for c in self.snapshot().children(node_id)]
+        while todo:
+            child = self.nodes[todo.pop()]
+            out.append(child)
+            todo += [c.id for c in tree.children(child.id)]
+        return out

@@ -1,0 +1,112 @@
+"""A run's creation, its files, and whether the process that claims it is alive."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+import time
+import uuid
+from pathlib import Path
+
+from revtree.agents import Proposal, read_knobs
+from revtree.memory import GitStore, Node, NodeStatus, RunInfo, Store
+from revtree.memory.db import revtree_home
+from revtree.memory.gitstore import HOLDOUT_REF, file_mode
+from revtree.tasks import TaskSpec, code_files, holdout_files
+from revtree.tasks.load import source_dir
+
+ROOT_TICKET = "root"  # the pipeline thread of the baseline (node 0)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunPaths:
+    home: Path
+    run_id: str
+
+    @property
+    def dir(self) -> Path:
+        return self.home / "runs" / self.run_id
+
+    @property
+    def repo(self) -> Path:
+        return self.dir / "repo.git"
+
+    @property
+    def logs(self) -> Path:
+        return self.dir / "logs"
+
+    @property
+    def work(self) -> Path:
+        return self.dir / "work"
+
+
+def read_source(spec: TaskSpec, paths: list[str]) -> tuple[dict[str, bytes], dict[str, int]]:
+    src = source_dir(spec)
+    files, modes = {}, {}
+    for rel in paths:
+        p = src / rel
+        modes[rel] = file_mode(p)
+        files[rel] = os.readlink(p).encode() if p.is_symlink() else p.read_bytes()
+    return files, modes
+
+
+def create_run(
+    store: Store, spec: TaskSpec, home: Path | None = None, run_id: str | None = None
+) -> RunInfo:
+    """Snapshot the task's code as the root commit and record a new run with its root node."""
+    home = home or revtree_home()
+    run_id = run_id or f"{spec.name}-{uuid.uuid4().hex[:6]}"
+    paths = RunPaths(home, run_id)
+    git = GitStore(paths.repo)
+    files, modes = read_source(spec, code_files(spec))
+    root_sha = git.commit_files(files, f"{spec.name}: baseline (untouched source)", modes)
+    git.set_node_ref(0, root_sha)
+    if spec.holdout and spec.holdout.files:
+        hfiles, hmodes = read_source(spec, holdout_files(spec))
+        git.set_ref(HOLDOUT_REF, git.commit_files(hfiles, "holdout files", hmodes))
+    git.close()
+    root = Node(
+        run_id,
+        0,
+        None,
+        "baseline",
+        NodeStatus.REVIEWED,
+        commit=root_sha,
+        thread_id=ROOT_TICKET,
+        created_at=time.time(),
+        proposal=Proposal(
+            "baseline: the untouched source", read_knobs(spec.knobs, files)
+        ).to_json(),
+    )
+    return store.create_run(  # the run and its root node in one transaction
+        run_id,
+        spec.name,
+        spec.search.policy,
+        spec.evaluate.direction,
+        spec.search.seed,
+        spec.model_dump(mode="json"),
+        root=(root, ("select", "node 0: baseline (the untouched source)", None)),
+    )
+
+
+def alive(pid: int, host: str | None) -> bool:
+    """Whether the process ``pid`` on ``host`` lives (another host: assumed alive)."""
+    if host != socket.gethostname():
+        return True  # cannot tell: assume alive
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie (killed, not yet reaped) is not alive
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def claim(store: Store, run_id: str) -> RunInfo:
+    """Claim the run for this process (refused while a live process holds it)."""
+    return store.claim_run(run_id, os.getpid(), socket.gethostname(), alive)

@@ -1,0 +1,179 @@
+"""The scheduler: ``parallel`` candidates in flight in steady state (plus ``lookahead``
+prepared ahead of a free slot), a new one started as soon as one ends, with no
+generation barrier.
+
+Each candidate is one LangGraph thread (``run:ticket``), invoked from its checkpoint
+when it has one (a resumed or interrupted thread continues where it stood). A thread
+parked at ``approve`` waits without a thread of its own and still counts against the
+width, so a run never proposes more than it can review; it is re-invoked once a
+decision is in SQL. Budgets are checked before a candidate starts; one that is spent
+stops new work while the candidates in flight finish. Infrastructure failures leave
+their node unfinished and are counted: ``trust.infra_failures`` in a row stop the run
+as failed, resumable once the cause is fixed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+import traceback
+import uuid
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from typing import Any
+
+from revtree.agents.llm import BudgetExhausted
+from revtree.errors import Cancelled
+from revtree.memory import NodeStatus
+from revtree.orchestrator.steps import BaselineFailed, InfraFailure, Steps
+from revtree.orchestrator.wiring import Parts
+
+HEARTBEAT = 2.0
+POLL = 0.5  # seconds between looks at the work in flight and at stored decisions
+
+
+class Scheduler:
+    """Keeps the run's candidates in flight until a budget or the search ends."""
+
+    def __init__(self, parts: Parts, steps: Steps, graph: Any, durability: str) -> None:
+        self.p, self.steps, self.graph, self.durability = parts, steps, graph, durability
+        self.store, self.run_id, self.mirror = parts.store, parts.run_id, parts.mirror
+        self.fatal: str | None = None  # why the run must stop as failed
+        self.infra_streak = 0
+        self.waiting: dict[str, int] = {}  # ticket -> node, parked at approval
+
+    def candidate(self, ticket: str) -> str:
+        """Drive one candidate's thread as far as it goes; how it ended, in a word."""
+        config = {"configurable": {"thread_id": f"{self.run_id}:{ticket}"}}
+        try:
+            start = None if self.graph.get_state(config).next else {"ticket": ticket}
+            result = self.graph.invoke(start, config, durability=self.durability)
+            with self.mirror.lock:
+                self.infra_streak = 0
+            return "waiting" if "__interrupt__" in result else "done"
+        except Cancelled:
+            return "cancelled"
+        except BudgetExhausted:
+            return "budget"  # the node stays unfinished: a resume with more budget goes on
+        except BaselineFailed as e:
+            self.stop_failed(f"the baseline (node 0) cannot be scored: {e}")
+            return "fatal"
+        except InfraFailure as e:
+            if self.mirror.by_ticket.get(ticket) == 0:  # no baseline, nothing to compare
+                self.stop_failed(f"the baseline (node 0) could not be evaluated: {e}")
+                return "fatal"
+            self._infra_failure(ticket, str(e))
+            return "infra"
+        except Exception as e:
+            try:
+                self._candidate_failed(ticket, e)
+            except Exception:  # the store itself is failing: stop the run, loudly
+                self.p.cancel.set()
+                raise
+            return "error"
+
+    def _infra_failure(self, ticket: str, cause: str) -> None:
+        """Count a failure outside the candidate (its node stays unfinished, for resume);
+        too many in a row stop the run."""
+        node_id = self.mirror.by_ticket.get(ticket)
+        with self.mirror.lock:
+            self.infra_streak += 1
+            streak = self.infra_streak
+        with contextlib.suppress(Exception):  # the store may be what failed
+            self.store.add_event(
+                self.run_id,
+                "infra",
+                f"infrastructure failure (node {node_id} stays unfinished, not counted "
+                f"against it): {cause}",
+                node_id,
+                {"cause": cause, "streak": streak},
+            )
+        if streak >= self.p.spec.trust.infra_failures:
+            self.stop_failed(f"{streak} infrastructure failures in a row; the last: {cause}")
+
+    def stop_failed(self, reason: str) -> None:
+        """Stop the run as failed (the first reason wins): no new work, and the work in
+        flight is cancelled unrecorded, so ``resume`` redoes it once the cause is fixed."""
+        with self.mirror.lock:
+            if self.fatal is None:
+                self.fatal = reason
+        self.p.cancel.set()
+
+    def _candidate_failed(self, ticket: str, e: Exception) -> None:
+        node_id = self.mirror.by_ticket.get(ticket)
+        detail = "".join(traceback.format_exception_only(e)).strip()
+        self.store.add_event(
+            self.run_id,
+            "error",
+            f"candidate {ticket[:8]} (node {node_id}): {detail}",
+            node_id,
+            {"traceback": traceback.format_exc()[-4000:]},
+        )
+        if node_id is not None and not self.mirror.get(node_id).status.is_finished():
+            self.mirror.finish(
+                node_id,
+                NodeStatus.FAILED,
+                f"node {node_id} failed: {detail}",
+                error=detail,
+                error_kind="internal",
+            )
+
+    def _decided(self) -> list[str]:
+        """The parked tickets whose decision is now stored (or whose node finished)."""
+        if not self.waiting:
+            return []
+        attempts = {n: self.mirror.get(n).attempt for n in self.waiting.values()}
+        decided = self.store.decisions(self.run_id, attempts)
+        out = []
+        for ticket, node_id in list(self.waiting.items()):
+            if node_id in decided or self.mirror.get(node_id).status.is_finished():
+                del self.waiting[ticket]
+                out.append(ticket)
+        return out
+
+    def run(self, resume: list[str], stop: threading.Event) -> str | None:
+        """Schedule until a budget or the search ends, or ``stop``; why it ended."""
+        steps, p = self.steps, self.p
+        in_flight: dict[Future[str], str] = {}
+        starved, reason, last_beat = False, None, time.monotonic()
+        width = p.parallel + p.lookahead
+        with ThreadPoolExecutor(width, thread_name_prefix="candidate") as pool:
+            while not stop.is_set() and self.fatal is None:
+                resume += self._decided()
+                while len(in_flight) + len(self.waiting) < width:
+                    if resume:
+                        ticket = resume.pop(0)
+                    elif starved or (reason := self._budget()) is not None:
+                        break
+                    else:
+                        ticket = uuid.uuid4().hex
+                        with self.mirror.lock:
+                            steps.unselected.add(ticket)
+                    in_flight[pool.submit(self.candidate, ticket)] = ticket
+                if not in_flight and not self.waiting:
+                    reason = reason or "search exhausted: the policy proposes nothing more"
+                    break
+                if not in_flight:  # every candidate waits for a decision
+                    stop.wait(POLL)
+                finished, _ = wait(in_flight, timeout=POLL, return_when=FIRST_COMPLETED)
+                tickets = [in_flight.pop(fut) for fut in finished]
+                for fut, ticket in zip(finished, tickets, strict=True):
+                    if fut.result() == "waiting":
+                        self.waiting[ticket] = self.mirror.by_ticket[ticket]
+                starved = all(t in steps.idle for t in tickets)
+                with self.mirror.lock:
+                    steps.unselected.difference_update(tickets)
+                if time.monotonic() - last_beat > HEARTBEAT:
+                    last_beat = time.monotonic()
+                    self.store.update_run(
+                        self.run_id, heartbeat_at=time.time(), wall_used=p.budget.wall_used()
+                    )
+            if stop.is_set() or self.fatal is not None:
+                p.cancel.set()
+                wait(in_flight)
+        return reason
+
+    def _budget(self) -> str | None:
+        with self.mirror.lock:
+            pending = len(self.steps.unselected)
+        return self.p.budget.reason(starting=True, pending=pending)

@@ -1,0 +1,417 @@
+"""The steps of a candidate's pipeline: select, propose, code, review, approve,
+evaluate, analyse, record. ``pipeline`` wires them into the graph; its edges decide
+what comes next from what a step returns (see there).
+
+Each step reads its node from the mirror and is idempotent against SQL: a step whose
+work is stored already does nothing, so a thread replayed after a crash redoes only
+what was lost. Every exception that is the candidate's fault is recorded on its node
+(``failed``, with the step and a kind) at the candidate boundary in ``guarded``;
+infrastructure failures leave the node unfinished for ``resume``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+from langgraph.errors import GraphBubbleUp
+from langgraph.types import interrupt
+
+from revtree.agents.base import Change, Job, Proposal, Refusal, Verdict
+from revtree.agents.evaluator import GUARD, HOLDOUT, Outcome
+from revtree.agents.llm import BudgetExhausted
+from revtree.errors import Cancelled, EditError, EditRefused, RevtreeError, SandboxError
+from revtree.memory import Node, NodeStatus
+from revtree.orchestrator.policies import Selection
+from revtree.orchestrator.tree import Tree
+from revtree.orchestrator.trust import infra_cause
+from revtree.orchestrator.verify import Trust
+from revtree.orchestrator.wiring import Parts
+
+State = dict[str, Any]  # the graph state (``pipeline.CandidateState``)
+ERROR_KINDS: tuple[tuple[type[Exception], str | None], ...] = (  # None: the step's name
+    (EditError, "code"),
+    (SandboxError, "sandbox"),
+    (RevtreeError, None),
+    (Exception, "internal"),
+)
+Picked = tuple[Selection | None, dict[str, Any], str | None]  # choice, policy state before, note
+DIFF_LINES = 60  # of a candidate's diff, shown in the live log when it waits for approval
+
+
+class InfraFailure(Exception):
+    """A step failed for a reason outside the candidate: its node stays unfinished."""
+
+
+class BaselineFailed(Exception):
+    """The baseline cannot be scored: nothing can be compared, the run stops."""
+
+
+def error_kind(e: Exception, step: str) -> str:
+    return next(kind or step for cls, kind in ERROR_KINDS if isinstance(e, cls))
+
+
+def detail_of(e: BaseException) -> str:
+    return "".join(traceback.format_exception_only(e)).strip()
+
+
+class Steps:
+    """The pipeline steps of one run, over the run's parts."""
+
+    def __init__(self, parts: Parts, trust: Trust) -> None:
+        self.p, self.trust, self.mirror = parts, trust, parts.mirror
+        self.store, self.run_id, self.spec = parts.store, parts.run_id, parts.spec
+        self.agents = parts.agents
+        self.resumed = {n.id for n in self.mirror.nodes.values() if not n.status.is_finished()}
+        self.idle: set[str] = set()  # tickets for which the policy chose nothing
+        self.unselected: set[str] = set()  # tickets started that have no node yet
+        self.announced: set[tuple[int, int]] = set()  # (node, attempt) shown as waiting
+
+    # -- the candidate boundary --------------------------------------------------------
+    def guarded(self, step: str, fn: Callable[[State], State | None]) -> Callable[[State], State]:
+        """``fn`` as a graph node: timed, refused while the run stops, and with the
+        candidate's own failures recorded on its node."""
+
+        def run(state: State) -> State:
+            t0 = time.monotonic()
+            node_id = state.get("node_id")
+            if self.p.cancel.is_set():  # stopping: no new model calls or evaluations
+                raise Cancelled("the run is stopping")
+            try:
+                return dict(fn(state) or {})
+            except (Cancelled, BudgetExhausted, InfraFailure, BaselineFailed, GraphBubbleUp):
+                raise  # GraphBubbleUp: LangGraph's interrupt (a candidate waits for approval)
+            except Exception as e:  # the candidate boundary: record, and the run goes on
+                node_id = state.get("node_id", node_id)
+                if (cause := infra_cause(e)) is not None:  # not the candidate's: unfinished
+                    raise InfraFailure(cause) from e
+                if node_id == 0:
+                    raise BaselineFailed(f"{step}: {detail_of(e)}") from e
+                if node_id is None or self.mirror.get(node_id).status.is_finished():
+                    raise
+                self.fail(node_id, step, detail_of(e), error_kind(e, step))
+                return {}
+            finally:
+                if node_id is not None:
+                    self.mirror.time(node_id, step, time.monotonic() - t0)
+
+        run.__name__ = step
+        return run
+
+    def fail(self, node_id: int, step: str, detail: str, kind: str) -> Node:
+        return self.mirror.finish(
+            node_id,
+            NodeStatus.FAILED,
+            f"node {node_id} failed in {step}: {detail}",
+            error=f"{step}: {detail}",
+            error_kind=kind,
+        )
+
+    def job(self, node: Node) -> Job:
+        parent = self.mirror.parent(node)
+        assert parent.commit is not None
+        commit = parent.commit
+        return Job(node, parent, lambda: self.p.git.read_files(commit))
+
+    # -- the steps ---------------------------------------------------------------------
+    def select(self, state: State) -> State | None:
+        ticket, m, policy = state["ticket"], self.mirror, self.p.policy
+        with m.lock:
+            if ticket in m.by_ticket:
+                self.unselected.discard(ticket)
+                return {"node_id": m.by_ticket[ticket]}
+            snapshot = m.snapshot()
+            if not policy.slow:  # a fast policy selects and its node is made in one section
+                update, verify = self._take(ticket, self._choose(snapshot))
+        if policy.slow:  # a slow one (a model call) selects outside the tree lock, one at a time
+            with self.p.policy_lock:
+                picked = self._choose(snapshot)
+            with m.lock:
+                update, verify = self._take(ticket, picked)
+        if verify is not None:  # the policy asked for repeats of a node before exploiting it
+            self.trust.for_policy(verify)
+        return update
+
+    def _choose(self, snapshot: Tree) -> Picked:
+        policy = self.p.policy
+        before = policy.state()
+        return policy.select(snapshot), before, policy.note
+
+    def _take(self, ticket: str, picked: Picked) -> tuple[State, int | None]:
+        """The node for a selection (under the tree lock), or the node to verify."""
+        choice, before, note = picked
+        self.unselected.discard(ticket)
+        if choice is None or (
+            choice.operator == "verify" and choice.parent_id in self.trust.verifying
+        ):
+            self.idle.add(ticket)
+            return {"node_id": None}, None
+        if choice.operator == "verify":
+            self.trust.verifying.add(choice.parent_id)
+            self.store.update_run(self.run_id, policy_state=self.p.policy.state())
+            return {"node_id": None}, choice.parent_id
+        return {"node_id": self._add(ticket, choice, before, note).id}, None
+
+    def _add(
+        self, ticket: str, choice: Selection, before: dict[str, Any], note: str | None
+    ) -> Node:
+        parent = self.mirror.get(choice.parent_id)
+        node = Node(
+            self.run_id,
+            self.mirror.next_id(),
+            parent.id,
+            choice.operator,
+            NodeStatus.PENDING,
+            depth=parent.depth + 1,
+            thread_id=ticket,
+            created_at=time.time(),
+            extra_parents=choice.extra_parents,
+        )
+        score = parent.score_of(self.spec.maximize)
+        msg = f"node {node.id}: {choice.operator} from node {parent.id} (score {score})"
+        if note:
+            msg += f"; {note}"
+        data = {"parent": parent.id, "operator": choice.operator, "note": note}
+        try:
+            self.mirror.add(node, ("select", msg, data), self.p.policy.state())
+        except BaseException:
+            self.p.policy.load_state(before)
+            raise
+        return node
+
+    def propose(self, state: State) -> None:
+        node = self.mirror.get(state["node_id"])
+        if node.proposal is not None:
+            return
+        proposal = self.agents.proposer.propose(self.job(node))
+        self.mirror.set(
+            node.id,
+            ("propose", f"node {node.id}: {proposal.hypothesis}", proposal.to_json()),
+            proposal=proposal.to_json(),
+            status=NodeStatus.PROPOSED,
+        )
+
+    def code(self, state: State) -> State | None:
+        """Commit the coder's changes. A refused answer goes back to the coder for a
+        repair round while it has rounds left (the graph's ``code -> code`` edge)."""
+        node = self.mirror.get(state["node_id"])
+        if node.commit is not None:
+            return {"refusal": None}
+        assert node.proposal is not None
+        job, proposal = self.job(node), Proposal(**node.proposal)
+        last = state.get("refusal")
+        refusal = Refusal(**{k: last[k] for k in ("error", "answer", "round")}) if last else None
+        try:
+            changes = self.agents.coder.code(job, proposal, refusal)
+        except EditError as e:  # only an answer that came back refused can be repaired
+            repairable = isinstance(e, EditRefused)
+            answer = e.answer[-6000:] if isinstance(e, EditRefused) else ""
+            rounds = refusal.round + 1 if refusal else 0
+            return {
+                "refusal": {"error": str(e), "answer": answer, "round": rounds}
+                | {"detail": detail_of(e), "repairable": repairable}
+            }
+        self._commit(node, job.parent, proposal, changes)
+        return {"refusal": None}
+
+    def _commit(
+        self, node: Node, parent: Node, proposal: Proposal, changes: dict[str, bytes | None]
+    ) -> None:
+        git = self.p.git
+        assert parent.commit is not None
+        message = (
+            f"node {node.id}: {node.operator} from node {parent.id}\n\n{proposal.hypothesis}\n"
+        )
+        if node.attempt > 1:  # a retry: a distinct commit, the earlier one stays reachable
+            message += f"\n(attempt {node.attempt}, by `revtree retry`)\n"
+        sha = git.commit(parent.commit, changes, message, when=node.created_at)
+        if not git.changed_paths(parent.commit, sha):
+            raise EditError(
+                f"the edit changes nothing: the code is identical to node {parent.id}'s "
+                "(not evaluated: its score could only differ by the evaluator's noise)"
+            )
+        git.set_node_ref(node.id, sha)
+        self.mirror.set(
+            node.id,
+            (
+                "commit",
+                f"node {node.id}: commit {sha[:10]} changes {sorted(changes) or 'nothing'}",
+                {"commit": sha},
+            ),
+            commit=sha,
+            status=NodeStatus.CODED,
+        )
+
+    def change(self, node: Node) -> Change:
+        parent = self.mirror.parent(node)
+        assert parent.commit is not None and node.commit is not None
+        git = self.p.git
+        paths = tuple(git.changed_paths(parent.commit, node.commit))
+        return Change(paths, git.diff(parent.commit, node.commit))
+
+    def review(self, state: State) -> State | None:
+        """The reviewers in turn (the static checks first); the first rejection is the
+        verdict. A rejection goes to ``record``; an acceptance a model or a user gave is
+        stored on the node. A replay after a crash reviews again (the checks are pure)."""
+        node = self.mirror.get(state["node_id"])
+        if node.status is not NodeStatus.CODED:
+            return None
+        assert node.proposal is not None
+        job, proposal, change = self.job(node), Proposal(**node.proposal), self.change(node)
+        verdict = Verdict(True, stored=False)
+        for reviewer in self.agents.reviewers:
+            verdict = reviewer.review(job, proposal, change) or verdict
+            if not verdict.accepted:
+                return {"verdict": {"accepted": False, "reasons": list(verdict.reasons)}}
+        if verdict.stored:
+            review = {"accepted": True, "reasons": list(verdict.reasons)}
+            self.mirror.set(node.id, None, review=review)
+        return {"verdict": None}
+
+    def approve(self, state: State) -> State | None:
+        """Human approval (``[search] approve = "evaluate"``): the candidate waits, its
+        hypothesis and diff in the live log, until ``revtree approve`` or ``reject``
+        writes a decision to SQL. The decision is read from SQL, so a stop and resume
+        while waiting loses nothing; the graph's interrupt only parks the thread."""
+        node = self.mirror.get(state["node_id"])
+        if node.id == 0 or self.spec.search.approve != "evaluate" or node.commit is None:
+            return None
+        if node.status is not NodeStatus.CODED:
+            return None  # evaluating already (a replay): it was approved
+        decision = self.store.decision(self.run_id, node.id, node.attempt)
+        if decision is None:  # park the thread; the scheduler re-runs this step (and so
+            self._announce(node)  # reads SQL again) once a decision is stored
+            interrupt({"node": node.id, "attempt": node.attempt})
+            return None  # not reached: ``interrupt`` pauses the graph here
+        if decision.accepted:
+            return {"verdict": None}
+        reasons = [f"rejected by the user: {decision.why or 'no reason given'}"]
+        return {"verdict": {"accepted": False, "reasons": reasons, "by": "user"}}
+
+    def _announce(self, node: Node) -> None:
+        key = (node.id, node.attempt)
+        if key in self.announced:
+            return
+        self.announced.add(key)
+        hypothesis = (node.proposal or {}).get("hypothesis", "")
+        lines = self.change(node).diff.splitlines()
+        shown = "\n".join(lines[:DIFF_LINES])
+        more = f"\n… {len(lines) - DIFF_LINES} more diff lines" if len(lines) > DIFF_LINES else ""
+        self.store.add_event(
+            self.run_id,
+            "approval",
+            f"node {node.id} waits for approval: {hypothesis}\n{shown}{more}\n"
+            f"`revtree approve {self.run_id} {node.id}` or "
+            f"`revtree reject {self.run_id} {node.id} --why TEXT`",
+            node.id,
+            {"waiting": True, "attempt": node.attempt},
+        )
+
+    def evaluate(self, state: State) -> State | None:
+        node = self.mirror.get(state["node_id"])
+        assert node.commit is not None
+        done = {}
+        if node.id in self.resumed:  # only a resumed node can have stored evaluations
+            done = {
+                (e.stage, e.repeat): e
+                for e in self.store.evaluations(self.run_id, node.id)
+                if e.stage not in (HOLDOUT, GUARD) and e.attempt == node.attempt
+            }
+            if node.id == 0 and any(not e.ok for e in done.values()):
+                msg = (
+                    f"baseline: its last evaluation failed; evaluating it again "
+                    f"(attempt {node.attempt + 1})"
+                )
+                node = self.mirror.set(0, ("retry", msg, None), attempt=node.attempt + 1)
+                done = {}
+        assert node.commit is not None
+        archive = self.p.git.archive(node.commit, self.p.overlay)
+        with self.p.slots.held():
+            if node.status is not NodeStatus.EVALUATING:
+                what = "baseline" if node.id == 0 else "review passed"
+                msg = f"node {node.id}: {what}, evaluating"
+                node = self.mirror.set(
+                    node.id, ("evaluate", msg, None), status=NodeStatus.EVALUATING
+                )
+            outcome = self.p.evaluator.evaluate(
+                node.id,
+                archive,
+                done,
+                self.trust.record,
+                self.p.cancel,
+                {"revtree.run": self.run_id, "revtree.node": str(node.id)},
+            )
+        if node.id == 0 and not outcome.ok:
+            raise BaselineFailed(outcome.error or "no score")
+        return {"outcome": dataclasses.asdict(outcome)}
+
+    def analyse(self, state: State) -> State | None:
+        """The analyst's reading of a failed evaluation; its own failure is only logged."""
+        node = self.mirror.get(state["node_id"])
+        if self.agents.analyst is None or node.status.is_finished():
+            return None
+        try:
+            return {"analysis": self.agents.analyst.analyse(self.job(node))}
+        except Exception as e:  # the analysis is optional; the node's own reason stays
+            self.store.add_event(
+                self.run_id, "error", f"node {node.id}: analysis failed: {e}", node.id
+            )
+            return None
+
+    def record(self, state: State) -> None:
+        node = self.mirror.get(state["node_id"])
+        if node.status.is_finished():  # a replay: finish the checks a kill interrupted
+            if node.status is NodeStatus.SUCCEEDED and self.mirror.best_id == node.id:
+                self.trust.best(node.id)
+            return
+        if (refusal := state.get("refusal")) is not None:
+            self.fail(node.id, "code", refusal["detail"], "code")
+        elif (verdict := state.get("verdict")) is not None:
+            reason = "; ".join(verdict["reasons"])
+            self.mirror.finish(
+                node.id,
+                NodeStatus.REJECTED,
+                f"node {node.id} rejected: {reason}",
+                error=f"review: {reason}",
+                error_kind="rejected",
+                review={k: verdict[k] for k in ("accepted", "reasons", "by") if k in verdict},
+            )
+        else:
+            self._outcome(node, state)
+
+    def _outcome(self, node: Node, state: State) -> None:
+        o = Outcome(**(state.get("outcome") or {}))
+        if o.ok:
+            assert o.score is not None
+            msg = f"node {node.id} scored {o.score:.6g}{self._gain(node, o.score)}"
+            self.mirror.finish(
+                node.id,
+                NodeStatus.SUCCEEDED,
+                msg,
+                score=o.score,
+                score_std=o.score_std,
+                n_evals=o.n_evals,
+            )
+            if self.mirror.best_id == node.id:
+                self.trust.best(node.id)
+        else:
+            self.mirror.finish(
+                node.id,
+                NodeStatus.FAILED,
+                f"node {node.id} failed: {o.error}",
+                analysis=state.get("analysis"),
+                error=o.error,
+                error_kind=o.error_kind,
+                n_evals=o.n_evals,
+            )
+
+    def _gain(self, node: Node, score: float) -> str:
+        root = self.mirror.get(0)
+        if node.id == 0 or root.score is None:
+            return " (baseline)" if node.id == 0 else ""
+        delta = score - root.score
+        pct = f" ({delta / abs(root.score):+.1%})" if root.score else ""
+        return f", {delta:+.6g} vs baseline{pct}"

@@ -1,0 +1,307 @@
+"""Trust in a best: verification by repeats, the guard holdout with its drift alarms,
+and the final holdout (the rules themselves are pure functions in ``trust``).
+
+A new best is verified (``verify_repeats``) and guarded (one run of the guard split of
+the holdout), each within its budget share during the run and regardless of it at the
+end; the baseline's guard always runs, as the reference of every drift alarm. An
+alarmed node and its finished subtree are never recommended or exploited. Every
+evaluation here is stored once per (node, stage, repeat, attempt) and reused on replay.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import threading
+from typing import Any
+
+from revtree.agents.evaluator import FULL, GUARD, HOLDOUT
+from revtree.errors import StoreError
+from revtree.memory import EvalResult, Node, NodeStatus
+from revtree.memory.gitstore import HOLDOUT_REF
+from revtree.orchestrator.mirror import subtree_alarm
+from revtree.orchestrator.trust import holdout_alarm, rank_alarm
+from revtree.orchestrator.wiring import Parts
+
+FINAL_TRIES = 10  # new bests verified and guarded at the end, at most
+
+
+class Trust:
+    """Verification and the holdout guard of one run."""
+
+    def __init__(self, parts: Parts) -> None:
+        self.p, self.spec, self.mirror = parts, parts.spec, parts.mirror
+        self.store, self.run_id = parts.store, parts.run_id
+        self.verifying: set[int] = set()  # nodes the policy asked to verify, in progress
+        self.guarded = self._stored_guards()  # node -> the mean of its guard holdout runs
+        self._guard_locks: dict[int, threading.Lock] = {}  # one guard run per node at once
+
+    def record(self, result: EvalResult, kind: str | None = None) -> None:
+        """Store one evaluation of the node's current attempt, with its event."""
+        result = dataclasses.replace(result, attempt=self.mirror.get(result.node_id).attempt)
+        what = (
+            f"{result.score:.6g}"
+            if result.ok and result.score is not None
+            else (f"failed ({result.error_kind}): {result.error}")
+        )
+        where = f"node {result.node_id} {result.stage}#{result.repeat}"
+        data = {
+            "stage": result.stage,
+            "repeat": result.repeat,
+            "score": result.score,
+            "ok": result.ok,
+            "duration": result.duration,
+        }
+        msg = f"{where}: {what} in {result.duration:.2f}s"
+        self.store.record_evaluation(self.run_id, result, ("eval", msg, data))
+        self.p.budget.spend(result.duration, kind)
+
+    def _stored_guards(self) -> dict[int, float]:
+        """The guard score of each guarded node (its current attempt), from SQL: only the
+        guard rows are read, as a resume at 10k nodes must start fast."""
+        runs: dict[int, list[float]] = {}
+        for e in self.store.evaluations(self.run_id, stage=GUARD):
+            node = self.mirror.nodes.get(e.node_id)
+            if e.score is None or not e.ok or node is None:
+                continue
+            if e.attempt == node.attempt:
+                runs.setdefault(e.node_id, []).append(e.score)
+        return {i: statistics.fmean(v) for i, v in runs.items()}
+
+    def best(self, node_id: int, final: bool = False) -> None:
+        """A new best: verified (repeats) and guarded (holdout), each within its budget
+        share during the run, and regardless of it when ``final``; the baseline's guard
+        always runs (the reference of every drift alarm)."""
+        t, budget = self.spec.trust, self.p.budget
+        always = final or node_id == 0
+        if t.verify_repeats > 1 and (
+            final or budget.share_ok("verify", t.verify_share, t.verify_repeats - 1)
+        ):
+            self.verify(node_id, t.verify_repeats, slot=not final)
+            if self.mirror.best_id != node_id and not final:
+                return  # verification moved the best elsewhere
+        if self.spec.holdout is None or not t.guard:
+            return
+        if node_id != 0 and 0 not in self.guarded:
+            self._guard(0, slot=not final)
+        first = not any(i != 0 for i in self.guarded)  # the first best is always guarded
+        if self.mirror.get(node_id).alarm is None and (
+            always or first or budget.share_ok(GUARD, t.guard_share, 1)
+        ):
+            self._guard(node_id, slot=not final)
+
+    def finalize(self) -> None:
+        """Before a best is reported: the best (each new one, up to ``FINAL_TRIES``) is
+        verified and guarded whatever the budget shares, the baseline verified, and the
+        final holdout run on the node that is recommended."""
+        for _ in range(FINAL_TRIES):
+            best = self.mirror.best_id
+            if best is None:
+                break
+            self.best(best, final=True)
+            if self.mirror.best_id == best:
+                break
+        root = self.mirror.get(0)
+        if self.spec.trust.verify_repeats > 1 and root.status is NodeStatus.SUCCEEDED:
+            self.verify(0, self.spec.trust.verify_repeats)
+        self.final_holdout()
+
+    def _guard(self, node_id: int, slot: bool) -> None:
+        """Run (or reuse) the guard holdout of a node, then check it for a drift alarm.
+        Candidates that need the same node's guard (the baseline's) wait for one run.
+        The baseline's guard is tried twice (it is every alarm's reference); a node
+        whose guard fails where the baseline's succeeds is alarmed (``holdout-failed``:
+        hard-coded answers often crash on inputs they have not seen)."""
+        failed = self._guard_repeat(node_id, 0, slot)
+        if node_id == 0 and failed is not None:
+            failed = self._guard_repeat(0, 1, slot)
+            if failed is not None and 0 not in self.guarded:
+                self.store.add_event(
+                    self.run_id,
+                    "warning",
+                    f"drift alarms are off for this run: the baseline's guard holdout fails "
+                    f"({failed})",
+                    0,
+                )
+        if node_id in self.guarded:
+            self._check_alarm(node_id, slot)
+        elif node_id != 0 and failed is not None and 0 in self.guarded:
+            node = self.mirror.get(node_id)
+            if node.alarm is None and node.score is not None:
+                self.alarm(
+                    node_id,
+                    {
+                        "kind": "holdout-failed",
+                        "message": f"its guard holdout fails where the baseline's succeeds "
+                        f"({failed})",
+                        "dev": node.score,
+                        "holdout": None,
+                    },
+                )
+
+    def _guard_repeat(self, node_id: int, repeat: int, slot: bool) -> str | None:
+        """Guard run ``repeat`` of a node (stored once, reused on replay); the node's
+        guard score is the mean of its runs. One run per node at once. Returns the
+        run's error, if it failed."""
+        with self.mirror.lock:
+            once = self._guard_locks.setdefault(node_id, threading.Lock())
+        with once:
+            node = self.mirror.get(node_id)
+            runs = {
+                e.repeat: e
+                for e in self.store.evaluations(self.run_id, node_id)
+                if e.stage == GUARD and e.attempt == node.attempt
+            }
+            if repeat not in runs:
+                with self.p.slots.maybe(slot):
+                    result = self.holdout(node_id, split=GUARD, repeat=repeat)
+                if result is None:
+                    return None
+                runs[repeat] = result
+                # the reference (the baseline's guard) is not counted in the guard share
+                self.p.budget.spend(result.duration, GUARD, counted=node_id != 0)
+            scores = [e.score for e in runs.values() if e.ok and e.score is not None]
+            if scores:
+                with self.mirror.lock:
+                    self.guarded[node_id] = statistics.fmean(scores)
+            run = runs[repeat]
+            return None if run.ok else (run.error or "no score")
+
+    def _check_alarm(self, node_id: int, slot: bool = False) -> None:
+        node, root = self.mirror.get(node_id), self.mirror.get(0)
+        t, h = self.spec.trust, self.guarded.get(node_id)
+        base_h, maximize = self.guarded.get(0), self.spec.maximize
+        if node_id == 0 or h is None or base_h is None or node.score is None:
+            return
+        if root.score is None or node.alarm is not None:
+            return
+        kind = "holdout-worse"
+        msg = holdout_alarm(node.score, h, root.score, base_h, maximize, t.tolerance)
+        if msg is not None:  # confirm on a second guard run of both before alarming
+            self._guard_repeat(0, 1, slot)
+            self._guard_repeat(node_id, 1, slot)
+            h, base_h = self.guarded[node_id], self.guarded[0]
+            msg = holdout_alarm(node.score, h, root.score, base_h, maximize, t.tolerance)
+        if msg is None:
+            with self.mirror.lock:
+                nodes = self.mirror.nodes
+                dev = {
+                    i: (nodes[i].score or 0.0, s)
+                    for i, s in self.guarded.items()
+                    if nodes[i].score is not None and nodes[i].alarm is None
+                }
+            kind, msg = "rank", rank_alarm(node_id, dev, maximize, t.min_rank_agreement)
+        if msg is not None:
+            self.alarm(node_id, {"kind": kind, "message": msg, "dev": node.score, "holdout": h})
+
+    def alarm(self, node_id: int, alarm: dict[str, Any]) -> None:
+        """Mark the node and its finished subtree alarmed; the best moves elsewhere."""
+        node = self.mirror.set(
+            node_id,
+            ("alarm", f"drift alarm on node {node_id}: {alarm['message']}", alarm),
+            alarm=alarm,
+        )
+        marked = [node]
+        for child in self.mirror.subtree(node_id):
+            if child.status is NodeStatus.SUCCEEDED and child.alarm is None:
+                sub = subtree_alarm(node_id, child.score)
+                event = ("alarm", f"node {child.id}: {sub['message']}", sub)
+                marked.append(self.mirror.set(child.id, event, alarm=sub))
+        with self.mirror.lock:
+            for n in marked:
+                self.p.policy.update(n)
+        self.mirror.rebest(f"node {node_id} carries a drift alarm")
+
+    def final_holdout(self) -> None:
+        """The hidden holdout of the recommended node, once per attempt."""
+        best = self.mirror.best_id
+        if self.spec.holdout is None or best is None:
+            return
+        attempt = self.mirror.get(best).attempt
+        done = {e.stage for e in self.store.evaluations(self.run_id, best) if e.attempt == attempt}
+        if HOLDOUT not in done:
+            self.holdout(best)
+
+    def for_policy(self, node_id: int) -> None:
+        """The policy asked for more repeats of a promising node before exploiting it."""
+        try:
+            repeats = int(getattr(self.spec.search, "verify_repeats", 3))
+            node = self.verify(node_id, repeats, slot=True)
+            with self.mirror.lock:
+                self.p.policy.update(node)
+        finally:
+            with self.mirror.lock:
+                self.verifying.discard(node_id)
+
+    def verify(self, node_id: int, repeats: int, slot: bool = False) -> Node:
+        """Run the node's full stage until it has ``repeats`` repeats, then store their mean
+        and spread as its score (idempotent by repeat, like every evaluation)."""
+        node = self.mirror.get(node_id)
+        assert node.commit is not None
+        ev = self.spec.evaluate
+        done = {
+            e.repeat: e
+            for e in self.store.evaluations(self.run_id, node_id)
+            if e.stage == FULL and e.attempt == node.attempt
+        }
+        if all(r in done for r in range(repeats)) and node.n_evals >= len(done):
+            return node  # verified already: nothing new to say
+        if not done and node.n_evals > 0:
+            return node  # its score is a cascade stage's ("keep"): no full stage to repeat
+        archive = self.p.git.archive(node.commit, self.p.overlay)
+        for r in range(repeats):
+            if r in done:
+                continue
+            with self.p.slots.maybe(slot):
+                done[r] = self.p.evaluator.run_one(
+                    node_id, archive, FULL, r, ev.command, ev.metric, ev.timeout, self.p.cancel
+                )
+            self.record(done[r], "verify")
+        scores = [e.score for e in done.values() if e.ok and e.score is not None]
+        if not scores or node.status is not NodeStatus.SUCCEEDED:
+            return self.mirror.get(node_id)
+        mean = scores[0] if len(set(scores)) == 1 else statistics.fmean(scores)
+        std = statistics.stdev(scores) if len(scores) > 1 else None
+        spread = f" ± {std:.3g}" if std is not None else ""
+        node = self.mirror.set(
+            node_id,
+            (
+                "verify",
+                f"node {node_id} over {len(scores)} repeats: {mean:.6g}{spread}",
+                {"score": mean, "std": std},
+            ),
+            score=mean,
+            score_std=std,
+            n_evals=len(done),
+        )
+        self.mirror.rebest("after verification")
+        return node
+
+    def holdout(self, node_id: int, split: str = HOLDOUT, repeat: int = 0) -> EvalResult | None:
+        """Run the hidden holdout evaluation on a node and record it (``split``: the
+        final judge, or the guard during the search)."""
+        node = self.mirror.get(node_id)
+        if self.spec.holdout is None or node.commit is None:
+            return None
+        git = self.p.git
+        overlay = dict(self.p.overlay)
+        if self.spec.holdout.files:
+            files = git.find(HOLDOUT_REF)
+            if files is None:
+                raise StoreError(f"the holdout files ({HOLDOUT_REF}) are missing from the run")
+            overlay.update(git.read_files(files))
+        archive = git.archive(node.commit, overlay)
+        result = self.p.evaluator.holdout(node_id, archive, self.p.cancel, overlay, split, repeat)
+        if result is not None:
+            result = dataclasses.replace(result, attempt=node.attempt)
+            self.store.record_evaluation(self.run_id, result)
+            what = f"{result.score:.6g}" if result.ok else f"failed: {result.error}"
+            label = "guard holdout" if split == GUARD else "holdout"
+            self.store.add_event(
+                self.run_id,
+                "holdout",
+                f"{label} of node {node_id}: {what}",
+                node_id,
+                {"score": result.score, "ok": result.ok},
+            )
+        return result

@@ -1,0 +1,183 @@
+"""The ``[search]`` section: one model per tree-search policy, told apart by ``policy``."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BeforeValidator, Field, model_validator
+
+from revtree.tasks.sections import Section
+
+
+class _Search(Section):
+    seed: int = Field(0, description="Seed of the policy and proposer RNGs.")
+    parallel: int = Field(1, ge=1, le=256, description="Evaluations running at once.")
+    lookahead: int | None = Field(
+        None,
+        ge=0,
+        le=256,
+        description="Candidates prepared (selected, proposed, coded, reviewed) ahead of a free "
+        "evaluation slot, so slots never wait for agents. Default: 0 when parallel is 1 (fully "
+        "deterministic), else equal to parallel.",
+    )
+    approve: Literal["off", "evaluate"] = Field(
+        "off",
+        description="Human approval: 'evaluate' holds each candidate before its evaluation "
+        "until `revtree approve RUN NODE` (or `revtree reject RUN NODE --why TEXT`); its "
+        "hypothesis and diff are in the live log.",
+    )
+
+
+class GreedySearch(_Search):
+    """AIDE's policy: a few drafts, debug failed leaves, then improve the best."""
+
+    policy: Literal["greedy"] = "greedy"
+    num_drafts: int = Field(3, ge=1, description="Children of the root before improving.")
+    debug_prob: float = Field(0.5, ge=0, le=1, description="Chance to debug a failed leaf.")
+    max_debug_depth: int = Field(3, ge=0, description="Longest chain of debug fixes.")
+
+
+class RandomSearch(_Search):
+    """Expand a uniformly chosen successful node (or the root)."""
+
+    policy: Literal["random"] = "random"
+
+
+class OptunaSearch(_Search):
+    """The knob study alone decides: every candidate is the root with new knob values."""
+
+    policy: Literal["optuna"] = "optuna"
+
+
+class _Verified(_Search):
+    """Noise handling shared by the tree policies (needs the orchestrator's "verify")."""
+
+    verify_top_k: int = Field(
+        0,
+        ge=0,
+        description="Re-evaluate the k best nodes before exploiting them (0: off; needs the "
+        "orchestrator's 'verify' operator).",
+    )
+    verify_repeats: int = Field(
+        3, ge=1, description="Evaluations a top-k node must have before it is exploited."
+    )
+    noise_z: float = Field(
+        1.0,
+        ge=0,
+        description="Rank nodes by mean - noise_z * standard error (0: by the mean).",
+    )
+
+
+class MctsSearch(_Verified):
+    """UCT over the candidate tree (AIRA-dojo), Q min-max normalised in the better direction."""
+
+    policy: Literal["mcts"] = "mcts"
+    uct_c: float = Field(1.0, ge=0, description="Exploration constant of UCT.")
+    num_children: int = Field(5, ge=1, description="Children a node holds before UCT descends.")
+    progressive_widening: bool = Field(
+        False, description="Allow ceil(pw_k * visits^pw_alpha) children instead."
+    )
+    pw_k: float = Field(1.0, gt=0, description="Progressive widening: scale.")
+    pw_alpha: float = Field(0.5, gt=0, le=1, description="Progressive widening: exponent.")
+    max_debug_depth: int = Field(3, ge=0, description="Longest chain of debug fixes.")
+
+
+class EvolutionSearch(_Verified):
+    """MAP-Elites with islands (OpenEvolve, FunSearch)."""
+
+    policy: Literal["evolution"] = "evolution"
+    num_islands: int = Field(4, ge=1, description="Islands; the ring migrates elites.")
+    migration_interval: int = Field(
+        5, ge=1, description="Generations (programs per island) between migrations."
+    )
+    migration_rate: float = Field(
+        0.1, ge=0, le=1, description="Fraction of an island's programs sent to the next."
+    )
+    archive_size: int = Field(20, ge=1, description="Elites kept in the global archive.")
+    exploration_ratio: float = Field(
+        0.2, ge=0, le=1, description="Chance the parent is a random cell elite of the island."
+    )
+    exploitation_ratio: float = Field(
+        0.7, ge=0, le=1, description="Chance the parent comes from the elite archive."
+    )
+    crossover_rate: float = Field(
+        0.1, ge=0, le=1, description="Chance of a 'crossover' with a second elite parent."
+    )
+    num_inspirations: int = Field(2, ge=0, description="Other elites shown to the proposer.")
+    features: tuple[str, ...] = Field(
+        ("depth", "operator"),
+        description="MAP-Elites dimensions: 'depth', 'operator', 'lineage', "
+        "'knob:NAME:LOW:HIGH', or a dotted path to a function node -> tuple of floats in [0, 1].",
+    )
+    feature_bins: int = Field(6, ge=1, description="Bins per feature dimension.")
+
+    @model_validator(mode="after")
+    def _ratios(self) -> EvolutionSearch:
+        if self.exploration_ratio + self.exploitation_ratio > 1:
+            raise ValueError("exploration_ratio + exploitation_ratio must be at most 1")
+        return self
+
+
+class BgmctsSearch(_Verified):
+    """Budget-guided MCTS (Miyamoto et al., 2026): explore early, go deep late."""
+
+    policy: Literal["bgmcts"] = "bgmcts"
+    uct_c: float = Field(1.0, ge=0, description="Exploration constant, scaled by 1 - rho.")
+    kappa: float = Field(0.5, ge=0, description="Depth bonus kappa * rho * depth / d_ans.")
+    lam: float = Field(
+        2.0, ge=0, description="Virtual child: mean + lam * (1 - rho) * var of the children."
+    )
+    d_ans: float | None = Field(
+        None, gt=0, description="Depth scale of an answer; default: the deepest node so far."
+    )
+    max_debug_depth: int = Field(3, ge=0, description="Longest chain of debug fixes.")
+
+
+class ExtsSearch(_Verified):
+    """Tree search that expands a node when its value of information pays for the cost."""
+
+    policy: Literal["exts"] = "exts"
+    prior_strength: float = Field(
+        1.0, gt=0, description="Pseudo-children behind the prior mean of a node's children."
+    )
+    prior_alpha: float = Field(2.0, gt=1, description="Normal-Inverse-Gamma shape prior.")
+    prior_var: float = Field(0.05, gt=0, description="Prior variance of a child's reward.")
+    threshold: float = Field(
+        0.2, ge=0, description="Expected improvement per cost needed to expand, at rho = 1."
+    )
+    base_children: int = Field(2, ge=1, description="Children any node may hold.")
+    widen: float = Field(2.0, ge=0, description="Extra children for a node at percentile 1.")
+    debug_prob: float = Field(0.5, ge=0, le=1, description="Chance to debug a failed leaf.")
+    max_debug_depth: int = Field(3, ge=0, description="Longest chain of debug fixes.")
+
+
+class AgenticSearch(GreedySearch):
+    """An LLM agent reads a summary of the tree, memory and budget and picks the parent
+    and operator (or verifies a node, or restarts from the root). An answer it cannot
+    use falls back to greedy, with the reason recorded."""
+
+    policy: Literal["agentic"] = "agentic"  # type: ignore[assignment]
+    summary_nodes: int = Field(12, ge=3, le=200, description="Nodes shown to the agent.")
+    verify_repeats: int = Field(3, ge=2, le=50, description="Repeats when it asks to verify.")
+
+
+def _default_policy(value: Any) -> Any:
+    """A ``[search]`` table without ``policy`` means the default policy, greedy."""
+    if isinstance(value, dict) and "policy" not in value:
+        return {**value, "policy": "greedy"}
+    return value
+
+
+SearchConfig = Annotated[
+    GreedySearch
+    | RandomSearch
+    | OptunaSearch
+    | MctsSearch
+    | EvolutionSearch
+    | BgmctsSearch
+    | ExtsSearch
+    | AgenticSearch,
+    Field(discriminator="policy"),
+    BeforeValidator(_default_policy),
+]
+POLICIES = ("greedy", "random", "optuna", "mcts", "evolution", "bgmcts", "exts", "agentic")

@@ -1,0 +1,116 @@
+"""Human approval, end to end through the CLI: a run started with ``--approve`` holds
+each candidate before its evaluation; ``revtree approve`` / ``reject`` from a second
+process decide; a stop and resume while a candidate waits loses nothing."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+from pathlib import Path
+
+from revtree.memory import NodeStatus, Store
+from tests.orchestrator.conftest import make_task, revtree, spawn, wait_for
+
+
+def waiting(store: Store, run_id: str) -> list[int]:
+    """Nodes announced as waiting for approval and not decided yet."""
+    events = store.events_since(run_id, 0, 10_000)
+    asked = [e.node_id for e in events if e.kind == "approval" and e.node_id is not None]
+    decided = {e.node_id for e in events if e.kind == "decision"}
+    return [n for n in asked if n not in decided]
+
+
+def only_run(store: Store) -> str:
+    runs = store.list_runs()
+    assert len(runs) == 1
+    return runs[0].id
+
+
+def start_waiting(home: Path, store: Store, task: Path) -> tuple[subprocess.Popen[str], str]:
+    """``revtree run TASK --approve`` in a subprocess, once node 1 waits for approval."""
+    proc = spawn(home, "run", str(task), "--approve")
+    run_id = wait_for(lambda: store.list_runs() and only_run(store), what="the run")
+    assert isinstance(run_id, str)
+    wait_for(lambda: waiting(store, run_id) == [1], what="node 1 to wait")
+    return proc, run_id
+
+
+def test_approve_and_reject_from_a_second_process(tmp_path: Path, home: Path, store: Store) -> None:
+    proc, run_id = start_waiting(home, store, make_task(tmp_path / "t", budget=3))
+    try:
+        node = store.node(run_id, 1)
+        assert node.status is NodeStatus.CODED  # held before its evaluation
+        assert not store.evaluations(run_id, 1)
+        shown = [e.message for e in store.events_since(run_id) if e.kind == "approval"]
+        assert "waits for approval" in shown[0] and "sol.py" in shown[0]  # hypothesis + diff
+        assert f"revtree approve {run_id} 1" in shown[0]
+
+        out = revtree(home, "approve", run_id, "1")
+        assert "approved" in out.stdout
+        wait_for(lambda: store.node(run_id, 1).status.is_finished(), what="node 1 to finish")
+        assert store.node(run_id, 1).status is NodeStatus.SUCCEEDED
+
+        wait_for(lambda: waiting(store, run_id) == [2], what="node 2 to wait")
+        revtree(home, "reject", run_id, "2", "--why", "touches the wrong constant")
+        assert proc.wait(timeout=120) == 0, proc.stdout.read() if proc.stdout else ""
+    finally:
+        proc.kill()
+    node2 = store.node(run_id, 2)
+    assert node2.status is NodeStatus.REJECTED and node2.error_kind == "rejected"
+    assert "rejected by the user: touches the wrong constant" in (node2.error or "")
+    assert not store.evaluations(run_id, 2)  # a rejected candidate is never evaluated
+    assert store.get_run(run_id).status.value == "completed"
+
+
+def test_a_stop_and_resume_while_waiting_loses_nothing(
+    tmp_path: Path, home: Path, store: Store
+) -> None:
+    proc, run_id = start_waiting(home, store, make_task(tmp_path / "t", budget=2))
+    try:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=60)
+    finally:
+        proc.kill()
+    assert store.get_run(run_id).status.value == "stopped"
+    held = store.node(run_id, 1)
+    assert held.status is NodeStatus.CODED and held.commit is not None
+
+    # decided while no process drives the run: stored, applied on resume
+    revtree(home, "approve", run_id, "1")
+    out = revtree(home, "resume", run_id)
+    node = store.node(run_id, 1)
+    assert node.status is NodeStatus.SUCCEEDED and node.commit == held.commit, out.stdout
+    asked = [e for e in store.events_since(run_id) if e.kind == "approval" and e.node_id == 1]
+    assert len(asked) == 1  # not asked again: the decision was in SQL
+    assert len(store.nodes(run_id)) == 2  # the same candidate, not a new one
+    assert store.get_run(run_id).status.value == "completed"
+
+
+def test_decisions_that_make_no_sense_are_refused(tmp_path: Path, home: Path, store: Store) -> None:
+    task = make_task(tmp_path / "t", budget=2)
+    revtree(home, "run", str(task))
+    run_id = only_run(store)
+    off = revtree(home, "approve", run_id, "1", check=False)
+    assert off.returncode == 2 and "does not hold candidates for approval" in off.stderr
+    held = tmp_path / "h"
+    proc = spawn(home, "run", str(make_task(held, budget=2)), "--approve")
+    try:
+        run2 = wait_for(
+            lambda: [r.id for r in store.list_runs() if r.id != run_id], what="the second run"
+        )
+        assert isinstance(run2, list)
+        wait_for(lambda: waiting(store, run2[0]) == [1], what="node 1 to wait")
+        for args, says in [
+            (("approve", run2[0], "0"), "is not waiting for approval"),
+            (("approve", run2[0], "9"), "has no node 9"),
+            (("reject", run2[0], "7"), "has no node 7"),
+        ]:
+            bad = revtree(home, *args, check=False)
+            assert bad.returncode == 2 and says in bad.stderr, bad.stderr
+        revtree(home, "reject", run2[0], "1")  # no --why: still a clear reason
+        assert proc.wait(timeout=120) == 0
+        twice = revtree(home, "approve", run2[0], "1", check=False)
+        assert twice.returncode == 2 and "not waiting for approval" in twice.stderr
+    finally:
+        proc.kill()
+    assert "rejected by the user: no reason given" in (store.node(run2[0], 1).error or "")
