@@ -54,6 +54,7 @@ class Refusal:
     error: str
     answer: str = ""
     round: int = 0  # repair rounds already spent on this candidate
+    first: str = ""  # the first refusal's error (the one before any repair)
 
 
 @dataclass(frozen=True)

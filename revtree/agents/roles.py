@@ -272,7 +272,8 @@ class LLMCoder(_Role):
             return self._apply(again, ctx)
         except EditError as second:
             raise EditRefused(
-                f"{second} (after {rounds}; first error: {refusal.error})", again.text
+                f"{second} (after {rounds}; first error: {refusal.first or refusal.error})",
+                again.text,
             ) from second
 
     def _apply(self, answer: Completion, ctx: Context) -> dict[str, bytes | None]:

@@ -41,7 +41,8 @@ class Mirror:
         self.nodes: dict[int, Node] = {n.id: n for n in nodes}
         self.by_ticket = {n.thread_id: n.id for n in self.nodes.values() if n.thread_id}
         self.lock = threading.RLock()
-        self.observers: list[Observer] = []
+        self.observers: list[Observer] = []  # told of each finished node
+        self.updaters: list[Observer] = []  # the same, under the lock, with the best
         self.timings: dict[int, dict[str, float]] = {}
         self.fraction: Callable[[], float] = lambda: 0.0  # the budget used, for snapshots
         self._changed: list[int] = []
@@ -127,6 +128,8 @@ class Mirror:
         for observe in self.observers:
             observe(node)
         with self.lock:
+            for update in self.updaters:
+                update(node)
             current = self.nodes.get(self.best_id) if self.best_id is not None else None
             new_best = node.status is NodeStatus.SUCCEEDED and (
                 current is None or node.score_of(self.maximize) > current.score_of(self.maximize)

@@ -134,6 +134,7 @@ class Scheduler:
     def run(self, resume: list[str], stop: threading.Event) -> str | None:
         """Schedule until a budget or the search ends, or ``stop``; why it ended."""
         steps, p = self.steps, self.p
+        resume = self.parked_last(resume)
         in_flight: dict[Future[str], str] = {}
         starved, reason, last_beat = False, None, time.monotonic()
         width = p.parallel + p.lookahead
@@ -152,6 +153,9 @@ class Scheduler:
                     in_flight[pool.submit(self.candidate, ticket)] = ticket
                 if not in_flight and not self.waiting:
                     reason = reason or "search exhausted: the policy proposes nothing more"
+                    break
+                if not in_flight and (spent := p.budget.reason(starting=False)) is not None:
+                    reason = self._abandon_waiting(spent)  # no evaluation may start: end
                     break
                 if not in_flight:  # every candidate waits for a decision
                     stop.wait(POLL)
@@ -172,6 +176,32 @@ class Scheduler:
                 p.cancel.set()
                 wait(in_flight)
         return reason
+
+    def _abandon_waiting(self, spent: str) -> str:
+        """The budget is spent while candidates wait: none could be evaluated in this
+        session. They stay unfinished (their decision, if any comes, is kept) for a
+        ``resume`` with more budget."""
+        nodes = sorted(self.waiting.values())
+        self.waiting.clear()
+        self.store.add_event(
+            self.run_id,
+            "warning",
+            f"{spent} while node(s) {nodes} wait for approval: they stay unfinished; "
+            "raise the budget (`revtree retry --set` or a fork) and `revtree resume`",
+            None,
+            {"waiting": nodes},
+        )
+        return spent
+
+    def parked_last(self, tickets: list[str]) -> list[str]:
+        """Resumed tickets, those parked at approval last (so that they do not take the
+        width from candidates that were mid-way)."""
+
+        def parked(ticket: str) -> bool:
+            config = {"configurable": {"thread_id": f"{self.run_id}:{ticket}"}}
+            return tuple(self.graph.get_state(config).next) == ("approve",)
+
+        return sorted(tickets, key=parked)
 
     def _budget(self) -> str | None:
         with self.mirror.lock:

@@ -55,6 +55,8 @@ def error_kind(e: Exception, step: str) -> str:
 
 
 def detail_of(e: BaseException) -> str:
+    if isinstance(e, EditRefused):  # said as the EditError it is
+        return f"{EditError.__module__}.{EditError.__name__}: {e}"
     return "".join(traceback.format_exception_only(e)).strip()
 
 
@@ -203,15 +205,17 @@ class Steps:
         assert node.proposal is not None
         job, proposal = self.job(node), Proposal(**node.proposal)
         last = state.get("refusal")
-        refusal = Refusal(**{k: last[k] for k in ("error", "answer", "round")}) if last else None
+        fields = ("error", "answer", "round", "first")
+        refusal = Refusal(**{k: last[k] for k in fields}) if last else None
         try:
             changes = self.agents.coder.code(job, proposal, refusal)
         except EditError as e:  # only an answer that came back refused can be repaired
             repairable = isinstance(e, EditRefused)
             answer = e.answer[-6000:] if isinstance(e, EditRefused) else ""
             rounds = refusal.round + 1 if refusal else 0
+            first = refusal.first if refusal else str(e)
             return {
-                "refusal": {"error": str(e), "answer": answer, "round": rounds}
+                "refusal": {"error": str(e), "answer": answer, "round": rounds, "first": first}
                 | {"detail": detail_of(e), "repairable": repairable}
             }
         self._commit(node, job.parent, proposal, changes)
@@ -254,8 +258,9 @@ class Steps:
 
     def review(self, state: State) -> State | None:
         """The reviewers in turn (the static checks first); the first rejection is the
-        verdict. A rejection goes to ``record``; an acceptance a model or a user gave is
-        stored on the node. A replay after a crash reviews again (the checks are pure)."""
+        verdict. A rejection goes to ``record``; an acceptance a model gave is stored on
+        the node (a user's decision is an event: see ``approve``). A replay after a crash
+        reviews again (the checks are pure)."""
         node = self.mirror.get(state["node_id"])
         if node.status is not NodeStatus.CODED:
             return None

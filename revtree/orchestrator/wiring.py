@@ -21,7 +21,7 @@ from revtree.agents.base import Agents
 from revtree.agents.llm import BudgetExhausted
 from revtree.agents.mutate import MutationProposer, offline_agents
 from revtree.errors import Cancelled
-from revtree.memory import GitStore, Node, RunInfo, Store
+from revtree.memory import GitStore, RunInfo, Store
 from revtree.memory.db import revtree_home
 from revtree.memory.gitstore import PROTECTED_REF
 from revtree.orchestrator.budget import Budget
@@ -127,12 +127,8 @@ def wire(
     mirror.fraction = budget.fraction
     if agents.ask is not None:  # a policy that asks a model (agentic) gets one
         policy.attach(agents.ask)
-
-    def update_policy(node: Node) -> None:
-        with mirror.lock:
-            policy.update(node)
-
-    mirror.observers += [agents.proposer.observe, update_policy]  # told of each finished node
+    mirror.observers.append(agents.proposer.observe)  # told of each finished node
+    mirror.updaters.append(policy.update)  # under the tree lock, with the best
     return Parts(
         store,
         run,

@@ -114,3 +114,16 @@ def test_decisions_that_make_no_sense_are_refused(tmp_path: Path, home: Path, st
     finally:
         proc.kill()
     assert "rejected by the user: no reason given" in (store.node(run2[0], 1).error or "")
+
+
+def test_a_budget_spent_while_candidates_wait_ends_the_run(
+    tmp_path: Path, home: Path, store: Store
+) -> None:
+    task = make_task(tmp_path / "t", budget=5)
+    out = revtree(home, "run", str(task), "--approve", "--budget-time", "4", timeout=120)
+    run = store.get_run(only_run(store))
+    assert run.status.value == "completed" and "max_wall" in (run.reason or ""), out.stdout
+    held = [n for n in store.nodes(run.id) if n.id > 0]
+    assert held and all(n.status is NodeStatus.CODED for n in held)  # kept for a resume
+    warned = [e for e in store.events_since(run.id) if e.kind == "warning" and e.data]
+    assert any("wait for approval" in e.message for e in warned)

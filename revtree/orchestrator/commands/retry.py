@@ -46,7 +46,6 @@ from revtree.errors import RevtreeError
 from revtree.memory import Event, Node, NodeStatus, RunInfo, RunStatus, Store
 from revtree.orchestrator.commands.fork import apply_sets
 from revtree.orchestrator.core import Orchestrator
-from revtree.orchestrator.pipeline import STEPS
 from revtree.orchestrator.run import ROOT_TICKET, alive
 from revtree.tasks import TaskSpec
 
@@ -68,6 +67,10 @@ RESET: dict[str, dict[str, Any]] = {
         "lesson": None,
     },
 }
+# the step whose end a rewind replays: the one before ``step``; for evaluate, the review,
+# so that a new attempt waits for approval again where the run asks for it (as a thread
+# whose checkpoints were pruned does)
+REWIND_AFTER = {"propose": "select", "code": "propose", "evaluate": "review"}
 RESET_STATUS = {  # the status a node is reset to, by the step it is retried from
     "propose": NodeStatus.PENDING,
     "code": NodeStatus.PROPOSED,
@@ -112,7 +115,7 @@ def check_retry(run: RunInfo, nodes: dict[int, Node], node_id: int, step: str) -
     if step == "evaluate" and node.commit is None:
         raise RevtreeError(f"{where} has no commit to evaluate: retry it --from code")
     if step == "evaluate" and node.status is NodeStatus.REJECTED:
-        raise RevtreeError(f"{where} was rejected by the reviewer: retry it --from code")
+        raise RevtreeError(f"{where} was rejected: retry it --from code")
     return node
 
 
@@ -167,7 +170,7 @@ def retry(
     except BaseException as e:
         _release(store, run, orch, f"retry of node {node_id} failed: {e}")
         raise
-    _release(store, run, orch, _summary(node))
+    _release(store, run, orch, _summary(node, run.id))
     return node
 
 
@@ -206,6 +209,8 @@ def _run_attempt(orch: Orchestrator, node_id: int, step: str) -> Node:
     rewind(orch, ticket, step)
     outcome = orch.candidate(ticket)  # a failure is recorded on the node as its outcome
     node = orch.nodes[node_id]
+    if outcome == "waiting":  # approval is on: the new attempt waits for a decision
+        return node
     if not node.status.is_finished():
         raise RevtreeError(
             f"retry of node {node_id} of run {orch.run_id} did not finish ({outcome}); "
@@ -253,7 +258,7 @@ def rewind(orch: Orchestrator, ticket: str, step: str) -> bool:
     by ``revtree gc``): the thread then starts over, each step skipping the work the
     node already holds."""
     config = {"configurable": {"thread_id": f"{orch.run_id}:{ticket}"}}
-    before = STEPS[STEPS.index(step) - 1]
+    before = REWIND_AFTER[step]
     for snap in orch.graph.get_state_history(config):
         if snap.next == (step,):
             orch.graph.update_state(snap.config, CLEAN, as_node=before)
@@ -261,7 +266,12 @@ def rewind(orch: Orchestrator, ticket: str, step: str) -> bool:
     return False
 
 
-def _summary(node: Node) -> str:
+def _summary(node: Node, run_id: str) -> str:
+    if not node.status.is_finished():
+        return (
+            f"retry of node {node.id} (attempt {node.attempt}): waits for approval; "
+            f"`revtree approve {run_id} {node.id}`, then `revtree resume {run_id}`"
+        )
     if node.status is NodeStatus.SUCCEEDED:
         return f"retry of node {node.id} (attempt {node.attempt}): scored {node.score:.6g}"
     return (
