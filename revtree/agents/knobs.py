@@ -89,16 +89,44 @@ def _parse(knob: Knob, raw: str) -> Any:
     return value
 
 
-def _literal(knob: Knob, value: Any) -> str:
+def _same(knob: Knob, raw: str, value: Any) -> bool:
+    """Whether the text ``raw`` already holds ``value`` (parsed values compared, so that
+    ``"a"`` and ``'a'``, or ``1e-3`` and ``0.001``, are the same value)."""
+    try:
+        current = _parse(knob, raw)
+    except (ValueError, SyntaxError, TypeError):
+        return False
+    if knob.type == "categorical" and type(current) is not type(value):
+        return False  # 1 is not True, nor 1.0
+    return bool(current == value)
+
+
+def _literal(knob: Knob, value: Any, old: str = "") -> str:
+    """``value`` as the text of the knob's value; a string in ``old``'s quotes."""
     if knob.type == "int":
         return str(int(value))
     if knob.type == "float":
         return repr(float(value))
-    return repr(value) if knob.pattern is None else str(value)
+    if knob.pattern is not None:
+        return str(value)
+    if isinstance(value, str):
+        return _quoted(value, '"' if old.lstrip("rRbBuUfF").startswith('"') else "'")
+    return repr(value)
+
+
+def _quoted(value: str, quote: str) -> str:
+    """A Python string literal of ``value`` in ``quote`` (``'`` or ``"``)."""
+    text = repr(value)
+    if text[0] == quote:
+        return text
+    # repr chose the other quote, inside which ``quote`` is never escaped: escape it (an
+    # escaped other quote, \' within "...", stays valid)
+    return quote + text[1:-1].replace(quote, "\\" + quote) + quote
 
 
 class KnobCoder:
-    """Writes knob values into the files that hold them."""
+    """Writes knob values into the files that hold them. A value that the file already
+    holds leaves its text as it is; a new string keeps the quotes of the old one."""
 
     def __init__(self, knobs: Iterable[Knob]) -> None:
         self.knobs = {k.name: k for k in knobs}
@@ -119,17 +147,29 @@ class KnobCoder:
                 raise EditError(f"unknown knob {name!r}")
             if knob.file not in files and knob.file not in texts:
                 raise EditError(f"knob {name!r}: file {knob.file!r} is not in the parent revision")
-            text = texts.get(knob.file) or files[knob.file].decode("utf-8")
+            text = texts[knob.file] if knob.file in texts else _decode(name, knob, files)
             match = knob_regex(knob).search(text)
             if match is None:
                 raise EditError(f"knob {name!r}: its location is gone from {knob.file}")
-            text = text[: match.start(1)] + _literal(knob, value) + text[match.end(1) :]
+            old = match.group(1)
+            if not _same(knob, old, value):
+                text = text[: match.start(1)] + _literal(knob, value, old) + text[match.end(1) :]
             texts[knob.file] = text
         return {
             path: text.encode("utf-8")
             for path, text in texts.items()
             if text.encode("utf-8") != files.get(path)
         }
+
+
+def _decode(name: str, knob: Knob, files: Mapping[str, bytes]) -> str:
+    try:
+        return files[knob.file].decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise EditError(
+            f"knob {name!r}: file {knob.file!r} is not UTF-8 text (byte {e.start}: "
+            f"{e.reason}); save it as UTF-8"
+        ) from None
 
 
 class KnobProposer:

@@ -65,8 +65,15 @@ def parse_size(value: Any) -> int:
     raise ValueError(f"expected a positive size such as 1048576, '512m' or '2g', got {value!r}")
 
 
+def one_or_many(value: Any) -> Any:
+    """A single string where a list of strings is expected, as a one-element list."""
+    return (value,) if isinstance(value, str) else value
+
+
 Duration = Annotated[float, BeforeValidator(parse_duration)]
 Size = Annotated[int, BeforeValidator(parse_size)]
+Globs = Annotated[tuple[str, ...], BeforeValidator(one_or_many)]
+"""Globs (or names): a list of strings, where one string means a list of one."""
 
 
 class Section(BaseModel):
@@ -135,7 +142,7 @@ class Evaluate(Section):
         "'keep' (OpenEvolve's meaning) succeeds with that stage's score and runs no later "
         "stage.",
     )
-    outputs: tuple[str, ...] = Field(
+    outputs: Globs = Field(
         (), description="Globs of workspace files the run step hands to the grade step."
     )
     grade: Grade | None = Field(
@@ -202,14 +209,12 @@ class Holdout(Section):
     """A final check hidden from the agents: its files never enter the candidates' code."""
 
     command: str = Field(min_length=1, description="Shell command run in the workspace.")
-    files: tuple[str, ...] = Field(
-        (), description="Globs of holdout-only files (kept out of the repo)."
-    )
+    files: Globs = Field((), description="Globs of holdout-only files (kept out of the repo).")
     metric: str | None = Field(None, description="Metric to read; defaults to evaluate.metric.")
     timeout: Duration | None = Field(
         None, description="Wall timeout; defaults to evaluate.timeout."
     )
-    outputs: tuple[str, ...] | None = Field(
+    outputs: Globs | None = Field(
         None, description="Globs handed to [holdout.grade]; defaults to evaluate.outputs."
     )
     grade: Grade | None = Field(
@@ -238,7 +243,7 @@ class SandboxConfig(Section):
     cpu_seconds: Duration | None = Field(None, description="CPU-time limit per evaluation.")
     output_cap: Size = Field(2**20, description="Bytes of stdout and of stderr kept per run.")
     env: dict[str, str] = Field(default_factory=dict, description="Extra environment variables.")
-    pass_env: tuple[str, ...] = Field((), description="Host variables passed through by name.")
+    pass_env: Globs = Field((), description="Host variables passed through by name.")
     image: str | None = Field(
         None,
         description="Docker image of the evaluations. Default: the locally bootstrapped "
@@ -263,7 +268,7 @@ class SandboxConfig(Section):
         description="Docker: containers created and started ahead (running only an idle "
         "process, never reused), so an evaluation skips container start-up; 0 turns it off.",
     )
-    outputs: tuple[str, ...] = Field(
+    outputs: Globs = Field(
         (), description="Docker: workspace files copied out after each evaluation (size-capped)."
     )
     disk: Size = Field(

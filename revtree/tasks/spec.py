@@ -47,6 +47,7 @@ from revtree.tasks.sections import (
     Budget,
     Duration,
     Evaluate,
+    Globs,
     Grade,
     Holdout,
     SandboxConfig,
@@ -61,8 +62,12 @@ from revtree.tasks.sections import (
     parse_size,
 )
 
+MAX_FILE_SIZE = 50 * 2**20
+"""The default ``max_file_size``: 50 MiB."""
+
 __all__ = [
     "DEFAULT_SWAPS",
+    "MAX_FILE_SIZE",
     "POLICIES",
     "SECRET_NAME",
     "AgenticSearch",
@@ -74,6 +79,7 @@ __all__ = [
     "Evaluate",
     "EvolutionSearch",
     "ExtsSearch",
+    "Globs",
     "Grade",
     "GreedySearch",
     "Holdout",
@@ -105,9 +111,14 @@ class TaskSpec(Section):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", description="Task name.")
     goal: str = Field("", description="What to achieve, in words, for the agents.")
     source: str = Field(".", description="Folder of the code base, relative to task.toml.")
-    editable: tuple[str, ...] = Field(min_length=1, description="Globs agents may change.")
-    protected: tuple[str, ...] = Field((), description="Globs of the evaluator and its data.")
-    exclude: tuple[str, ...] = Field((), description="Globs kept out of the repository.")
+    editable: Globs = Field(min_length=1, description="Globs agents may change.")
+    protected: Globs = Field((), description="Globs of the evaluator and its data.")
+    exclude: Globs = Field((), description="Globs kept out of the repository.")
+    max_file_size: Size = Field(
+        MAX_FILE_SIZE,
+        description="Largest source file a run takes into its repository; a larger one "
+        "stops the run's creation (keep it out with exclude, or raise this).",
+    )
     evaluate: Evaluate
     holdout: Holdout | None = None
     sandbox: SandboxConfig = SandboxConfig()

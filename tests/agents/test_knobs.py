@@ -68,7 +68,7 @@ def test_coder_rewrites_values_in_place_and_nothing_else():
     expected = (
         SOLVER.replace("LR = 0.01", "LR = 0.5")
         .replace("BATCH: int = 32", "BATCH: int = 64")
-        .replace('MODE = "fast"', "MODE = 'slow'")
+        .replace('MODE = "fast"', 'MODE = "slow"')
         .replace('"width": 128', '"width": 256')
         .replace('ACTIVATION = "relu"', 'ACTIVATION = "gelu"')
     )
@@ -82,7 +82,7 @@ def test_coder_rewrites_values_in_place_and_nothing_else():
         ("lr", 0.003, "LR = 0.01  #", "LR = 0.003  #"),
         ("batch", 7, "BATCH: int = 32\n", "BATCH: int = 7\n"),
         ("batch", 7.0, "BATCH: int = 32\n", "BATCH: int = 7\n"),
-        ("mode", "slow", 'MODE = "fast"', "MODE = 'slow'"),
+        ("mode", "slow", 'MODE = "fast"', 'MODE = "slow"'),
         ("width", 64, '{"width": 128,', '{"width": 64,'),
         ("act", "tanh", 'ACTIVATION = "relu"', 'ACTIVATION = "tanh"'),
     ],
@@ -109,6 +109,57 @@ def test_coder_rejects_a_missing_file_or_location():
         KnobCoder(KNOBS).write(Proposal("x", knobs={"lr": 0.1}), {"other.py": b""})
     with pytest.raises(EditError, match="location is gone"):
         KnobCoder(KNOBS).write(Proposal("x", knobs={"lr": 0.1}), {"solver.py": b"lr = 1\n"})
+
+
+INIT = Knob(
+    name="init",
+    type="categorical",
+    choices=("random", "zeros", "it's"),
+    file="s.py",
+    variable="INIT",
+)
+
+
+@pytest.mark.parametrize(
+    ("knob", "text", "value"),
+    [
+        (INIT, 'INIT = "random"  # how to start\n', "random"),
+        (INIT, "INIT = 'random'\n", "random"),
+        (INIT, "INIT = r'random'\n", "random"),
+        (KNOBS[0], "LR = 1e-3\n", 0.001),
+        (KNOBS[0], "LR = 1\n", 1.0),
+        (KNOBS[1], "BATCH = 0x20\n", 32),
+    ],
+    ids=["double-quoted", "single-quoted", "raw-string", "exponent", "int-for-float", "hex"],
+)
+def test_coder_leaves_a_value_the_file_already_holds_untouched(knob, text, value):
+    """Issue #14: an unchanged value was rewritten ('"random"' became "'random'"), so an
+    exported patch carried spurious changes."""
+    files = {knob.file: text.encode()}
+    assert KnobCoder([knob]).write(Proposal("same", knobs={knob.name: value}), files) == {}
+
+
+@pytest.mark.parametrize(
+    ("text", "value", "expected"),
+    [
+        ('INIT = "random"\n', "zeros", 'INIT = "zeros"\n'),
+        ("INIT = 'random'\n", "zeros", "INIT = 'zeros'\n"),
+        ('INIT = "random"\n', "it's", 'INIT = "it\'s"\n'),
+        ("INIT = 'random'\n", "it's", "INIT = 'it\\'s'\n"),
+        ("INIT = None\n", "zeros", "INIT = 'zeros'\n"),
+    ],
+    ids=["double", "single", "double-with-quote", "single-with-quote", "not-a-string"],
+)
+def test_coder_writes_a_string_in_the_quotes_of_the_file(text, value, expected):
+    changes = KnobCoder([INIT]).write(Proposal("q", knobs={"init": value}), {"s.py": text.encode()})
+    assert changes == {"s.py": expected.encode()}
+    assert read_knobs([INIT], changes) == {"init": value}
+
+
+def test_coder_names_a_file_that_is_not_utf8():
+    files = {"s.py": "# caf\xe9\nINIT = 'random'\n".encode("latin-1")}
+    with pytest.raises(EditError, match=r"'s\.py' is not UTF-8"):
+        KnobCoder([INIT]).write(Proposal("x", knobs={"init": "zeros"}), files)
 
 
 def test_read_knobs_reads_the_original_values():
@@ -490,7 +541,7 @@ def run_task(store: Store, home: Path, task: Path, max_nodes: int | None = None)
     run = create_run(store, load_task(task), home)
     orch = Orchestrator(store, run.id, home=home)
     if max_nodes is not None:  # a first session that ends early, as a stop would
-        orch.spec = orch.spec.with_overrides(budget={"max_nodes": max_nodes})
+        orch.parts.budget.limits = orch.spec.with_overrides(budget={"max_nodes": max_nodes}).budget
     orch.drive()
     return orch
 
