@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 from typing import Annotated, Any
 
 import typer
@@ -16,6 +18,9 @@ from revtree.orchestrator.commands.report import recommendation_note, summarize
 # The order ``revtree --help`` lists the commands in (typer lists them as registered, the
 # sub-apps after them): they are defined in several modules, so see order_commands().
 COMMAND_ORDER = (
+    "init",
+    "check",
+    "demo",
     "run",
     "resume",
     "approve",
@@ -42,8 +47,24 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     help="Grow a tree of git revisions of your code, scored by your evaluator.",
 )
-console = Console(highlight=False)
-err = Console(stderr=True, highlight=False)
+
+
+class PipeConsole(Console):
+    """A console that goes quiet when its reader goes away (``revtree run ... | head``):
+    rich's default raises ``SystemExit(1)`` from whatever thread printed, which would
+    fail a run half-way. Its stream is pointed at /dev/null, as the Python docs advise
+    for SIGPIPE, so that nothing later (the exit's flush included) hits the pipe."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self.file.fileno())
+            os.close(devnull)
+
+
+console = PipeConsole(highlight=False)
+err = PipeConsole(stderr=True, highlight=False)
 
 DbOpt = Annotated[
     str | None,
@@ -55,6 +76,26 @@ DetachOpt = Annotated[bool, typer.Option(help="Keep running in the background.")
 QuietOpt = Annotated[bool, typer.Option(help="No live log lines, only the summary.")]
 ParallelOpt = Annotated[int | None, typer.Option(help="Evaluations running at once.")]
 RunArg = Annotated[str, typer.Argument(help="Run id, a unique prefix of it, or 'last'.")]
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        console.print(f"revtree {version('revtree')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
+) -> None:
+    """Grow a tree of git revisions of your code, scored by your evaluator."""
 
 
 def main() -> None:

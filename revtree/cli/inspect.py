@@ -10,12 +10,20 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
-from revtree.cli.app import DbOpt, RunArg, app, console, node_or_best, open_store
-from revtree.cli.render import family_tree, fmt, format_event, print_pipe_safe
+from revtree.cli.app import DbOpt, RunArg, app, console, err, node_or_best, open_store
+from revtree.cli.render import (
+    family_tree,
+    fmt,
+    fmt_value,
+    format_event,
+    print_pipe_safe,
+    runs_table,
+)
 from revtree.errors import RevtreeError
-from revtree.memory import GitStore, RunInfo
+from revtree.memory import GitStore, RunInfo, RunStatus
 from revtree.memory.db import revtree_home
 from revtree.orchestrator import RunPaths
 from revtree.orchestrator.commands.report import compare as compare_runs
@@ -25,6 +33,7 @@ from revtree.orchestrator.commands.report import (
     transcript_renderables,
     transcripts,
 )
+from revtree.orchestrator.run import alive
 
 
 @app.command()
@@ -35,10 +44,11 @@ def watch(
     poll: Annotated[float, typer.Option(help="Seconds between polls.")] = 0.25,
     timeout: Annotated[float | None, typer.Option(help="Give up after this many seconds.")] = None,
 ) -> None:
-    """Follow a run's live log from another terminal until the run ends."""
+    """Follow a run's live log from another terminal until the run ends (or its process
+    is gone: killed, crashed)."""
     store = open_store(db)
     found = store.get_run(run_id)
-    last, start = since, time.monotonic()
+    last, start, checked = since, time.monotonic(), 0.0
     while True:
         events = store.events_since(found.id, last)
         for ev in events:
@@ -49,9 +59,29 @@ def watch(
             if current.status.is_finished() and not store.events_since(found.id, last):
                 console.print(f"run {current.status.value}: {current.reason}")
                 return
+            if time.monotonic() - checked >= LIVENESS_EVERY:
+                checked = time.monotonic()
+                _exit_if_gone(current)
             if timeout is not None and time.monotonic() - start > timeout:
                 raise typer.Exit(1)
-            time.sleep(poll)
+            time.sleep(min(poll, LIVENESS_EVERY))
+
+
+LIVENESS_EVERY = 1.0  # seconds between checks that a followed run's process lives
+
+
+def _exit_if_gone(run: RunInfo) -> None:
+    """A run marked running whose process (on this machine) is dead never ends: say so
+    and exit 1 instead of following it forever (``doctor --repair`` marks it failed)."""
+    if run.status is not RunStatus.RUNNING or not run.pid or alive(run.pid, run.host):
+        return
+    err.print(
+        escape(
+            f"run {run.id}: its process {run.pid} is gone (killed?); "
+            f"`revtree resume {run.id}` continues it"
+        )
+    )
+    raise typer.Exit(1)
 
 
 @app.command("ls")
@@ -69,19 +99,7 @@ def ls(
     if tree:
         console.print(family_tree(rows))
         return
-    table = Table("run", "task", "status", "policy", "nodes", "baseline", "best", "created")
-    for s in rows:
-        table.add_row(
-            s["run_id"],
-            s["task"],
-            s["status"],
-            s["policy"],
-            str(s["n_nodes"]),
-            fmt(s["baseline_score"]),
-            fmt(s["best_score"]),
-            time.strftime("%Y-%m-%d %H:%M", time.localtime(s["created_at"])),
-        )
-    console.print(table)
+    console.print(runs_table(rows, console))
 
 
 @app.command()
@@ -118,7 +136,7 @@ def show(
     table = Table(show_header=False, title=f"run {found.id}" + (f" node {node}" if node else ""))
     for k, v in data.items():
         if k not in ("nodes", "evaluations"):
-            table.add_row(k, str(v))
+            table.add_row(k, escape(fmt_value(k, v)))
     console.print(table)
     if nodes and "nodes" in data:
         nt = Table("id", "parent", "op", "status", "score", "commit", "hypothesis / error")

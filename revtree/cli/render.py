@@ -9,7 +9,10 @@ import time
 from typing import Any
 
 import typer
+from rich import box
+from rich.console import Console
 from rich.markup import escape
+from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree as RichTree
@@ -34,7 +37,44 @@ STYLES = {
 
 
 def fmt(v: Any) -> str:
-    return "-" if v is None else f"{v:.6g}"
+    """A number for people: six significant digits (``--json`` keeps them all)."""
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    return str(v)
+
+
+def fmt_time(ts: float) -> str:
+    """A timestamp as local ISO time, to the second."""
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
+
+
+def fmt_value(key: str, v: Any, indent: str = "") -> str:
+    """A value of ``show`` for people: times (``*_at``) as local ISO, numbers to six
+    significant digits, a dict as ``key: value`` lines, a list one item a line."""
+    if v is None or v == [] or v == {}:
+        return "-"
+    if isinstance(v, int | float) and not isinstance(v, bool) and key.endswith("_at"):
+        return fmt_time(v)
+    if isinstance(v, dict):
+        lines = []
+        for k, sub in v.items():
+            text = fmt_value(str(k), sub, indent + "  ")
+            sep = "\n" if "\n" in text and isinstance(sub, dict | list) else " "
+            lines.append(f"{indent}{k}:{sep}{text}")
+        return "\n".join(lines)
+    if isinstance(v, list):
+        if all(not isinstance(x, dict | list) for x in v):
+            return ", ".join(fmt_value(key, x) for x in v)
+        items = (
+            ", ".join(f"{k}: {fmt_value(str(k), y)}" for k, y in x.items())
+            if isinstance(x, dict)
+            else fmt_value(key, x)
+            for x in v
+        )
+        return "\n".join(f"{indent}- {item}" for item in items)
+    return fmt(v)
 
 
 def format_event(ev: Event) -> Text:
@@ -86,6 +126,42 @@ def print_summary(store: Store, run: RunInfo) -> None:
         )
     if run.status is not RunStatus.COMPLETED:
         console.print(f"continue:   revtree resume {run.id}")
+
+
+def runs_table(rows: list[dict[str, Any]], out: Console) -> Table:
+    """The table of ``revtree ls``. Ids are what people type, so the id column is never
+    cut; where the table is wider than the terminal, a lighter layout drops what the id
+    already says (the task), shortens the dates, and the other columns wrap."""
+    table = _runs_table(rows, compact=False)
+    wide = Measurement.get(out, out.options.update_width(10_000), table).maximum
+    return table if wide <= out.width else _runs_table(rows, compact=True)
+
+
+def _runs_table(rows: list[dict[str, Any]], compact: bool) -> Table:
+    id_width = max((len(r["run_id"]) for r in rows), default=3)
+    with_task = not compact or any(not r["run_id"].startswith(r["task"]) for r in rows)
+    table = (
+        Table(box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), show_edge=False) if compact else Table()
+    )
+    table.add_column("run", no_wrap=True, min_width=id_width, overflow="fold")
+    if with_task:
+        table.add_column("task", overflow="fold")
+    table.add_column("status", no_wrap=True)
+    for name in ("policy", "nodes", "baseline", "best", "created"):
+        table.add_column(name, overflow="fold")
+    when = "%m-%d %H:%M" if compact else "%Y-%m-%d %H:%M"
+    for r in rows:
+        cells = [r["run_id"], escape(r["task"])] if with_task else [r["run_id"]]
+        table.add_row(
+            *cells,
+            r["status"],
+            r["policy"],
+            str(r["n_nodes"]),
+            fmt(r["baseline_score"]),
+            fmt(r["best_score"]),
+            time.strftime(when, time.localtime(r["created_at"])),
+        )
+    return table
 
 
 def family_tree(rows: list[dict[str, Any]]) -> RichTree:

@@ -18,6 +18,7 @@ import typer
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from revtree.agents.llm import LLMError, detect_model, make_llm
 from revtree.cli.app import (
     DbOpt,
     DetachOpt,
@@ -31,10 +32,12 @@ from revtree.cli.app import (
     open_store,
 )
 from revtree.cli.render import fmt, format_event, print_summary
-from revtree.errors import RevtreeError
+from revtree.errors import RevtreeError, RunBusy
 from revtree.memory import Event, RunInfo, RunStatus, Store
 from revtree.memory.db import revtree_home
 from revtree.orchestrator import Orchestrator, RunPaths, create_run
+from revtree.orchestrator.llm_team import ROLES, uses_llm
+from revtree.orchestrator.run import alive
 from revtree.tasks import TaskSpec, load_task
 from revtree.tasks.spec import POLICIES
 
@@ -59,7 +62,11 @@ class LiveLog:
 
     def __call__(self, ev: Event) -> None:
         if not self.quiet:
-            self.progress.console.print(format_event(ev), soft_wrap=True)
+            try:
+                self.progress.console.print(format_event(ev), soft_wrap=True)
+            except OSError:  # the reader went away (EPIPE, EIO): the run goes on, unseen
+                console.on_broken_pipe()
+                self.quiet = True
         if ev.kind == "node":
             self.done += 1
             self.progress.update(self.task, completed=self.done)
@@ -92,14 +99,12 @@ def _drive(store: Store, run: RunInfo, parallel: int | None, quiet: bool, home: 
     with live.progress:
         try:
             orch = Orchestrator(store, run.id, home=home, on_event=live, parallel=parallel)
-        except RevtreeError as e:  # e.g. no sandbox: the run cannot start; say so in it too
-            if not store.get_run(run.id).status.is_finished():
-                store.update_run(
-                    run.id,
-                    ("run", f"run failed to start: {e}", None),
-                    status=RunStatus.FAILED,
-                    reason=f"could not start: {e}",
-                )
+        except Exception as e:  # e.g. no sandbox: the run cannot start; say so in it too
+            _failed_to_start(store, run.id, e)
+            if isinstance(e, LLMError):
+                raise LLMError(
+                    f"{e}; `revtree resume {run.id} --base-url URL` (or --model) continues it"
+                ) from None
             raise
         live.progress.update(live.task, completed=live.done)
         final = orch.drive(stop)
@@ -108,6 +113,69 @@ def _drive(store: Store, run: RunInfo, parallel: int | None, quiet: bool, home: 
         raise typer.Exit(130)
     if final.status is RunStatus.FAILED:
         raise typer.Exit(1)
+
+
+def _failed_to_start(store: Store, run_id: str, e: Exception) -> None:
+    """Mark a run that could not start ``failed`` with the reason (never left
+    ``running``), unless a live process drives it (this one only failed to join)."""
+    current = store.get_run(run_id)
+    if current.status.is_finished() or (current.pid and alive(current.pid, current.host)):
+        return
+    store.update_run(
+        run_id,
+        ("run", f"run failed to start: {e}", None),
+        status=RunStatus.FAILED,
+        reason=f"could not start: {e}; fix it, then `revtree resume {run_id}`",
+        pid=None,
+    )
+
+
+def check_models(spec: TaskSpec) -> None:
+    """Build the clients of the models a run's agents will call, as the run does when it
+    starts, so that a model that cannot be called (no key, no base URL, an unknown
+    provider) is refused before a run is created or changed."""
+    if not uses_llm(spec):
+        return
+    a = spec.agents
+    for name in ROLES:
+        role = getattr(a, name)
+        if not role.enabled or (a.one_call and name == "proposer"):
+            continue
+        models = [m.model for m in role.ensemble] or [role.model or a.model or detect_model()]
+        for model in models:
+            if model is None:
+                raise LLMError(
+                    f"no model for the {name}: set agents.model, agents.{name}.model, "
+                    "--model, or OPENAI_API_KEY / ANTHROPIC_API_KEY"
+                )
+            make_llm(model, base_url=a.base_url, api_key_env=a.api_key_env)
+
+
+def _agents(model: str | None, base_url: str | None) -> dict[str, Any]:
+    """The [agents] overrides of --model and --base-url (a model means LLM agents)."""
+    agents: dict[str, Any] = {k: v for k, v in {"model": model, "base_url": base_url}.items() if v}
+    if model:
+        agents["mode"] = "llm"
+    return agents
+
+
+def _reconfigure(store: Store, run: RunInfo, agents: dict[str, Any]) -> RunInfo:
+    """Store --model / --base-url into the run's spec before it is resumed (checked first;
+    refused while a live process drives the run)."""
+    if run.status is RunStatus.RUNNING and run.pid and alive(run.pid, run.host):
+        raise RunBusy(f"run {run.id} is being driven by pid {run.pid} on {run.host}")
+    try:
+        spec = TaskSpec.model_validate(run.spec).with_overrides(agents=agents)
+    except ValueError as e:
+        raise typer.BadParameter(str(e)) from e
+    check_models(spec)
+    sets = [f"agents.{k}={v}" for k, v in agents.items()]
+    store.update_run(
+        run.id,
+        ("run", f"config changed for the resume: {', '.join(sets)}", {"set": sets}),
+        spec=spec.model_dump(mode="json"),
+    )
+    return store.get_run(run.id)
 
 
 def _detach(run: RunInfo, db: str | None, home: Path, parallel: int | None) -> None:
@@ -200,19 +268,18 @@ def run(
         if v is not None
     }
     try:
-        agents: dict[str, Any] = {
-            k: v for k, v in {"model": model, "base_url": base_url}.items() if v
-        }
-        if agents:
-            agents["mode"] = "llm"
         spec = spec.with_overrides(
             search=search,
             budget=budget,
             sandbox={"backend": sandbox} if sandbox else {},
-            agents=agents,
+            agents=_agents(model, base_url),
         )
     except ValueError as e:
         raise typer.BadParameter(str(e)) from e
+    try:
+        check_models(spec)
+    except LLMError as e:
+        raise LLMError(f"{e}; no run was created") from None
     home = revtree_home()
     store = open_store(db)
     new = create_run(store, spec, home)
@@ -230,6 +297,14 @@ def run(
 def resume(
     run_id: RunArg,
     parallel: ParallelOpt = None,
+    model: Annotated[
+        str | None,
+        typer.Option(help="Switch the LLM of all roles (stored with the run), as for run."),
+    ] = None,
+    base_url: Annotated[
+        str | None,
+        typer.Option(help="OpenAI-compatible server, e.g. http://host:8000/v1 (stored)."),
+    ] = None,
     db: DbOpt = None,
     detach: DetachOpt = False,
     quiet: QuietOpt = False,
@@ -237,6 +312,10 @@ def resume(
     """Continue a stopped or crashed run where it left off."""
     store = open_store(db)
     found = store.get_run(run_id)
+    if agents := _agents(model, base_url):
+        found = _reconfigure(store, found, agents)
+        changed = ", ".join(f"agents.{k}={v}" for k, v in agents.items())
+        console.print(f"run [bold]{found.id}[/bold]: {escape(changed)} stored")
     if detach:
         _detach(found, db, revtree_home(), parallel)
         return
@@ -270,12 +349,13 @@ def pilot(
     db: DbOpt = None,
 ) -> None:
     """Spend a small budget characterising TASK, then recommend a policy and parameters."""
-    from revtree.orchestrator.commands.pilot import analyse, format_report
+    from revtree.orchestrator.commands.pilot import analyse, driver_of, format_report
 
     if not 2 <= repeats < evals:
         raise typer.BadParameter("need 2 <= --repeats < --evals")
     spec = _load(task).with_overrides(
-        search={"policy": "optuna", "parallel": 1}, budget={"max_nodes": evals - repeats + 1}
+        search={"policy": "optuna", "parallel": 1, "approve": "off"},
+        budget={"max_nodes": evals - repeats + 1},
     )
     store, home = open_store(db), revtree_home()
     new = create_run(store, spec, home)
@@ -292,7 +372,11 @@ def pilot(
     finally:
         orch.close()
     report = analyse(
-        store.nodes(new.id), store.evaluations(new.id), spec.maximize, budget_evals=evals
+        store.nodes(new.id),
+        store.evaluations(new.id),
+        spec.maximize,
+        budget_evals=evals,
+        driver=driver_of(spec),
     )
     for line in format_report(report):
         console.print(line)

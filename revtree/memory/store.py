@@ -236,10 +236,19 @@ class Store:
                 row = conn.execute(select(RUNS).where(RUNS.c.id == run_id)).first()
                 if row is None:
                     rows = conn.execute(
-                        select(RUNS).where(RUNS.c.id.startswith(run_id, autoescape=True)).limit(2)
+                        select(RUNS)
+                        .where(RUNS.c.id.startswith(run_id, autoescape=True))
+                        .order_by(RUNS.c.id)
+                        .limit(11)
                     ).all()
                     if len(rows) > 1:
-                        raise RunNotFound(f"run id {run_id!r} is ambiguous; give more characters")
+                        ids = ", ".join(r.id for r in rows[:10]) + (
+                            ", ..." if len(rows) > 10 else ""
+                        )
+                        raise RunNotFound(
+                            f"run id {run_id!r} is ambiguous: it matches {ids}; "
+                            "give more characters"
+                        )
                     row = rows[0] if rows else None
         if row is None:
             raise RunNotFound(f"no run {run_id!r} in {self.url}")

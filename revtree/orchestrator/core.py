@@ -87,8 +87,8 @@ class Orchestrator:
             f"run {'started' if fresh else 'resumed'}: policy {self.policy.name}, "
             f"agents {self.agents.label}, parallel {p.parallel} "
             f"(+{p.lookahead} prepared ahead), "
-            f"sandbox {p.sandbox.name} ({p.choice.reason}), "
-            f"{len(resume)} candidate(s) to resume",
+            f"sandbox {p.sandbox.name} ({p.choice.reason})"
+            + ("" if fresh else f", {len(resume)} candidate(s) to resume"),
             None,
         )
         if fresh:

@@ -113,7 +113,7 @@ def test_two_runs_driven_at_once_into_one_database(tmp_path: Path, home: Path, p
 def test_resume_after_a_stop_on_postgres(tmp_path: Path, home: Path, pg_store: Store) -> None:
     run = create_run(pg_store, load_task(make_task(tmp_path / "t", budget=8, parallel=2)), home)
     first = Orchestrator(pg_store, run.id, home=home)
-    first.spec = first.spec.with_overrides(budget={"max_nodes": 4})
+    first.parts.budget.limits = first.spec.with_overrides(budget={"max_nodes": 4}).budget
     try:
         first.drive()  # a first session that ends early, as a stop would
     finally:

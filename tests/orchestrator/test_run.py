@@ -180,7 +180,7 @@ def test_resume_after_a_stop_chooses_as_the_uninterrupted_run(
 
     run = create_run(store, load_task(make_task(tmp_path / "b", budget=9)), home)
     orch = Orchestrator(store, run.id, home=home)
-    orch.spec = orch.spec.with_overrides(budget={"max_nodes": 4})
+    orch.parts.budget.limits = orch.spec.with_overrides(budget={"max_nodes": 4}).budget
     orch.drive()  # a first session that ends early, as a stop would
     store.update_run(run.id, status=RunStatus.STOPPED)
     Orchestrator(store, run.id, home=home).drive()
