@@ -23,7 +23,7 @@ imported, which this ``__init__`` does; ``app.order_commands()`` then puts them 
 the order ``revtree --help`` listed them in when they lived in one file.
 """
 
-from revtree.cli import admin, inspect, run, sandbox  # noqa: F401  (registers the commands)
+from revtree.cli import admin, inspect, run, sandbox, start  # noqa: F401  (registers the commands)
 from revtree.cli.app import app, main, order_commands
 
 order_commands()

@@ -413,3 +413,47 @@ def tool_results(req: FakeRequest) -> list[tuple[str, dict[str, Any], str]]:
             args = {}
         out.append((m.group(1), args if isinstance(args, dict) else {}, result.rstrip("\n")))
     return out
+
+
+# -- a server from the command line -------------------------------------------------------
+def main(argv: list[str] | None = None) -> None:
+    """``python -m revtree.agents.llm.fake_server [--port N] [--responder MODULE:NAME]``:
+    serve on 127.0.0.1, print the OpenAI-style URL, until interrupted."""
+    import argparse
+    import contextlib
+    import importlib
+
+    parser = argparse.ArgumentParser(
+        prog="python -m revtree.agents.llm.fake_server",
+        description="A fake OpenAI- and Anthropic-compatible model server on 127.0.0.1, "
+        "for trying revtree without a key (no real model answers).",
+        epilog="e.g. --responder revtree.orchestrator.commands.scaffold:DemoResponder "
+        "(the simulated model of `revtree demo --llm`), then `revtree run TASK --model "
+        "openai-compatible:fake --base-url URL`",
+    )
+    parser.add_argument("--port", type=int, default=0, help="port (default: any free one)")
+    parser.add_argument(
+        "--responder",
+        metavar="MODULE:NAME",
+        help="a callable (or a class, instantiated) that answers each request; "
+        "default: always 'ok'",
+    )
+    args = parser.parse_args(argv)
+    responder: Responder = _ok
+    if args.responder:
+        module, _, name = args.responder.partition(":")
+        found = getattr(importlib.import_module(module), name)
+        responder = found() if isinstance(found, type) else found
+    with FakeLLMServer(responder, port=args.port) as srv:
+        print(f"fake model server (no real model) at {srv.openai_url}", flush=True)
+        print(f"anthropic-style clients: {srv.anthropic_url}", flush=True)
+        with contextlib.suppress(KeyboardInterrupt):
+            srv.thread.join()
+
+
+def _ok(req: FakeRequest) -> str:
+    return "ok"
+
+
+if __name__ == "__main__":
+    main()

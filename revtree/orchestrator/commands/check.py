@@ -1,0 +1,346 @@
+"""Preflight: whether a task will run, before a run spends anything on it.
+
+``preflight(spec)`` checks, in order, and reports each as an :class:`Item`:
+
+1. the task: it loaded and validated (``check_task`` loads it; a task that does not
+   load is the one failed item);
+2. the sandbox: which backend ``choose_backend`` picks and why (an engine without its
+   image fails here);
+3. the baseline: the untouched source evaluated once, all stages and repeats, in that
+   sandbox, as node 0 would be; a baseline that cannot be scored fails with the error
+   and the tail of its stderr. The results are in ``Report.evaluations`` (node 0) and
+   ``Report.baseline``, so a run can record them as its node 0's instead of evaluating
+   it again;
+4. the models: one call of one token to each model the run would use, naming the URL;
+   skipped, with the reason, when the run is offline;
+5. the estimate: evaluation time of the node budget (baseline seconds x nodes /
+   parallel) and, where every model's price is known, its rough cost.
+
+``Report.ok`` is false when any item failed. Nothing here raises for a problem of the
+task; only an unexpected bug does.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from revtree.agents import Evaluator
+from revtree.agents.evaluator import Outcome
+from revtree.agents.llm import Prompt, Usage, detect_model, make_llm, split_model
+from revtree.agents.llm.pricing import Rate, cost, rate_for
+from revtree.errors import RevtreeError
+from revtree.memory import GitStore
+from revtree.memory.records import EvalResult
+from revtree.orchestrator.llm_team import offline_reason, uses_llm
+from revtree.orchestrator.run import read_source
+from revtree.sandboxes import BackendChoice, Sandbox, choose_backend, make_sandbox
+from revtree.tasks import TaskSpec, code_files, load_task, matches
+
+OK, FAIL, SKIP, WARN = "ok", "fail", "skip", "warn"
+DEFAULT_URLS = {"openai": "https://api.openai.com/v1", "anthropic": "https://api.anthropic.com"}
+PING = Prompt(system="Answer with the one word: ok.", prefix="", user="ping")
+CHECK_TIMEOUT = 30.0  # seconds, at most, for one model's check call
+TAIL_LINES = 15
+
+
+@dataclass(frozen=True)
+class Item:
+    """One check: what (``task``, ``sandbox``, ``baseline``, ``model``, ``estimate``),
+    its status (``ok``, ``fail``, ``skip``, ``warn``), a one-line message, and a detail
+    (a stderr tail, a warning's whole text) for the reader who wants it."""
+
+    name: str
+    status: str
+    message: str
+    detail: str = ""
+
+
+@dataclass
+class Report:
+    """Everything ``preflight`` found; ``spec`` is None when the task did not load."""
+
+    spec: TaskSpec | None
+    items: list[Item] = field(default_factory=list)
+    choice: BackendChoice | None = None
+    baseline: Outcome | None = None
+    evaluations: list[EvalResult] = field(default_factory=list)  # node 0's, in order
+    estimate_seconds: float | None = None
+    estimate_usd: float | None = None
+
+    @property
+    def ok(self) -> bool:
+        return all(i.status != FAIL for i in self.items)
+
+    @property
+    def failures(self) -> list[Item]:
+        return [i for i in self.items if i.status == FAIL]
+
+    def add(self, name: str, status: str, message: str, detail: str = "") -> Item:
+        item = Item(name, status, message, detail)
+        self.items.append(item)
+        return item
+
+
+def check_task(
+    path: Path,
+    overrides: dict[str, dict[str, Any]] | None = None,
+    **kw: Any,
+) -> Report:
+    """Load the task at ``path`` (with ``overrides``, as ``TaskSpec.with_overrides``
+    takes them) and run :func:`preflight` on it; a task that does not load is a report
+    with one failed item."""
+    try:
+        spec = load_task(path)
+        if overrides:
+            spec = spec.with_overrides(**overrides)
+    except (RevtreeError, ValueError) as e:
+        report = Report(None)
+        report.add("task", FAIL, f"{path}: the task does not load", str(e))
+        return report
+    return preflight(spec, **kw)
+
+
+def preflight(
+    spec: TaskSpec,
+    *,
+    sandbox: Sandbox | None = None,
+    baseline: bool = True,
+    models: bool = True,
+    log_dir: Path | None = None,
+) -> Report:
+    """Check ``spec`` (already loaded): the sandbox, the baseline evaluation (in
+    ``sandbox`` if given, else in the backend it would get), the models, the estimate."""
+    report = Report(spec)
+    names = ", ".join(spec.editable)
+    report.add(
+        "task",
+        OK,
+        f"{spec.name}: {spec.evaluate.metric} ({spec.evaluate.direction}), editable {names}",
+    )
+    with tempfile.TemporaryDirectory(prefix="revtree-check-") as tmp:
+        own = sandbox is None
+        if sandbox is None:
+            sandbox = _sandbox(spec, report, Path(tmp))
+        else:
+            report.choice = BackendChoice(sandbox.name, "given by the caller")
+            report.add("sandbox", OK, f"{sandbox.name} (given by the caller)")
+        if sandbox is not None:
+            try:
+                if baseline:
+                    _baseline(spec, sandbox, report, Path(tmp), log_dir)
+            finally:
+                if own:
+                    sandbox.close()
+    if models:
+        _models(spec, report)
+    _estimate(spec, report)
+    return report
+
+
+def _sandbox(spec: TaskSpec, report: Report, tmp: Path) -> Sandbox | None:
+    try:
+        choice = choose_backend(spec.sandbox.backend, spec.sandbox)
+    except RevtreeError as e:
+        report.add("sandbox", FAIL, f"no sandbox: {e}")
+        return None
+    report.choice = choice
+    status = WARN if choice.warning else OK
+    note = "; it does not isolate (README: Sandboxes)" if choice.warning else ""
+    report.add("sandbox", status, f"{choice.name} ({choice.reason}){note}", choice.warning or "")
+    config = spec.sandbox.model_copy(update={"warm_pool": 0})  # one evaluation: no pool
+    try:
+        return make_sandbox(
+            choice.name,
+            base_dir=tmp / "work",
+            config=config,
+            task_root=spec.root,
+            labels={"revtree.run": f"check-{spec.name}"},
+        )
+    except (RevtreeError, TypeError, ValueError, OSError) as e:
+        report.add("sandbox", FAIL, f"the {choice.name} sandbox cannot start: {e}")
+        return None
+
+
+def baseline_archive(spec: TaskSpec, tmp: Path) -> tuple[bytes, dict[str, bytes]]:
+    """The workspace of the untouched source (as ``create_run`` commits it) with its
+    protected files, and those protected files (the grade step's workspace)."""
+    files, modes = read_source(spec, code_files(spec))
+    git = GitStore(tmp / "baseline.git")
+    try:
+        sha = git.commit_files(files, f"{spec.name}: baseline (preflight)", modes)
+        overlay = {p: d for p, d in files.items() if matches(p, spec.protected)}
+        overlay.update({p: t.encode() for p, t in spec.support_files.items()})
+        return git.archive(sha, overlay), overlay
+    finally:
+        git.close()
+
+
+def _baseline(
+    spec: TaskSpec, sandbox: Sandbox, report: Report, tmp: Path, log_dir: Path | None
+) -> None:
+    try:
+        archive, overlay = baseline_archive(spec, tmp)
+        evaluator = Evaluator(spec, sandbox, log_dir, protected=overlay)
+        results: list[EvalResult] = []
+        outcome = evaluator.evaluate(0, archive, {}, results.append)
+    except (RevtreeError, OSError, ValueError) as e:
+        report.add("baseline", FAIL, f"the baseline cannot be evaluated: {e}")
+        return
+    report.baseline, report.evaluations = outcome, results
+    where = f"in {outcome.sandbox_seconds:.2f} s ({sandbox.name} sandbox)"
+    if not outcome.ok:
+        last = results[-1] if results else None
+        tail = _tail(last.stderr_tail) if last else ""
+        log = f"\nfull log: {last.log_path}" if last and last.log_path else ""
+        report.add(
+            "baseline",
+            FAIL,
+            f"the baseline cannot be scored {where}: {outcome.error}",
+            (f"stderr (tail):\n{tail}" if tail else "no stderr") + log,
+        )
+        return
+    metrics = results[-1].metrics if results else {}
+    shown = ", ".join(f"{k} = {_fmt(v)}" for k, v in list(metrics.items())[:8])
+    std = f" ± {outcome.score_std:.4g}" if outcome.score_std else ""
+    report.add(
+        "baseline",
+        OK,
+        f"{spec.evaluate.metric} = {_fmt(outcome.score)}{std} {where}; metrics: {shown}",
+    )
+
+
+def _tail(text: str) -> str:
+    return "\n".join(text.rstrip().splitlines()[-TAIL_LINES:])
+
+
+def _fmt(v: Any) -> str:
+    return f"{v:.6g}" if isinstance(v, float) else str(v)
+
+
+def role_models(spec: TaskSpec) -> dict[str, list[str]]:
+    """The models each enabled LLM role calls (the proposer only with two calls)."""
+    a = spec.agents
+    names = ("proposer", "coder", "reviewer", "analyst")[1 if a.one_call else 0 :]
+    out = {}
+    for name in names:
+        role = getattr(a, name)
+        if not role.enabled:
+            continue
+        if role.ensemble:
+            out[name] = [m.model for m in role.ensemble]
+        else:
+            model = role.model or a.model or detect_model()
+            out[name] = [model] if model else []
+    return out
+
+
+def model_url(model: str, base_url: str | None) -> str:
+    provider, _ = split_model(model)
+    return (base_url or DEFAULT_URLS.get(provider, "(no base URL)")).rstrip("/")
+
+
+def _models(spec: TaskSpec, report: Report) -> None:
+    if not uses_llm(spec):
+        mode = spec.agents.mode
+        why = (
+            f"agents.mode = {mode!r}"
+            if mode != "auto"
+            else offline_reason(spec) or "no model set, no OPENAI_API_KEY / ANTHROPIC_API_KEY"
+        )
+        report.add("model", SKIP, f"offline run ({why}): no model to call")
+        return
+    a, by_model = spec.agents, dict[str, list[str]]()
+    for role, models in role_models(spec).items():
+        if not models:
+            report.add("model", FAIL, f"no model for the {role}: set agents.model or --model")
+        for model in models:
+            by_model.setdefault(model, []).append(role)
+    for model, roles in by_model.items():
+        url = model_url(model, a.base_url)
+        who = f"{model} at {url} ({', '.join(roles)})"
+        if model.startswith("scripted:"):
+            report.add("model", SKIP, f"{who}: a scripted model, nothing to call")
+            continue
+        t0 = time.monotonic()
+        try:
+            llm = make_llm(
+                model,
+                base_url=a.base_url,
+                api_key_env=a.api_key_env,
+                timeout=min(a.timeout, CHECK_TIMEOUT),
+                max_retries=0,
+                stream=False,
+            )
+            url = str(getattr(llm, "url", url))
+            who = f"{model} at {url} ({', '.join(roles)})"
+            llm.complete(PING, max_tokens=1, temperature=0.0)
+        except Exception as e:  # a check reports what went wrong, whatever it was
+            report.add("model", FAIL, f"{who}: {type(e).__name__}: {e}")
+            continue
+        report.add("model", OK, f"{who}: ok in {time.monotonic() - t0:.2f} s")
+
+
+def _estimate(spec: TaskSpec, report: Report) -> None:
+    b, parallel = spec.budget, spec.search.parallel
+    seconds = report.baseline.sandbox_seconds if report.baseline else None
+    if b.max_nodes is None:
+        report.add("estimate", SKIP, "no node budget (budget.max_nodes): no estimate")
+        return
+    nodes = max(b.max_nodes - 1, 0)  # the root is the baseline
+    parts = []
+    if seconds is not None:
+        report.estimate_seconds = seconds * nodes / parallel
+        wall = report.estimate_seconds
+        capped = f", capped by max_wall {_duration(b.max_wall)}" if b.max_wall else ""
+        if b.max_wall:
+            wall = min(wall, b.max_wall)
+        parts.append(
+            f"{nodes} candidates x {seconds:.2f} s / parallel {parallel} ≈ "
+            f"{_duration(wall)} of evaluation{capped}"
+        )
+    if uses_llm(spec):
+        usd, unknown = llm_cost(spec, nodes)
+        if unknown:
+            parts.append(f"cost unknown (no price for {', '.join(unknown)}; [agents.prices])")
+        else:
+            report.estimate_usd = usd
+            cap = f", capped by max_usd ${b.max_usd:g}" if b.max_usd else ""
+            parts.append(f"≈ ${usd:.2f} of model calls (rough){cap}")
+    if not parts:
+        report.add("estimate", SKIP, "no baseline time: no estimate")
+        return
+    report.add("estimate", OK, "; ".join(parts))
+
+
+def llm_cost(spec: TaskSpec, nodes: int) -> tuple[float, list[str]]:
+    """A rough cost of ``nodes`` candidates: per role call, a prompt of the code (up to
+    the context budget) plus memory and instructions, and an answer of a quarter of
+    ``max_tokens``; and the models whose price is not known."""
+    a = spec.agents
+    files, _ = read_source(spec, code_files(spec))
+    code = sum(len(d) for d in files.values()) // 4
+    prompt = min(code, a.context_tokens) + a.memory_tokens + 1000
+    prices = {k: Rate(p.input, p.output, p.cached_input) for k, p in a.prices.items()}
+    usd, unknown = 0.0, []
+    for name, models in role_models(spec).items():
+        role = getattr(a, name)
+        answer = (role.max_tokens or a.max_tokens) // 4
+        for model in models:
+            rate = rate_for(model, prices)
+            if rate is None:
+                unknown.append(model)
+                continue
+            usd += cost(Usage(prompt, answer), rate) / len(models) * nodes
+    return usd, sorted(set(unknown))
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
