@@ -14,7 +14,7 @@ from rich.table import Table
 from revtree.cli.app import DbOpt, RunArg, app, console, open_store
 from revtree.errors import RevtreeError
 from revtree.memory import RunStatus
-from revtree.memory.db import revtree_home
+from revtree.memory.db import default_url, revtree_home
 from revtree.orchestrator import RunPaths
 
 
@@ -69,8 +69,12 @@ def doctor(
     db: DbOpt = None,
 ) -> None:
     """Check the database against the git stores and the run processes (--repair fixes)."""
+    from revtree.orchestrator.commands.doctor import check_database
     from revtree.orchestrator.commands.doctor import doctor as check
 
+    if (damage := check_database(db or default_url(), revtree_home())) is not None:
+        console.print(escape(damage), soft_wrap=True)
+        raise typer.Exit(1)
     findings = check(open_store(db), revtree_home(), run_id, repair)
     if not findings:
         console.print("no problems found")

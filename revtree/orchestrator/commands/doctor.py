@@ -1,11 +1,16 @@
-"""Check and repair the memory (``doctor``): the SQL rows against the per-run git
-stores and the processes that claim runs."""
+"""Check and repair the memory (``doctor``): first that a SQLite database is readable at
+all (:func:`check_database`), then the SQL rows against the per-run git stores and the
+processes that claim runs."""
 
 from __future__ import annotations
 
 import dataclasses
+import sqlite3
 from pathlib import Path
+from shlex import quote
 from typing import Any
+
+from sqlalchemy.engine import make_url
 
 from revtree.memory import GitStore, NodeStatus, RunInfo, RunStatus, Store
 from revtree.memory.gitstore import NODE_REF
@@ -26,6 +31,70 @@ class Finding:
     kind: str
     message: str
     repaired: bool = False
+
+
+def check_database(url: str, home: Path) -> str | None:
+    """For a SQLite database: None when its file passes ``PRAGMA integrity_check`` (or
+    ``quick_check``, where the full check cannot run), or does not exist yet; else what is
+    wrong and how to recover, in plain words. Other databases: None (their server checks
+    its own storage). Opens the file directly, so a damaged one cannot fail on the way."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
+        return None
+    path = Path(parsed.database).expanduser()
+    if not path.is_file():
+        return None
+    problem = _integrity(path)
+    if problem is None:
+        return None
+    db, fixed = quote(str(path)), quote(str(path.with_name("fixed.db")))
+    damaged = quote(str(path.with_name("damaged")))
+    runs = home / "runs"
+    return (
+        f"the database {path} is damaged: {problem}\n"
+        "Until it is replaced, commands on it fail or may read wrong rows. Stop every run "
+        "that uses it, then either:\n"
+        f"  - restore {path.name} from a backup or a copy, if you have one; or\n"
+        "  - salvage what SQLite can still read into a new file, move the damaged one "
+        "away with its -wal and -shm files, and put the new one in its place:\n"
+        f'      sqlite3 {db} ".recover" | sqlite3 {fixed}\n'
+        f"      mkdir {damaged} && mv {db}* {damaged}/ && mv {fixed} {db}\n"
+        "    then run `revtree doctor` again: it checks the salvaged rows against the git "
+        "stores.\n"
+        f"The code of every node is safe either way: the git stores under "
+        f"{runs}/<run id>/repo.git are separate from the database and keep every commit "
+        f"(`git -C {runs}/<run id>/repo.git log --all` lists them)."
+    )
+
+
+def _integrity(path: Path) -> str | None:
+    """None if ``path`` is a sound SQLite database (or cannot be opened for another reason:
+    a lock, permissions, which the command's own error then names), else what is wrong."""
+    error: sqlite3.DatabaseError | None = None
+    for pragma in ("integrity_check", "quick_check"):
+        try:
+            conn = sqlite3.connect(path, timeout=60)
+            try:
+                rows = [
+                    line
+                    for r in conn.execute(f"PRAGMA {pragma}(20)")
+                    for line in str(r[0]).splitlines()
+                    if line.strip() and not line.startswith("***")
+                ]
+            finally:
+                conn.close()
+        except sqlite3.DatabaseError as e:
+            error = error or e
+            continue
+        if rows == ["ok"]:
+            return None
+        more = f" (and {len(rows) - 5} more)" if len(rows) > 5 else ""
+        return f"PRAGMA {pragma} reports: " + "; ".join(rows[:5]) + more
+    if "not a database" in str(error):
+        return f"it is not an SQLite database at all (SQLite says: {error})"
+    if isinstance(error, sqlite3.OperationalError):  # locked, unreadable: not damage
+        return None
+    return f"SQLite cannot read it (SQLite says: {error})"
 
 
 def doctor(

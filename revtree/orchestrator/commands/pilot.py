@@ -14,6 +14,14 @@ None with fewer than two), the spread of the proposals' scores, their improvemen
 (failed / finished proposals, rejected ones included) and the signal-to-noise ratio
 spread / sigma.
 
+Who proposes decides whether the policy matters. With the offline Optuna knob proposer
+and its ``tpe`` (default) or ``random`` sampler, a proposal ignores its parent: every
+policy evaluates the same candidates and scores the same (README, Benchmarks), so the
+recommendation is ``optuna``, the plainest, and says so. Where the parent shapes the
+child (LLM agents, code mutations, the knob proposer's ``local`` sampler) the policy is
+chosen as below. The driver is passed in (:func:`driver_of` a task), else read from the
+pilot's proposals: knob values in every one means the knob proposer.
+
 Not measured: whether the landscape is deceptive or needs deep chains (a pilot only
 sees one level); the recommendation falls back on the synthetic benchmark
 (``benchmarks/policies.py``), where exts ranked first over the suite at small budgets.
@@ -27,8 +35,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from revtree.memory.records import EvalResult, Node, NodeStatus
+from revtree.tasks.spec import TaskSpec
 
 FULL = "full"
+# Who proposes the candidates: the knob proposer that ignores the parent (tpe, random),
+# the one that perturbs it (local), code mutations, LLM agents.
+KNOBS, KNOBS_LOCAL, MUTATE, LLM = "knobs", "knobs-local", "mutate", "llm"
+DRIVERS = (KNOBS, KNOBS_LOCAL, MUTATE, LLM)
 
 
 @dataclass(frozen=True)
@@ -45,6 +58,8 @@ class PilotReport:
     policy: str = "exts"
     params: dict[str, Any] = field(default_factory=dict)
     reasons: tuple[str, ...] = ()
+    driver: str | None = None  # one of DRIVERS; None: not known
+    driver_inferred: bool = False  # read from the proposals, not from the task
 
     @property
     def snr(self) -> float | None:
@@ -54,13 +69,42 @@ class PilotReport:
         return self.spread / self.noise_sigma
 
 
+def driver_of(spec: TaskSpec) -> str:
+    """Who proposes the candidates of a run of ``spec``, as the run's wiring decides."""
+    from revtree.agents import KnobProposer
+    from revtree.agents.mutate import offline_agents
+    from revtree.orchestrator.llm_team import uses_llm
+
+    if uses_llm(spec):
+        return LLM
+    if not isinstance(offline_agents(spec)[0], KnobProposer):
+        return MUTATE
+    return KNOBS_LOCAL if spec.agents.knobs.sampler == "local" else KNOBS
+
+
+def driver_from(nodes: list[Node]) -> str | None:
+    """The knob proposer when every proposal of the pilot set knob values, else None
+    (LLM agents and code mutations set none; which of them cannot be told apart)."""
+    proposals = [n.proposal for n in nodes if n.id != 0 and n.proposal is not None]
+    if proposals and all(p.get("knobs") for p in proposals):
+        return KNOBS
+    return None
+
+
 def analyse(
     nodes: list[Node],
     evaluations: list[EvalResult],
     maximize: bool,
     budget_evals: int | None = None,
+    driver: str | None = None,
 ) -> PilotReport:
-    """Diagnostics of a finished pilot run, with a recommendation (see :func:`recommend`)."""
+    """Diagnostics of a finished pilot run, with a recommendation (see :func:`recommend`).
+    ``driver`` (one of DRIVERS, e.g. ``driver_of(spec)``): who proposed; by default read
+    from the proposals."""
+    if driver is not None and driver not in DRIVERS:
+        raise ValueError(f"driver {driver!r} is not one of {DRIVERS}")
+    inferred = driver is None
+    driver = driver or driver_from(nodes)
     full = [e for e in evaluations if e.stage == FULL]
     times = sorted(e.duration for e in full)
     base = [e.score for e in full if e.node_id == 0 and e.ok and e.score is not None]
@@ -87,6 +131,8 @@ def analyse(
         improvement_rate=improved,
         failure_rate=failed / len(props) if props else None,
         n_proposals=len(props),
+        driver=driver,
+        driver_inferred=inferred and driver is not None,
     )
     policy, params, reasons = recommend(report, budget_evals)
     return PilotReport(
@@ -98,6 +144,8 @@ def recommend(
     report: PilotReport, budget_evals: int | None = None
 ) -> tuple[str, dict[str, Any], tuple[str, ...]]:
     """(policy, [search] parameters, reasons) for the measured task."""
+    if report.driver == KNOBS:
+        return _any_policy(report)
     params: dict[str, Any] = {}
     reasons = [
         "exts: first over the synthetic suite at budgets <= 100 (benchmarks/policies.py); "
@@ -131,9 +179,57 @@ def recommend(
             f"a budget of {budget_evals} evaluations leaves room for islands to diverge "
             "(evolution led on deceptive landscapes)"
         )
+    if report.driver is not None:
+        reasons.append(BUILDS_ON_PARENT[report.driver])
     if report.eval_seconds:
         reasons.append(f"one evaluation takes {report.eval_seconds:.3g}s on average")
     return policy, params, tuple(reasons)
+
+
+BUILDS_ON_PARENT = {
+    KNOBS_LOCAL: "the knob proposer's local sampler perturbs the parent's values, "
+    "so where the search expands matters",
+    MUTATE: "code mutations edit the parent's code, so where the search expands matters",
+    LLM: "LLM agents build on the parent's code, so where the search expands matters",
+}
+
+
+def _any_policy(report: PilotReport) -> tuple[str, dict[str, Any], tuple[str, ...]]:
+    """The recommendation when the knob proposer ignores the parent: the policy does not
+    change which candidates are evaluated, so ``optuna`` (any would do)."""
+    source = (
+        "the pilot's proposals all set knob values: "
+        if report.driver_inferred
+        else "this task is driven by "
+    )
+    reasons = [
+        f"{source}the offline Optuna knob proposer decides the values, and with its tpe "
+        "(default) or random sampler a proposal ignores its parent: every policy evaluates "
+        "the same candidates and scores the same, so any policy will do; optuna is the "
+        "plainest",
+        'for the policy to matter, set agents.knobs.sampler = "local" in the task '
+        "(improvements perturb the parent's values) or use LLM agents, then run the pilot "
+        "again"
+        + (
+            " (a task that already uses the local sampler: the policy matters, exts is the pick)"
+            if report.driver_inferred
+            else ""
+        ),
+    ]
+    snr = report.snr
+    if report.noise_sigma and (snr is None or snr < 3):
+        reasons.append(
+            f"noise sigma {report.noise_sigma:.3g} is large against the proposal spread "
+            f"(ratio {snr or 0:.2g} < 3): the best score may be partly luck (a holdout "
+            "re-scores it: `revtree holdout`)"
+        )
+    if report.failure_rate is not None and report.failure_rate >= 0.3:
+        reasons.append(
+            f"{report.failure_rate:.0%} of proposals failed: narrow the knob ranges that fail"
+        )
+    if report.eval_seconds:
+        reasons.append(f"one evaluation takes {report.eval_seconds:.3g}s on average")
+    return "optuna", {}, tuple(reasons)
 
 
 def format_report(report: PilotReport) -> list[str]:
@@ -149,7 +245,10 @@ def format_report(report: PilotReport) -> list[str]:
         f"proposal spread  {num(report.spread)} (spread / sigma {num(report.snr, '.3g')})",
         f"improvement rate {num(report.improvement_rate, '.0%')}",
         f"failure rate     {num(report.failure_rate, '.0%')}",
-        f"recommended      policy = {report.policy!r} "
-        + " ".join(f"{k} = {v!r}" for k, v in report.params.items()),
+        " ".join(
+            [f"recommended      policy = {report.policy!r}"]
+            + [f"{k} = {v!r}" for k, v in report.params.items()]
+            + (["(any policy: the knob proposer decides)"] if report.driver == KNOBS else [])
+        ),
     ]
     return lines + [f"  because {r}" for r in report.reasons]
