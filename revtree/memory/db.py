@@ -11,6 +11,7 @@ lock.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,6 +25,7 @@ from revtree.errors import StoreError
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 HEAD = "0004"
+MIGRATE_TRIES = 6
 MIGRATION_LOCK = 0x72657674  # PostgreSQL advisory lock key ("revt") held while migrating
 
 
@@ -62,10 +64,10 @@ def make_engine(url: str) -> Engine:
 def _sqlite_connect(dbapi_conn: Any, _record: Any) -> None:
     dbapi_conn.isolation_level = None  # we issue BEGIN ourselves
     cur = dbapi_conn.cursor()
-    for pragma in (
+    for pragma in (  # the busy timeout first: switching a fresh file to WAL takes a lock
+        "busy_timeout=60000",
         "journal_mode=WAL",
         "synchronous=NORMAL",
-        "busy_timeout=60000",
         "foreign_keys=ON",
     ):
         cur.execute(f"PRAGMA {pragma}")
@@ -92,19 +94,18 @@ def migrate(engine: Engine) -> None:
     """Bring the schema to the newest revision (cheap when it is already there)."""
     from alembic.runtime.migration import MigrationContext
 
-    with engine.connect() as conn:
-        if MigrationContext.configure(conn).get_current_revision() == HEAD:
-            return
-    for attempt in range(3):
+    for attempt in range(MIGRATE_TRIES):
         try:
-            _upgrade(engine)
-            return
-        except (OperationalError, StoreError):  # another process migrated at the same time
-            if attempt == 2:
-                raise
             with engine.connect() as conn:
                 if MigrationContext.configure(conn).get_current_revision() == HEAD:
                     return
+            _upgrade(engine)
+            return
+        except (OperationalError, StoreError):  # another process migrated at the same time
+            if attempt == MIGRATE_TRIES - 1:
+                raise
+            time.sleep(0.1 * (attempt + 1))  # SQLite: a read that would have to upgrade
+            # to a write while another connection migrates gets "locked" at once
 
 
 def _upgrade(engine: Engine) -> None:
