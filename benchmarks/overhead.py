@@ -69,7 +69,7 @@ def sleep_task(folder: Path, sleep: float, nodes: int, parallel: int) -> Path:
         name = "sleep"
         editable = ["params.py"]
         [evaluate]
-        command = "sleep {sleep}; echo '{{\\"score\\": 1.0}}'"
+        command = "sleep {sleep}; echo '{{\\"score\\": 1.0}}' >&3"
         metric = "score"
         direction = "maximize"
         [search]

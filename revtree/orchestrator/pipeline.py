@@ -42,9 +42,14 @@ class CandidateState(TypedDict, total=False):
 
 
 def build_pipeline(steps: Steps, checkpointer: Any) -> Any:
-    """Compile the pipeline graph over ``steps``."""
+    """Compile the pipeline graph over ``steps``. ``approve`` is a node only where the
+    run asks for approval, ``analyse`` only where there is an analyst: a step that would
+    pass through still costs a checkpoint per candidate."""
     graph: StateGraph[CandidateState] = StateGraph(CandidateState)
-    for name in STEPS:
+    approval = steps.spec.search.approve == "evaluate"
+    analyst = steps.agents.analyst is not None
+    names = [n for n in STEPS if (n != "approve" or approval) and (n != "analyse" or analyst)]
+    for name in names:
         graph.add_node(name, steps.guarded(name, getattr(steps, name)))  # type: ignore[call-overload]
     graph.add_edge(START, "select")
     done = _finished(steps)
@@ -56,25 +61,29 @@ def build_pipeline(steps: Steps, checkpointer: Any) -> Any:
         repair = refusal["repairable"] and refusal["round"] < steps.agents.coder.repairs
         return "code" if repair else "record"
 
+    after_review = "approve" if approval else "evaluate"
+
     def rejected_or(nxt: str) -> Callable[[CandidateState], str]:
         return lambda state: "record" if state.get("verdict") else nxt
 
     def after_evaluate(state: CandidateState) -> str:
         outcome = state.get("outcome") or {}
         failed = not outcome.get("ok") and outcome.get("error_kind") != "gated"
-        return "analyse" if failed and steps.agents.analyst is not None else "record"
+        return "analyse" if failed and analyst else "record"
 
     routes: dict[str, tuple[Callable[[CandidateState], str], tuple[str, ...]]] = {
         "select": (lambda s: "propose", ("propose",)),
         "propose": (lambda s: "code", ("code",)),
         "code": (after_code, ("code", "review", "record")),
-        "review": (rejected_or("approve"), ("approve", "record")),
+        "review": (rejected_or(after_review), (after_review, "record")),
         "approve": (rejected_or("evaluate"), ("evaluate", "record")),
         "evaluate": (after_evaluate, ("analyse", "record")),
         "analyse": (lambda s: "record", ("record",)),
     }
     for here, (route, targets) in routes.items():
-        graph.add_conditional_edges(here, done(route), [*targets, END])
+        if here in names:
+            present = [t for t in targets if t in names]
+            graph.add_conditional_edges(here, done(route), [*present, END])
     graph.add_edge("record", END)
     return graph.compile(checkpointer=checkpointer)
 

@@ -116,8 +116,8 @@ def test_retry_from_evaluate_after_an_infrastructure_failure(
         config = {"configurable": {"thread_id": f"{run_id}:{node.thread_id}"}}
         history = list(orch.graph.get_state_history(config))
         fork = next(s for s in history if s.metadata and s.metadata.get("source") == "update")
-        # replayed from the end of the review: approval (a pass-through here) comes first
-        assert fork.next == ("approve",) and fork.parent_config is not None
+        # replayed from the end of the review (where approval is on, it comes next)
+        assert fork.next == ("evaluate",) and fork.parent_config is not None
         base = orch.graph.get_state(fork.parent_config)
         assert base.next == ("evaluate",) and base.metadata["source"] == "loop"
         values = [t.value for t in orch.agents.proposer.study.trials if t.value is not None]
