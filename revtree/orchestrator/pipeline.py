@@ -10,7 +10,9 @@ The edges carry what is decided between steps: an answer whose edits cannot be a
 goes back to the coder for a repair round while it has rounds left, then to ``record``;
 a rejection by a reviewer, or by the user at ``approve``, goes to ``record``; a failed
 evaluation goes to the analyst, then to ``record``. ``approve`` parks the thread with
-LangGraph's ``interrupt`` until a decision is stored (human approval).
+LangGraph's ``interrupt`` until a decision is stored (human approval); it is in the
+graph only where the run asks for approval, as ``analyse`` is only where there is an
+analyst.
 
 What travels in the graph state is what a step hands the next: the ticket and node id,
 the refused answer (``refusal``), a rejection (``verdict``), the evaluation's

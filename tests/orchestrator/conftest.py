@@ -135,7 +135,8 @@ def store(home: Path) -> Store:
 
 def cli_env(home: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "REVTREE_DB"}
-    env.update(REVTREE_HOME=str(home), PYTHONUNBUFFERED="1", COLUMNS="200", **extra)
+    env.update(REVTREE_HOME=str(home), PYTHONUNBUFFERED="1", COLUMNS="200")
+    env.update(extra)  # may override the defaults (COLUMNS for a narrow terminal)
     return env
 
 

@@ -28,14 +28,7 @@ LOCAL = ("--sandbox", "local")
 
 def narrow(home: Path, *args: str, columns: int = 80) -> subprocess.CompletedProcess[str]:
     """``revtree ARGS`` with the terminal width a new user has."""
-    env = {**cli_env(home), "COLUMNS": str(columns)}
-    return subprocess.run(
-        [sys.executable, "-m", "revtree", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
+    return revtree(home, *args, check=False, COLUMNS=str(columns))
 
 
 def named(task: Path, name: str) -> Path:
