@@ -18,7 +18,7 @@ import typer
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from revtree.agents.llm import LLMError, detect_model, make_llm
+from revtree.agents.llm import LLMError
 from revtree.cli.app import (
     DbOpt,
     DetachOpt,
@@ -36,7 +36,7 @@ from revtree.errors import RevtreeError, RunBusy
 from revtree.memory import Event, RunInfo, RunStatus, Store
 from revtree.memory.db import revtree_home
 from revtree.orchestrator import Orchestrator, RunPaths, create_run
-from revtree.orchestrator.llm_team import ROLES, uses_llm
+from revtree.orchestrator.llm_team import role_models, uses_llm
 from revtree.orchestrator.run import alive
 from revtree.tasks import TaskSpec, load_task
 from revtree.tasks.spec import POLICIES
@@ -134,21 +134,8 @@ def check_models(spec: TaskSpec) -> None:
     """Build the clients of the models a run's agents will call, as the run does when it
     starts, so that a model that cannot be called (no key, no base URL, an unknown
     provider) is refused before a run is created or changed."""
-    if not uses_llm(spec):
-        return
-    a = spec.agents
-    for name in ROLES:
-        role = getattr(a, name)
-        if not role.enabled or (a.one_call and name == "proposer"):
-            continue
-        models = [m.model for m in role.ensemble] or [role.model or a.model or detect_model()]
-        for model in models:
-            if model is None:
-                raise LLMError(
-                    f"no model for the {name}: set agents.model, agents.{name}.model, "
-                    "--model, or OPENAI_API_KEY / ANTHROPIC_API_KEY"
-                )
-            make_llm(model, base_url=a.base_url, api_key_env=a.api_key_env)
+    if uses_llm(spec):
+        role_models(spec)
 
 
 def _agents(model: str | None, base_url: str | None) -> dict[str, Any]:

@@ -111,6 +111,39 @@ def offline_reason(spec: TaskSpec) -> str | None:
     return None
 
 
+def role_models(spec: TaskSpec) -> dict[str, LLM]:
+    """The model client of each enabled role (not the proposer in one-call mode), as a
+    run builds them: raises ``LLMError`` for a model that cannot be called (no key, no
+    base URL, an unknown provider), before any call is made."""
+    a = spec.agents
+    roles = ("coder", "reviewer", "analyst") if a.one_call else ROLES
+    return {
+        name: role_model(spec, name, getattr(a, name)) for name in roles if getattr(a, name).enabled
+    }
+
+
+def role_model(spec: TaskSpec, name: str, role: Role) -> LLM:
+    a = spec.agents
+    kw: dict[str, Any] = {
+        "base_url": a.base_url,
+        "api_key_env": a.api_key_env,
+        "timeout": a.timeout,
+        "max_retries": a.max_retries,
+        "stream": a.stream,
+    }
+    if role.ensemble:
+        members = [make_llm(m.model, **kw) for m in role.ensemble]
+        seed = derive_seed(spec.search.seed, "ensemble", name)
+        return Ensemble(members, [m.weight for m in role.ensemble], seed)
+    model = role.model or a.model or detect_model()
+    if model is None:
+        raise LLMError(
+            f"no model for the {name}: set agents.model, agents.{name}.model, "
+            "--model, or OPENAI_API_KEY / ANTHROPIC_API_KEY"
+        )
+    return make_llm(model, **kw)
+
+
 class Team:
     """Proposer, coder, reviewer and analyst on metered models, for one run: the agent
     protocol of ``revtree.agents.base`` (``propose(job)``, ``code(job, …)``, …), each
@@ -131,12 +164,7 @@ class Team:
         self.git, self.mirror, self.sandbox, self.cancel = git, mirror, sandbox, cancel
         self.meter = Meter(store, self.run_id, spec)
         self.one_call = self.spec.agents.one_call
-        roles = ("coder", "reviewer", "analyst") if self.one_call else ROLES
-        self.models = {
-            name: self._model(name, getattr(self.spec.agents, name))
-            for name in roles
-            if getattr(self.spec.agents, name).enabled
-        }
+        self.models = role_models(spec)
         self.structured = self._structured()
         self._answers: dict[tuple[int, int], Completion] = {}  # one-call, (node, attempt)
         root = mirror.get(0)
@@ -154,27 +182,6 @@ class Team:
         self._contexts: OrderedDict[tuple[int, str, bool], Context] = OrderedDict()
         self._lock = threading.Lock()
         self._tools_off = False  # the server refused tools: plain edits from then on
-
-    def _model(self, name: str, role: Role) -> LLM:
-        a = self.spec.agents
-        kw: dict[str, Any] = {
-            "base_url": a.base_url,
-            "api_key_env": a.api_key_env,
-            "timeout": a.timeout,
-            "max_retries": a.max_retries,
-            "stream": a.stream,
-        }
-        if role.ensemble:
-            members = [make_llm(m.model, **kw) for m in role.ensemble]
-            seed = derive_seed(self.spec.search.seed, "ensemble", name)
-            return Ensemble(members, [m.weight for m in role.ensemble], seed)
-        model = role.model or a.model or detect_model()
-        if model is None:
-            raise LLMError(
-                f"no model for the {name}: set agents.model, agents.{name}.model, "
-                "--model, or OPENAI_API_KEY / ANTHROPIC_API_KEY"
-            )
-        return make_llm(model, **kw)
 
     def _models_of(self, role: Role) -> list[str]:
         if role.ensemble:
