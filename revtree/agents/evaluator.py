@@ -304,6 +304,8 @@ class Evaluator:
             error=error,
             error_kind=kind,
             log_path=self._log(node_id, stage, repeat, steps, error),
+            host=steps[0].result.host,
+            gpus=tuple(steps[0].result.gpus),
         )
 
     def _log(

@@ -138,6 +138,20 @@ def show(
         if k not in ("nodes", "evaluations"):
             table.add_row(k, escape(fmt_value(k, v)))
     console.print(table)
+    if data.get("evaluations"):
+        et = Table("stage", "repeat", "attempt", "ok", "score", "seconds", "host", "gpus")
+        for e in data["evaluations"]:
+            et.add_row(
+                e["stage"],
+                str(e["repeat"]),
+                str(e["attempt"]),
+                "yes" if e["ok"] else "no",
+                fmt(e["score"]),
+                f"{e['duration']:.2f}",
+                escape(e["host"] or "-"),
+                ",".join(e["gpus"]) or "-",
+            )
+        console.print(et)
     if nodes and "nodes" in data:
         nt = Table("id", "parent", "op", "status", "score", "commit", "hypothesis / error")
         for n in data["nodes"]:

@@ -212,6 +212,13 @@ def run(
     budget_time: Annotated[str | None, typer.Option(help="Wall time, e.g. 600, '10m'.")] = None,
     budget_sandbox: Annotated[str | None, typer.Option(help="Sandbox-seconds, e.g. '1h'.")] = None,
     sandbox: Annotated[str | None, typer.Option(help="local, docker or auto.")] = None,
+    runner: Annotated[
+        str | None, typer.Option(help="Where evaluations run: local, or ray (a Ray cluster).")
+    ] = None,
+    ray_address: Annotated[
+        str | None,
+        typer.Option(help="The Ray cluster: auto, ray://HOST:10001 or HOST:PORT (implies ray)."),
+    ] = None,
     seed: Annotated[int | None, typer.Option(help="Seed of the policy and proposer.")] = None,
     model: Annotated[
         str | None,
@@ -259,6 +266,14 @@ def run(
             search=search,
             budget=budget,
             sandbox={"backend": sandbox} if sandbox else {},
+            runner={
+                k: v
+                for k, v in {
+                    "kind": runner or ("ray" if ray_address else None),
+                    "address": ray_address,
+                }.items()
+                if v
+            },
             agents=_agents(model, base_url),
         )
     except ValueError as e:

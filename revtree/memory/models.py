@@ -96,6 +96,8 @@ class EvaluationRow(Base):
     error_kind: Mapped[str | None] = mapped_column(String(32))
     log_path: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[float] = mapped_column(Float)
+    host: Mapped[str | None] = mapped_column(String(255))
+    gpus: Mapped[list[str] | None] = mapped_column(JSON)
 
 
 class EventRow(Base):

@@ -132,6 +132,8 @@ class EvalResult:
     error_kind: str | None = None
     log_path: str | None = None
     attempt: int = 1
+    host: str | None = None  # where it ran, where known (a Ray worker: host/node)
+    gpus: tuple[str, ...] = ()  # the GPU ids it was given
 
 
 @dataclass(frozen=True)

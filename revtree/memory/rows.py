@@ -86,6 +86,8 @@ def row_to_eval(r: Any) -> EvalResult:
         error_kind=r.error_kind,
         log_path=r.log_path,
         attempt=r.attempt,
+        host=r.host,
+        gpus=tuple(r.gpus or ()),
     )
 
 

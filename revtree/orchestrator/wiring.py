@@ -101,12 +101,23 @@ def wire(
     look = spec.search.lookahead
     lookahead = (0 if parallel == 1 else parallel) if look is None else look
     git = GitStore(paths.repo)
+    ray = spec.runner.kind == "ray" and sandbox is None
     choice = (
         BackendChoice(sandbox.name, "given by the caller")
         if sandbox is not None
+        else ray_choice(spec)
+        if ray
         else choose_backend(spec.sandbox.backend, spec.sandbox)
     )
-    if sandbox is None:
+    if ray:
+        sandbox = make_sandbox(
+            "ray",
+            runner=spec.runner,
+            config=spec.sandbox,
+            task_root=spec.root,
+            on_event=lambda kind, message, node: store.add_event(run.id, kind, message, node),
+        )
+    elif sandbox is None:
         extra: dict[str, Any] = {"gpu_pool": GpuPool()} if spec.sandbox.gpus else {}
         sandbox = make_sandbox(
             choice.name,
@@ -148,6 +159,17 @@ def wire(
         parallel,
         lookahead,
         threading.Lock(),
+    )
+
+
+def ray_choice(spec: TaskSpec) -> BackendChoice:
+    """The Ray runner: each worker picks its own backend (``auto`` never downgrades)."""
+    r = spec.runner
+    gpus = r.gpus if r.gpus is not None else spec.sandbox.gpus
+    return BackendChoice(
+        "ray",
+        f"runner ray at {r.address}: each evaluation a Ray task ({r.cpus:g} CPU, {gpus} GPU) "
+        f"in its worker's own {spec.sandbox.backend} sandbox",
     )
 
 

@@ -21,6 +21,7 @@ from revtree.sandboxes.base import ExecRequest, ExecResult, Limits, Sandbox
 BACKENDS = {
     "local": "revtree.sandboxes.local.LocalSandbox",
     "docker": "revtree.sandboxes.docker.DockerSandbox",
+    "ray": "revtree.sandboxes.ray.RaySandbox",  # the Ray runner ([runner] kind = "ray")
 }
 AUTO_ENV = "REVTREE_SANDBOX"  # forces what "auto" picks: "local" or "docker"
 LOCAL_WARNING = (

@@ -69,7 +69,8 @@ class ExecRequest:
 class ExecResult:
     """What came out. ``metrics_text`` is what the command wrote to ``METRICS_FD``
     (None if nothing); ``files`` the declared outputs copied out, by workspace path;
-    ``refused`` the matching paths not copied, with why."""
+    ``refused`` the matching paths not copied, with why; ``host`` and ``gpus`` where it
+    ran and on which GPU ids, where the backend knows (a Ray worker does)."""
 
     exit_code: int | None
     stdout: str
@@ -81,6 +82,8 @@ class ExecResult:
     setup_seconds: float = 0.0
     files: Mapping[str, bytes] = field(default_factory=dict)
     refused: Mapping[str, str] = field(default_factory=dict)
+    host: str | None = None
+    gpus: tuple[str, ...] = ()
 
 
 class Sandbox(Protocol):

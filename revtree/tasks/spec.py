@@ -8,7 +8,8 @@ in :mod:`revtree.tasks.load`.
 
 This module holds :class:`TaskSpec`, the whole task; its sections live in
 :mod:`revtree.tasks.sections` (evaluate, holdout, sandbox, budget, trust),
-:mod:`revtree.tasks.search` (the search policies) and :mod:`revtree.tasks.agent_settings`
+:mod:`revtree.tasks.search` (the search policies), :mod:`revtree.tasks.runner` (where
+evaluations run: this machine or a Ray cluster) and :mod:`revtree.tasks.agent_settings`
 (agents and knobs), and every name is importable from here as well.
 """
 
@@ -30,6 +31,7 @@ from revtree.tasks.agent_settings import (
     Role,
     Structured,
 )
+from revtree.tasks.runner import RunnerConfig
 from revtree.tasks.search import (
     POLICIES,
     AgenticSearch,
@@ -91,6 +93,7 @@ __all__ = [
     "Price",
     "RandomSearch",
     "Role",
+    "RunnerConfig",
     "SandboxConfig",
     "SearchConfig",
     "Section",
@@ -122,6 +125,7 @@ class TaskSpec(Section):
     evaluate: Evaluate
     holdout: Holdout | None = None
     sandbox: SandboxConfig = SandboxConfig()
+    runner: RunnerConfig = RunnerConfig()
     search: SearchConfig = GreedySearch()
     budget: Budget = Budget()
     knobs: tuple[Knob, ...] = ()

@@ -1,0 +1,121 @@
+"""The worker side of the Ray runner: what one Ray task does on the machine Ray picked.
+
+It runs the request in that machine's own sandbox backend, chosen by
+:func:`revtree.sandboxes.choose_backend` with the task's ``[sandbox]`` section (Docker
+with the task's image where the machine has an engine, else local with its warning; an
+engine without the image is an error, never a silent downgrade), and hands that backend
+exactly the GPU ids Ray assigned: as the Docker ``DeviceRequest``'s device ids, or as
+``CUDA_VISIBLE_DEVICES`` for the local backend.
+
+The backend is built once per worker process and kept (a Ray worker process runs one
+task at a time, and Ray reuses it for the next task of the same shape), so Docker's warm
+pool serves later evaluations too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import socket
+import tempfile
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from revtree.errors import Cancelled, RevtreeError, SandboxError
+from revtree.sandboxes import BackendChoice, choose_backend, make_sandbox
+from revtree.sandboxes.base import ExecRequest, Sandbox
+from revtree.tasks.sections import SandboxConfig
+
+
+class AssignedGpus:
+    """A GPU lease that hands out the ids Ray assigned to the current task, nothing else
+    (the Docker backend asks its lease for ``config.gpus`` ids)."""
+
+    def __init__(self) -> None:
+        self.ids: list[str] = []
+
+    def acquire(self, n: int, cancel: threading.Event | None = None) -> list[str]:
+        if n > len(self.ids):
+            raise SandboxError(f"{n} GPU(s) asked for but Ray assigned {self.ids or 'none'}")
+        return list(self.ids[:n])
+
+    def release(self, ids: Sequence[str]) -> None:
+        """Nothing to give back: Ray frees the GPUs when the task ends."""
+
+
+@dataclasses.dataclass
+class Backend:
+    sandbox: Sandbox
+    choice: BackendChoice
+    lease: AssignedGpus
+
+
+BACKENDS: dict[str, Backend] = {}  # one per (config, GPU count) in this worker process
+
+
+def backend_for(config: SandboxConfig, task_root: str | None, n_gpus: int) -> Backend:
+    """This machine's sandbox backend for ``config`` with ``n_gpus`` GPUs per request."""
+    config = config.model_copy(update={"gpus": n_gpus})
+    key = f"{config.model_dump_json()}|{task_root}"
+    if key not in BACKENDS:
+        choice = choose_backend(config.backend, config)
+        lease = AssignedGpus()
+        kwargs: dict[str, Any] = {"gpu_pool": lease} if choice.name != "local" else {}
+        sandbox = make_sandbox(
+            choice.name,
+            base_dir=Path(tempfile.gettempdir()) / "revtree-ray",
+            config=config,
+            task_root=task_root,
+            labels={"revtree.runner": "ray"},
+            **kwargs,
+        )
+        BACKENDS[key] = Backend(sandbox, choice, lease)
+    return BACKENDS[key]
+
+
+def placement() -> tuple[str, list[str]]:
+    """(host, GPU ids) of the current Ray task: the host name and the Ray node's id
+    (several raylets may share a machine), and the GPU ids Ray assigned."""
+    import ray
+
+    ctx = ray.get_runtime_context()
+    host = f"{socket.gethostname()}/{ctx.get_node_id()[:8]}"
+    return host, [str(g) for g in ctx.get_accelerator_ids().get("GPU", [])]
+
+
+def run_request(
+    archive: bytes, request: ExecRequest, config: SandboxConfig, task_root: str | None
+) -> dict[str, Any]:
+    """The body of one Ray task: the request (its archive passed apart, through the
+    object store) run here. Returns ``{"result": ExecResult, "backend": …}``, or
+    ``{"error": …}`` for an error of revtree's (the image is missing, say), so that
+    only Ray's own failures (a dead worker or node) reach the driver as exceptions."""
+    host, gpus = placement()
+    try:
+        backend = backend_for(config, task_root, len(gpus))
+        backend.lease.ids = gpus
+        env = dict(request.env)
+        if backend.choice.name == "local":
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
+        request = dataclasses.replace(request, archive=archive, env=env)
+        result = backend.sandbox.execute(request)
+    except Cancelled:
+        raise
+    except (RevtreeError, OSError) as e:
+        return {"error": f"{type(e).__name__}: {e}", "host": host}
+    result = dataclasses.replace(result, host=host, gpus=tuple(gpus))
+    choice = backend.choice
+    return {
+        "result": result,
+        "host": host,
+        "backend": (choice.name, choice.reason, choice.warning),
+    }
+
+
+def reap_here() -> int:
+    """Reap what killed evaluations left behind by this worker's backends."""
+    return sum(b.sandbox.reap() for b in BACKENDS.values())
+
+
+__all__ = ["AssignedGpus", "placement", "reap_here", "run_request"]

@@ -1,0 +1,215 @@
+"""The Ray runner on real Ray: a multi-node cluster on this machine, loopback only.
+
+Each cluster scenario runs in its own process inside a network namespace made for it
+(``unshare --net``, only ``lo`` up; see ``ray_scenarios.py``): outside one, Ray binds to
+the machine's own interface even when told 127.0.0.1. Where ``unshare`` is not
+permitted, those tests skip with that reason. The address checks need no cluster: they
+only ever try a closed loopback port.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import itertools
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from revtree.errors import SandboxError, TaskSpecError
+from revtree.tasks.runner import RunnerConfig
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@functools.cache
+def cluster_problem() -> str | None:
+    """Why a loopback-only Ray cluster cannot run here, or None."""
+    if importlib.util.find_spec("ray") is None:
+        return "Ray is not installed (pip install -e '.[ray]')"
+    if shutil.which("unshare") is None or shutil.which("ip") is None:
+        return "unshare or ip is missing (util-linux, iproute2)"
+    try:
+        r = subprocess.run(
+            ["unshare", "--net", "sh", "-c", "ip link set lo up"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    except (OSError, subprocess.SubprocessError) as e:
+        return f"unshare --net failed: {e}"
+    if r.returncode != 0:
+        return f"unshare --net is not permitted here: {r.stderr.strip()[:200]}"
+    return None
+
+
+def scenario(name: str, work: Path, timeout: float) -> dict[str, Any]:
+    """Run scenario ``name`` in a new network namespace; what it saw."""
+    if (problem := cluster_problem()) is not None:
+        pytest.skip(problem)
+    work.mkdir(parents=True, exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if k not in ("REVTREE_DB", "RAY_ADDRESS")}
+    env.update(REVTREE_SANDBOX="local", PYTHONUNBUFFERED="1")
+    script = 'ip link set lo up && exec "$0" -m tests.sandboxes.ray_scenarios "$1" "$2"'
+    cmd = ["unshare", "--net", "sh", "-c", script, sys.executable, name, str(work)]
+    log = work / "scenario.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        try:
+            rc = proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            pytest.fail(f"scenario {name} ran past {timeout}s:\n{log.read_text()[-4000:]}")
+    assert rc == 0, f"scenario {name} failed ({rc}):\n{log.read_text()[-6000:]}"
+    result: dict[str, Any] = json.loads((work / "result.json").read_text())
+    return result
+
+
+@pytest.fixture(scope="module")
+def whole_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    return scenario("run", tmp_path_factory.mktemp("ray-run"), timeout=240)
+
+
+def check_once_and_none_lost(out: dict[str, Any]) -> None:
+    assert out["status"] == "completed", out["reason"]
+    assert out["max_count"] == 1  # no (node, stage, repeat) evaluated twice
+    evaluated = {e["node"] for e in out["evaluations"]}
+    finished = [n for n in out["nodes"] if n["status"] == "succeeded"]
+    assert len(finished) == len(out["nodes"])
+    assert {n["id"] for n in finished} <= evaluated  # nothing lost
+    assert all(e["ok"] and e["host"] for e in out["evaluations"])
+
+
+@pytest.mark.ray
+def test_a_whole_run_on_a_multi_node_cluster_records_every_evaluation_once(
+    whole_run: dict[str, Any],
+) -> None:
+    check_once_and_none_lost(whole_run)
+    assert len(whole_run["nodes"]) == 16
+    assert len({e["host"] for e in whole_run["evaluations"]}) >= 2  # spread over raylets
+    said = [e["message"] for e in whole_run["events"] if e["kind"] == "ray"]
+    assert any("local sandbox" in m and "warning" in m for m in said), said  # its warning
+    start = next(e["message"] for e in whole_run["events"] if e["kind"] == "run")
+    assert "sandbox ray (runner ray at 127.0.0.1:" in start
+
+
+@pytest.mark.ray
+def test_fake_gpus_are_exclusive_per_host_and_handed_to_the_evaluation(
+    whole_run: dict[str, Any],
+) -> None:
+    evals = whole_run["evaluations"]
+    held: dict[tuple[str, str], list[tuple[float, float]]] = defaultdict(list)
+    for e in evals:
+        assert len(e["gpus"]) == 1, e
+        assert e["cuda"] == e["gpus"][0]  # exactly Ray's ids reached the evaluation
+        held[(e["host"], e["gpus"][0])].append((e["t0"], e["t1"]))
+    for spans in held.values():
+        spans.sort()
+        for (_, end), (begin, _) in itertools.pairwise(spans):
+            assert begin >= end, f"two evaluations held one GPU at once: {spans}"
+    # 4 in flight for 3 GPUs: evaluations did run side by side, and one queued
+    points = sorted([(e["t0"], 1) for e in evals] + [(e["t1"], -1) for e in evals])
+    level = peak = 0
+    for _, step in points:
+        level += step
+        peak = max(peak, level)
+    assert 2 <= peak <= 3
+
+
+@pytest.mark.ray
+def test_a_stopped_evaluation_cancels_its_ray_task(whole_run: dict[str, Any]) -> None:
+    cancel = whole_run["cancel"]
+    assert cancel["outcome"] == "cancelled"
+    assert cancel["seconds"] < 3.5
+    assert not cancel["finished_anyway"]  # the worker, and the evaluation, were killed
+
+
+@pytest.mark.ray
+def test_a_worker_node_killed_mid_evaluation_costs_one_retry_and_nothing_else(
+    tmp_path: Path,
+) -> None:
+    out = scenario("kill", tmp_path / "kill", timeout=240)
+    assert out["killed_at"] is not None
+    check_once_and_none_lost(out)
+    retries = [e for e in out["events"] if e["kind"] == "ray" and "re-submitted" in e["message"]]
+    assert retries, [e["message"] for e in out["events"] if e["kind"] == "ray"]
+    node = retries[0]["node"]
+    assert node is not None
+    rows = [e for e in out["evaluations"] if e["node"] == node]
+    assert len(rows) == 1  # recorded once, from the node that survived
+    assert len({e["host"] for e in out["evaluations"]}) == 2
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.ray
+def test_an_address_that_does_not_answer_fails_at_once_naming_it() -> None:
+    pytest.importorskip("ray")
+    from revtree.sandboxes.ray import RaySandbox
+
+    address = f"127.0.0.1:{closed_port()}"
+    t0 = time.monotonic()
+    with pytest.raises(SandboxError, match=f"Ray cluster at {address} .*does not answer"):
+        RaySandbox(RunnerConfig(kind="ray", address=address))
+    assert time.monotonic() - t0 < 5
+
+
+@pytest.mark.ray
+def test_auto_without_a_cluster_says_how_to_start_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("ray")
+    from revtree.sandboxes.ray import RaySandbox
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path))
+    with pytest.raises(SandboxError, match="ray start --head"):
+        RaySandbox(RunnerConfig(kind="ray"))
+
+
+@pytest.mark.ray
+def test_run_with_an_unanswering_cluster_exits_non_zero_naming_it(
+    write_task: Any, tmp_path: Path
+) -> None:
+    pytest.importorskip("ray")
+    task = write_task()
+    address = f"127.0.0.1:{closed_port()}"
+    env = {k: v for k, v in os.environ.items() if k != "REVTREE_DB"}
+    env.update(REVTREE_HOME=str(tmp_path / "home"), COLUMNS="200")
+    t0 = time.monotonic()
+    cmd = [sys.executable, "-m", "revtree", "run", str(task), "--runner", "ray"]
+    r = subprocess.run(
+        [*cmd, "--ray-address", address, "--quiet"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert r.returncode != 0
+    assert address in r.stdout + r.stderr
+    assert time.monotonic() - t0 < 60
+
+
+def test_the_runner_section_checks_its_address_and_resources() -> None:
+    assert RunnerConfig().kind == "local"
+    assert RunnerConfig(kind="ray", address="ray://head:10001").address == "ray://head:10001"
+    for bad in ({"address": "http://x"}, {"resources": {"GPU": 1}}, {"resources": {"A": -1}}):
+        with pytest.raises((ValueError, TaskSpecError)):
+            RunnerConfig(kind="ray", **bad)
