@@ -213,3 +213,148 @@ def test_the_runner_section_checks_its_address_and_resources() -> None:
     for bad in ({"address": "http://x"}, {"resources": {"GPU": 1}}, {"resources": {"A": -1}}):
         with pytest.raises((ValueError, TaskSpecError)):
             RunnerConfig(kind="ray", **bad)
+
+
+# -- without a cluster: the worker's side, and the driver's retries against a fake Ray ---
+
+
+def test_the_worker_hands_rays_gpu_ids_to_its_local_backend(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from revtree.sandboxes.base import ExecRequest, Limits, archive_of
+    from revtree.sandboxes.ray import worker
+    from revtree.tasks.sections import SandboxConfig
+
+    monkeypatch.setattr(worker, "placement", lambda: ("box/0123abcd", ["3", "5"]))
+    script = b"import os\nos.write(3, os.environ['CUDA_VISIBLE_DEVICES'].encode())\n"
+    request = ExecRequest(b"", "python s.py", Limits(30))
+    out = worker.run_request(archive_of({"s.py": script}), request, SandboxConfig(), None)
+    result = out["result"]
+    assert result.exit_code == 0, result.stderr
+    assert result.metrics_text == "3,5"
+    assert (result.host, result.gpus) == ("box/0123abcd", ("3", "5"))
+    assert out["backend"][0] == "local" and out["backend"][2]  # with its warning
+    lease = worker.AssignedGpus()
+    lease.ids = ["1"]
+    assert lease.acquire(1) == ["1"]
+    with pytest.raises(SandboxError, match="Ray assigned"):
+        lease.acquire(2)
+
+
+class FakeRay:
+    """Just enough of Ray for RaySandbox: outcomes of successive tasks, in order."""
+
+    def __init__(self, outcomes: list[Any]) -> None:
+        import ray
+
+        self.exceptions = ray.exceptions
+        self.outcomes, self.submitted, self.puts = outcomes, 0, 0
+        self.cancelled: list[Any] = []
+        self.options: dict[str, Any] = {}
+
+    def remote(self, fn: Any) -> Any:
+        fake = self
+
+        class Remote:
+            def options(self, **kw: Any) -> Any:
+                fake.options = kw
+                return self
+
+            def remote(self, *args: Any) -> object:
+                fake.submitted += 1
+                return object()
+
+        return Remote()
+
+    def put(self, value: bytes) -> object:
+        self.puts += 1
+        return object()
+
+    def wait(self, refs: list[Any], timeout: float) -> tuple[list[Any], list[Any]]:
+        if self.outcomes and self.outcomes[0] == "hang":
+            time.sleep(timeout)
+            return [], refs
+        return refs, []
+
+    def get(self, ref: Any) -> Any:
+        outcome = self.outcomes.pop(0)
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
+    def cancel(self, ref: Any, force: bool) -> None:
+        self.cancelled.append((ref, force))
+
+    def is_initialized(self) -> bool:
+        return True
+
+
+def fake_sandbox(monkeypatch: pytest.MonkeyPatch, outcomes: list[Any], **runner: Any) -> Any:
+    pytest.importorskip("ray")
+    from revtree.sandboxes.ray import sandbox as module
+
+    fake = FakeRay(outcomes)
+    monkeypatch.setattr(module, "ray_module", lambda: fake)
+    events: list[tuple[str, str, int | None]] = []
+    config = RunnerConfig(kind="ray", **runner)
+    sb = module.RaySandbox(config, on_event=lambda *e: events.append(e))
+    return sb, fake, events
+
+
+def ok_result(host: str = "w/1") -> dict[str, Any]:
+    from revtree.sandboxes.base import ExecResult
+
+    result = ExecResult(0, "", "", 0.1, host=host, gpus=("0",))
+    return {"result": result, "host": host, "backend": ("docker", "auto: ...", None)}
+
+
+def test_a_lost_task_is_resubmitted_told_and_returned_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import ray
+
+    from revtree.sandboxes.base import ExecRequest, Limits
+
+    lost = [ray.exceptions.WorkerCrashedError(), ray.exceptions.NodeDiedError("node gone")]
+    sb, fake, events = fake_sandbox(monkeypatch, [*lost, ok_result()], cpus=2, gpus=1)
+    request = ExecRequest(b"tar", "python ev.py", Limits(5), labels={"revtree.node": "7"})
+    result = sb.execute(request)
+    assert result.host == "w/1" and fake.submitted == 3 and fake.puts == 1  # one put
+    assert fake.options["num_cpus"] == 2 and fake.options["num_gpus"] == 1
+    assert fake.options["max_retries"] == 0
+    retries = [m for _, m, node in events if "re-submitted" in m and node == 7]
+    assert [("attempt 2 of 4" in retries[0]), ("attempt 3 of 4" in retries[1])] == [True, True]
+    assert any("docker sandbox" in m for _, m, _ in events)
+
+
+def test_retries_are_bounded_and_a_worker_error_is_not_retried(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import ray
+
+    from revtree.sandboxes.base import ExecRequest, Limits
+
+    request = ExecRequest(b"tar", "python ev.py", Limits(5))
+    lost = [ray.exceptions.WorkerCrashedError() for _ in range(3)]
+    sb, fake, _ = fake_sandbox(monkeypatch, lost, retries=2)
+    with pytest.raises(SandboxError, match="lost 3 times"):
+        sb.execute(request)
+    missing = {"error": "SandboxError: image x missing", "host": "w/2"}
+    sb, fake, _ = fake_sandbox(monkeypatch, [missing])
+    with pytest.raises(SandboxError, match=r"on the Ray worker w/2: .*image x missing"):
+        sb.execute(request)
+    assert fake.submitted == 1
+
+
+def test_a_cancelled_evaluation_cancels_its_ray_task(monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    from revtree.errors import Cancelled
+    from revtree.sandboxes.base import ExecRequest, Limits
+
+    sb, fake, _ = fake_sandbox(monkeypatch, ["hang"])
+    cancel = threading.Event()
+    threading.Timer(0.2, cancel.set).start()
+    with pytest.raises(Cancelled):
+        sb.execute(ExecRequest(b"tar", "sleep 9", Limits(30)), cancel)
+    assert len(fake.cancelled) == 1 and fake.cancelled[0][1] is True
