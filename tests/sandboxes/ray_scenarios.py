@@ -210,22 +210,43 @@ def cancel_check(address: str, work: Path) -> dict[str, Any]:
     return {"outcome": outcome, "seconds": took, "finished_anyway": done.exists()}
 
 
+def raylet_pid(node: Any) -> int:
+    return int(node.all_processes["raylet"][0].process.pid)
+
+
+def node_running(pid: int, nodes: list[Any]) -> Any:
+    """The Ray node whose raylet is an ancestor of process ``pid`` (None if gone)."""
+    raylets = {raylet_pid(n): n for n in nodes}
+    while pid > 1:
+        if pid in raylets:
+            return raylets[pid]
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            return None
+        pid = int(next(x for x in status.splitlines() if x.startswith("PPid:")).split()[1])
+    return None
+
+
 def scenario_kill(work: Path) -> dict[str, Any]:
-    """One worker raylet (1 CPU); once an evaluation has started on it, it is removed
-    and a second one joins: the evaluation in flight is lost and re-submitted."""
-    cluster, (first,) = start_cluster([{"num_cpus": 1}])
+    """Two worker raylets (1 CPU each); once an evaluation has started, the raylet it
+    runs under is removed: the evaluation in flight is lost and re-submitted."""
+    cluster, nodes = start_cluster([{"num_cpus": 1}, {"num_cpus": 1}])
     marks = work / "marks"
     marks.mkdir()
     killed: dict[str, Any] = {}
 
     def killer() -> None:
         deadline = time.monotonic() + 120
-        while not any(marks.iterdir()) and time.monotonic() < deadline:
+        while time.monotonic() < deadline and not killed:
+            for mark in sorted(marks.iterdir()):
+                node = node_running(int(mark.name.split("-")[1]), nodes)
+                if node is not None:
+                    time.sleep(0.5)  # mid-evaluation (it sleeps 2 s)
+                    cluster.remove_node(node, allow_graceful=False)
+                    killed.update(at=time.time(), node=node.node_id)
+                    return
             time.sleep(0.05)
-        time.sleep(0.5)  # mid-evaluation
-        cluster.remove_node(first, allow_graceful=False)
-        killed["at"] = time.time()
-        add_node(cluster, {"num_cpus": 1})  # the retry waits for it
 
     thread = threading.Thread(target=killer, daemon=True)
     thread.start()
@@ -242,6 +263,7 @@ def scenario_kill(work: Path) -> dict[str, Any]:
         out = drive(task, work)
         thread.join(5)
         out["killed_at"] = killed.get("at")
+        out["killed_node"] = killed.get("node")
         return out
     finally:
         cluster.shutdown()

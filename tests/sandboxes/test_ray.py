@@ -102,7 +102,7 @@ def test_a_whole_run_on_a_multi_node_cluster_records_every_evaluation_once(
     assert len({e["host"] for e in whole_run["evaluations"]}) >= 2  # spread over raylets
     said = [e["message"] for e in whole_run["events"] if e["kind"] == "ray"]
     assert any("local sandbox" in m and "warning" in m for m in said), said  # its warning
-    start = next(e["message"] for e in whole_run["events"] if e["kind"] == "run")
+    start = next(m for e in whole_run["events"] if "run started" in (m := e["message"]))
     assert "sandbox ray (runner ray at 127.0.0.1:" in start
 
 
@@ -150,7 +150,7 @@ def test_a_worker_node_killed_mid_evaluation_costs_one_retry_and_nothing_else(
     assert node is not None
     rows = [e for e in out["evaluations"] if e["node"] == node]
     assert len(rows) == 1  # recorded once, from the node that survived
-    assert len({e["host"] for e in out["evaluations"]}) == 2
+    assert not rows[0]["host"].endswith(out["killed_node"][:8])
 
 
 def closed_port() -> int:
@@ -270,7 +270,9 @@ class FakeRay:
         self.puts += 1
         return object()
 
-    def wait(self, refs: list[Any], timeout: float) -> tuple[list[Any], list[Any]]:
+    def wait(
+        self, refs: list[Any], timeout: float, num_returns: int = 1
+    ) -> tuple[list[Any], list[Any]]:
         if self.outcomes and self.outcomes[0] == "hang":
             time.sleep(timeout)
             return [], refs
@@ -357,4 +359,4 @@ def test_a_cancelled_evaluation_cancels_its_ray_task(monkeypatch: pytest.MonkeyP
     threading.Timer(0.2, cancel.set).start()
     with pytest.raises(Cancelled):
         sb.execute(ExecRequest(b"tar", "sleep 9", Limits(30)), cancel)
-    assert len(fake.cancelled) == 1 and fake.cancelled[0][1] is True
+    assert fake.cancelled and all(force is True for _, force in fake.cancelled)

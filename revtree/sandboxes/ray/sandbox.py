@@ -9,6 +9,7 @@ import os
 import socket
 import tempfile
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
@@ -23,6 +24,7 @@ from revtree.tasks.sections import SandboxConfig
 EventSink = Callable[[str, str, int | None], None]  # (kind, message, node id)
 ARCHIVES_KEPT = 64  # distinct archives whose object-store copy is kept for reuse
 POLL = 0.05  # seconds between looks at the cancel event while a task runs
+SETTLE = 20.0  # seconds a cancelled task is cancelled again until it has ended
 
 
 def ray_module() -> Any:
@@ -135,11 +137,11 @@ class RaySandbox:
             options["memory"] = self.runner.memory
         if self.runner.resources:
             options["resources"] = dict(self.runner.resources)
-        self.request_shape = {k: v for k, v in options.items() if "retr" not in k}
         self.remote = self.ray.remote(run_request).options(**options)
         self.lock = threading.Lock()
         self.archives: OrderedDict[str, Any] = OrderedDict()  # sha256 -> ObjectRef
         self.in_flight: set[Any] = set()
+        self.cancelling: set[Any] = set()
         self.hosts_seen: set[str] = set()
         self.puts = 0
         self.closed = False
@@ -190,10 +192,9 @@ class RaySandbox:
             if self.closed:
                 return
             self.closed = True
-            refs, self.in_flight = list(self.in_flight), set()
+            refs = list(self.in_flight | self.cancelling)
             self.archives.clear()
-        for ref in refs:
-            self.cancel_task(ref)
+        self.settle(refs)
         if self.owns_connection and self.ray.is_initialized():
             self.ray.shutdown()
 
@@ -236,6 +237,28 @@ class RaySandbox:
                 self.in_flight.discard(ref)
 
     def cancel_task(self, ref: Any) -> None:
+        """Cancel the task (killing its worker), and again until it has ended: a cancel
+        that reaches a task while Ray dispatches it can be lost."""
+        with self.lock:
+            self.cancelling.add(ref)
+        self.cancel_once(ref)
+        threading.Thread(target=self.settle, args=([ref],), daemon=True).start()
+
+    def settle(self, refs: list[Any], seconds: float = SETTLE) -> None:
+        """Cancel ``refs`` until they have ended (or ``seconds`` passed): a connection
+        closed at once could leave a cancel undelivered and the evaluation running."""
+        deadline, pending = time.monotonic() + seconds, list(refs)
+        try:
+            while pending and time.monotonic() < deadline:
+                for ref in pending:
+                    self.cancel_once(ref)
+                _, pending = self.ray.wait(pending, num_returns=len(pending), timeout=0.5)
+        except Exception as e:  # the connection was closed meanwhile
+            logging.getLogger(__name__).debug("cancelling a Ray task: %s", e)
+        with self.lock:
+            self.cancelling.difference_update(refs)
+
+    def cancel_once(self, ref: Any) -> None:
         try:
             self.ray.cancel(ref, force=True)
         except Exception as e:  # finished meanwhile, or the cluster is gone
