@@ -46,7 +46,7 @@ class Orchestrator:
         home: Path | None = None,
         sandbox: Sandbox | None = None,
         on_event: EventSink | None = None,
-        parallel: int | None = None,
+        parallel: int | str | None = None,
     ) -> None:
         if on_event is not None:
             store.listeners.append(on_event)
@@ -85,7 +85,7 @@ class Orchestrator:
             self.run_id,
             "run",
             f"run {'started' if fresh else 'resumed'}: policy {self.policy.name}, "
-            f"agents {self.agents.label}, parallel {p.parallel} "
+            f"agents {self.agents.label}, parallel {p.parallel_text()} "
             f"(+{p.lookahead} prepared ahead), "
             f"sandbox {p.sandbox.name} ({p.choice.reason})"
             + ("" if fresh else f", {len(resume)} candidate(s) to resume"),
@@ -93,6 +93,8 @@ class Orchestrator:
         )
         if fresh:
             self._start_warnings()
+        if p.auto is not None:
+            p.auto.start()
         try:
             reason = self.scheduler.run([n.thread_id or "" for n in resume], stop)
         except BaseException as e:  # the orchestrator itself failed: say so, resumable
@@ -208,6 +210,8 @@ class Orchestrator:
         return self.store.get_run(self.run_id)
 
     def close(self) -> None:
+        if self.parts.auto is not None:
+            self.parts.auto.stop()
         self.git.close()
         self.parts.sandbox.close()
         close_saver(self.checkpointer)

@@ -26,7 +26,7 @@ from revtree.agents.llm import BudgetExhausted
 from revtree.errors import Cancelled
 from revtree.memory import NodeStatus
 from revtree.orchestrator.steps import BaselineFailed, InfraFailure, Steps
-from revtree.orchestrator.wiring import Parts
+from revtree.orchestrator.wiring import AUTO_MAX, Parts
 
 HEARTBEAT = 2.0
 POLL = 0.5  # seconds between looks at the work in flight and at stored decisions
@@ -137,11 +137,11 @@ class Scheduler:
         resume = self.parked_last(resume)
         in_flight: dict[Future[str], str] = {}
         starved, reason, last_beat = False, None, time.monotonic()
-        width = p.parallel + p.lookahead
-        with ThreadPoolExecutor(width, thread_name_prefix="candidate") as pool:
+        size = p.width() if p.auto is None else 2 * AUTO_MAX  # auto: the width moves
+        with ThreadPoolExecutor(size, thread_name_prefix="candidate") as pool:
             while not stop.is_set() and self.fatal is None:
                 resume += self._decided()
-                while len(in_flight) + len(self.waiting) < width:
+                while len(in_flight) + len(self.waiting) < p.width():
                     if resume:
                         ticket = resume.pop(0)
                     elif starved or (reason := self._budget()) is not None:

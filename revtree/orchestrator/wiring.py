@@ -10,8 +10,9 @@ none of them builds anything.
 from __future__ import annotations
 
 import dataclasses
+import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
@@ -34,31 +35,96 @@ from revtree.orchestrator.run import RunPaths
 from revtree.sandboxes import BackendChoice, Sandbox, choose_backend, make_sandbox
 from revtree.tasks import TaskSpec, matches
 
+AUTO_PERIOD = 3.0  # seconds between looks at the cluster's resources (--parallel auto)
+AUTO_MAX = 256
+
 
 class Slots:
-    """The evaluation slots: ``parallel`` evaluations at once. Candidates prepared ahead
-    queue here; the budget is checked again once a slot is had (preparing may have
-    taken long), and a stopping run stops the wait."""
+    """The evaluation slots: ``limit`` evaluations at once (``resize`` changes it; those
+    in flight above a lowered limit finish). Candidates prepared ahead queue here; the
+    budget is checked again once a slot is had (preparing may have taken long), and a
+    stopping run stops the wait."""
 
     def __init__(self, n: int, cancel: threading.Event, budget: Budget) -> None:
-        self.sem, self.cancel, self.budget = threading.Semaphore(n), cancel, budget
+        self.limit, self.used, self.cond = n, 0, threading.Condition()
+        self.cancel, self.budget = cancel, budget
 
     @contextmanager
     def held(self) -> Iterator[None]:
-        while not self.sem.acquire(timeout=0.1):
-            if self.cancel.is_set():
-                raise Cancelled("the run is stopping")
+        with self.cond:
+            while self.used >= self.limit:
+                if self.cancel.is_set():
+                    raise Cancelled("the run is stopping")
+                self.cond.wait(0.1)
+            self.used += 1
         try:
             reason = self.budget.reason(starting=False)
             if reason is not None:
                 raise BudgetExhausted(reason)
             yield
         finally:
-            self.sem.release()
+            with self.cond:
+                self.used -= 1
+                self.cond.notify_all()
+
+    def resize(self, n: int) -> None:
+        with self.cond:
+            self.limit = max(1, n)
+            self.cond.notify_all()
 
     def maybe(self, slot: bool) -> AbstractContextManager[None]:
         """A slot, or nothing (the final checks run when the search is over)."""
         return self.held() if slot else nullcontext()
+
+
+class AutoParallel:
+    """``--parallel auto`` on a cluster: every ``AUTO_PERIOD`` seconds the sandbox's
+    ``capacity()`` (how many evaluations of the task's request its nodes hold at once)
+    is read again and the slots follow it, nodes joining and leaving; each change is
+    told to the run's live log."""
+
+    def __init__(self, capacity: Callable[[], int], slots: Slots, say: Callable[[str], Any]):
+        self.capacity, self.slots, self.say = capacity, slots, say
+        self.stopped, self.unreadable = threading.Event(), False
+        self.thread = threading.Thread(target=self.follow, name="parallel-auto", daemon=True)
+
+    def start(self) -> None:
+        if not self.thread.is_alive() and not self.stopped.is_set():
+            self.thread.start()
+
+    def stop(self) -> None:
+        self.stopped.set()
+
+    def follow(self) -> None:
+        while not self.stopped.wait(AUTO_PERIOD):
+            self.check()
+
+    def check(self) -> None:
+        try:
+            n = min(AUTO_MAX, self.capacity())
+        except Exception as e:  # the cluster briefly unreachable: keep the width
+            if not self.unreadable:  # said once until it answers again
+                self.say(f"parallel auto: cannot read the cluster's resources ({e})")
+            self.unreadable = True
+            return
+        self.unreadable = False
+        old = self.slots.limit
+        if n != old:
+            self.slots.resize(n)
+            self.say(
+                f"parallel auto: {n} evaluations at once (was {old}), as many as the "
+                "cluster's free resources hold for the task's request"
+            )
+
+
+def auto_parallel(spec: TaskSpec, sandbox: Sandbox) -> int:
+    """``--parallel auto`` now: what the sandbox's cluster holds (``capacity``), else
+    this machine's CPUs divided by the CPUs each evaluation asks for."""
+    capacity = getattr(sandbox, "capacity", None)
+    if capacity is not None:
+        return max(1, min(AUTO_MAX, int(capacity())))
+    cpus = spec.runner.cpus or 1.0
+    return max(1, min(AUTO_MAX, int((os.cpu_count() or 1) / cpus)))
 
 
 @dataclasses.dataclass
@@ -81,10 +147,22 @@ class Parts:
     parallel: int
     lookahead: int  # candidates prepared ahead of a free slot
     policy_lock: threading.Lock
+    auto: AutoParallel | None = None  # --parallel auto on a cluster: follows its nodes
 
     @property
     def run_id(self) -> str:
         return self.run.id
+
+    def width(self) -> int:
+        """Candidates in flight: the slots, and those prepared ahead (with
+        ``--parallel auto``, as many as the slots unless the task says)."""
+        n = self.slots.limit
+        if self.auto is None or self.spec.search.lookahead is not None:
+            return n + self.lookahead
+        return n + (0 if n == 1 else n)
+
+    def parallel_text(self) -> str:
+        return f"auto ({self.slots.limit} now)" if self.auto is not None else str(self.parallel)
 
 
 def wire(
@@ -92,14 +170,13 @@ def wire(
     run_id: str,
     home: Path | None = None,
     sandbox: Sandbox | None = None,
-    parallel: int | None = None,
+    parallel: int | str | None = None,
 ) -> Parts:
+    """The run's parts; ``parallel``: evaluations at once (default: the task's), or
+    ``"auto"`` (see ``auto_parallel``; on a cluster, followed by ``AutoParallel``)."""
     run = store.get_run(run_id)
     spec = TaskSpec.model_validate(run.spec)
     paths = RunPaths(home or revtree_home(), run.id)
-    parallel = parallel or spec.search.parallel
-    look = spec.search.lookahead
-    lookahead = (0 if parallel == 1 else parallel) if look is None else look
     git = GitStore(paths.repo)
     ray = spec.runner.kind == "ray" and sandbox is None
     choice = (
@@ -127,6 +204,10 @@ def wire(
             labels={"revtree.run": run.id},
             **extra,
         )
+    auto = parallel == "auto"
+    parallel = auto_parallel(spec, sandbox) if auto else int(parallel or spec.search.parallel)
+    look = spec.search.lookahead
+    lookahead = (0 if parallel == 1 else parallel) if look is None else look
     policy = make_policy(spec.search)
     policy.load_state(run.policy_state or {})
     mirror = Mirror(store, run.id, spec.maximize, store.nodes(run.id))
@@ -140,6 +221,12 @@ def wire(
         policy.attach(agents.ask)
     mirror.observers.append(agents.proposer.observe)  # told of each finished node
     mirror.updaters.append(policy.update)  # under the tree lock, with the best
+    slots = Slots(parallel, cancel, budget)
+    follower = None
+    if auto and (capacity := getattr(sandbox, "capacity", None)) is not None:
+        follower = AutoParallel(
+            capacity, slots, lambda message: store.add_event(run.id, "run", message, None)
+        )
     return Parts(
         store,
         run,
@@ -154,11 +241,12 @@ def wire(
         overlay,
         mirror,
         budget,
-        Slots(parallel, cancel, budget),
+        slots,
         cancel,
         parallel,
         lookahead,
         threading.Lock(),
+        follower,
     )
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import textwrap
@@ -100,11 +101,15 @@ def start_cluster(nodes: list[dict[str, Any]]) -> tuple[Any, list[Any]]:
         "num_gpus": 0,
         "object_store_memory": STORE_BYTES,
         "include_dashboard": False,
+        "include_log_monitor": False,
         "node_ip_address": "127.0.0.1",
         "_system_config": {
             "health_check_initial_delay_ms": 0,
             "health_check_period_ms": 500,
             "health_check_failure_threshold": 4,
+            # several raylets share this machine's few cores: no metrics, no task events
+            "enable_metrics_collection": False,
+            "task_events_report_interval_ms": 0,
         },
     }
     cluster = Cluster(initialize_head=True, head_node_args=head)
@@ -115,11 +120,14 @@ def start_cluster(nodes: list[dict[str, Any]]) -> tuple[Any, list[Any]]:
 
 def add_node(cluster: Any, resources: dict[str, Any]) -> Any:
     return cluster.add_node(
-        object_store_memory=STORE_BYTES, node_ip_address="127.0.0.1", **resources
+        object_store_memory=STORE_BYTES,
+        node_ip_address="127.0.0.1",
+        include_log_monitor=False,
+        **resources,
     )
 
 
-def drive(task: Path, work: Path) -> dict[str, Any]:
+def drive(task: Path, work: Path, parallel: int | str | None = None) -> dict[str, Any]:
     """Create and drive a run of ``task``; what SQL holds afterwards."""
     from revtree.memory import Store
     from revtree.orchestrator import Orchestrator, create_run
@@ -129,18 +137,26 @@ def drive(task: Path, work: Path) -> dict[str, Any]:
     store = Store(f"sqlite:///{work / 'revtree.db'}")
     run = create_run(store, load_task(task), home)
     t0 = time.monotonic()
-    orch = Orchestrator(store, run.id, home=home)
-    final = orch.drive()
+    orch = Orchestrator(store, run.id, home=home, parallel=parallel)
+    orch.drive()
     wall = time.monotonic() - t0
-    evals = store.evaluations(run.id)
-    counts = store.evaluation_counts(run.id)
-    out = {
+    out = summary(store, run.id)
+    out["wall"] = wall
+    store.close()
+    return out
+
+
+def summary(store: Any, run_id: str) -> dict[str, Any]:
+    """What SQL holds of run ``run_id``."""
+    final = store.get_run(run_id)
+    evals = store.evaluations(run_id)
+    counts = store.evaluation_counts(run_id)
+    return {
         "status": final.status.value,
         "reason": final.reason,
-        "wall": wall,
         "nodes": [
-            {"id": n.id, "status": n.status.value, "n_evals": n.n_evals}
-            for n in store.nodes(run.id)
+            {"id": n.id, "status": n.status.value, "n_evals": n.n_evals, "score": n.score}
+            for n in store.nodes(run_id)
         ],
         "evaluations": [
             {
@@ -161,11 +177,9 @@ def drive(task: Path, work: Path) -> dict[str, Any]:
         "max_count": max(counts.values(), default=0),
         "events": [
             {"kind": ev.kind, "message": ev.message, "node": ev.node_id}
-            for ev in store.events_since(run.id)
+            for ev in store.events_since(run_id)
         ],
     }
-    store.close()
-    return out
 
 
 def scenario_run(work: Path) -> dict[str, Any]:
@@ -208,6 +222,80 @@ def cancel_check(address: str, work: Path) -> dict[str, Any]:
     sandbox.close()
     time.sleep(4)
     return {"outcome": outcome, "seconds": took, "finished_anyway": done.exists()}
+
+
+def survivors(marker: str) -> list[str]:
+    """Command lines of live processes that mention ``marker``."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if marker in cmd and int(pid) != os.getpid():
+            found.append(f"{pid}: {cmd}")
+    return found
+
+
+def scenario_cancel(work: Path) -> dict[str, Any]:
+    """Cancels at several moments (while Ray dispatches the task, while its worker
+    starts, mid-evaluation, and a task queued behind a busy cluster): each execute
+    raises Cancelled at once, and no evaluation finishes or leaves a process behind."""
+    from revtree.errors import Cancelled
+    from revtree.sandboxes.base import ExecRequest, Limits, archive_of
+    from revtree.sandboxes.ray import RaySandbox
+    from revtree.tasks.runner import RunnerConfig
+
+    cluster, _ = start_cluster([{"num_cpus": 1}, {"num_cpus": 1}])
+    marks = work / "marks"
+    marks.mkdir()
+    cases: list[dict[str, Any]] = []
+    try:
+        sandbox = RaySandbox(RunnerConfig(kind="ray", address=cluster.address))
+
+        def request(name: str, seconds: float) -> ExecRequest:
+            done = marks / f"done-{name}"
+            script = (
+                f"import time, pathlib\npathlib.Path({str(marks)!r}, 'start-{name}').touch()\n"
+                f"time.sleep({seconds})\npathlib.Path({str(done)!r}).touch()\n"
+            )
+            files = {f"cancel_{name}.py": script.encode()}
+            return ExecRequest(archive_of(files), f"python cancel_{name}.py", Limits(60))
+
+        def attempt(name: str, delay: float, seconds: float = 3.0) -> None:
+            cancel = threading.Event()
+            threading.Timer(delay, cancel.set).start()
+            t0 = time.monotonic()
+            try:
+                sandbox.execute(request(name, seconds), cancel)
+                outcome = "returned"
+            except Cancelled:
+                outcome = "cancelled"
+            took = time.monotonic() - t0
+            cases.append({"name": name, "outcome": outcome, "late": took - delay})
+
+        # the cluster busy with two long ones: a third queues, is cancelled while queued
+        busy = [threading.Thread(target=attempt, args=(f"busy{i}", 4, 8)) for i in (0, 1)]
+        for t in busy:
+            t.start()
+        time.sleep(1.5)
+        attempt("queued", 1.0)
+        for t in busy:
+            t.join()
+        for i, delay in enumerate((0.01, 0.1, 0.4, 1.5, 2.5)):
+            attempt(f"at{i}", delay)
+        sandbox.close()
+        time.sleep(4.0)  # past the end of every evaluation that was left running
+        finished = sorted(m.name for m in marks.iterdir() if m.name.startswith("done-"))
+        started = sorted(m.name for m in marks.iterdir() if m.name.startswith("start-"))
+        return {
+            "cases": cases,
+            "finished": finished,
+            "started": started,
+            "survivors": survivors("python cancel_"),
+        }
+    finally:
+        cluster.shutdown()
 
 
 def raylet_pid(node: Any) -> int:
@@ -269,25 +357,140 @@ def scenario_kill(work: Path) -> dict[str, Any]:
         cluster.shutdown()
 
 
+def cli(work: Path, *args: str) -> subprocess.Popen[bytes]:
+    """A ``revtree`` CLI process (the orchestrator) on this scenario's database."""
+    env = {**os.environ, "REVTREE_HOME": str(work / "home"), "COLUMNS": "200"}
+    db = f"sqlite:///{work / 'revtree.db'}"
+    log = (work / f"cli-{args[0]}-{time.time():.0f}.log").open("ab")
+    cmd = [sys.executable, "-m", "revtree", *args, "--db", db, "--quiet"]
+    return subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
+
+
+def scenario_kill9(work: Path) -> dict[str, Any]:
+    """``kill -9`` of the orchestrator (a ``revtree run --runner ray`` process) while
+    evaluations are in flight on the cluster, then ``revtree resume``: the run completes
+    and no evaluation is recorded twice."""
+    from revtree.memory import Store
+
+    cluster, _ = start_cluster([{"num_cpus": 1} for _ in range(3)])
+    marks = work / "marks"
+    marks.mkdir()
+    try:
+        task = write_task(
+            work / "task", budget=12, parallel=3, sleep=1.0, runner="", env=f', MARK = "{marks}"'
+        )
+        address = ["--runner", "ray", "--ray-address", cluster.address]
+        proc = cli(work, "run", str(task / "task.toml"), *address)
+        store = Store(f"sqlite:///{work / 'revtree.db'}")
+        deadline, rows = time.monotonic() + 120, 0
+        while time.monotonic() < deadline and proc.poll() is None:
+            runs = store.list_runs()
+            rows = len(store.evaluations(runs[0].id)) if runs else 0
+            if rows >= 4:
+                break
+            time.sleep(0.05)
+        time.sleep(0.5)  # mid-way through the evaluations in flight
+        alive = proc.poll() is None
+        proc.kill()
+        proc.wait()
+        run_id = store.list_runs()[0].id
+        at_kill = {
+            "rows": len(store.evaluations(run_id)),
+            "started": len(list(marks.iterdir())),
+            "status": store.get_run(run_id).status.value,
+        }
+        time.sleep(3.0)
+        orphans = survivors("python ev.py")
+        resumed = cli(work, "resume", run_id)
+        rc = resumed.wait(180)
+        out = summary(store, run_id)
+        store.close()
+        out.update(alive_at_kill=alive, at_kill=at_kill, orphans=orphans, resume_rc=rc)
+        out["started_total"] = len(list(marks.iterdir()))
+        return out
+    finally:
+        cluster.shutdown()
+
+
+def scenario_auto(work: Path) -> dict[str, Any]:
+    """``revtree run --parallel auto`` on 2 raylets of 1 CPU: 2 at once; a third raylet
+    joins: 3; one leaves: 2 again. The live log tells each change."""
+    from revtree.memory import Store
+
+    cluster, _ = start_cluster([{"num_cpus": 1} for _ in range(2)])
+    try:
+        task = write_task(work / "task", budget=30, parallel=1, sleep=1.0, runner="")
+        address = ["--runner", "ray", "--ray-address", cluster.address]
+        proc = cli(work, "run", str(task / "task.toml"), *address, "--parallel", "auto")
+        store = Store(f"sqlite:///{work / 'revtree.db'}")
+
+        def until(what: str, seconds: float = 90) -> bool:
+            deadline = time.monotonic() + seconds
+            while time.monotonic() < deadline and proc.poll() is None:
+                runs = store.list_runs()
+                if runs and any(what in e.message for e in store.events_since(runs[0].id)):
+                    return True
+                time.sleep(0.1)
+            return False
+
+        seen = {"start": until("parallel auto (2 now)")}
+        third = add_node(cluster, {"num_cpus": 1})
+        seen["rise"] = until("3 evaluations at once (was 2)")
+        deadline = time.monotonic() + 90  # until an evaluation has run on the third
+        while time.monotonic() < deadline and proc.poll() is None:
+            hosts = {e.host or "" for e in store.evaluations(store.list_runs()[0].id)}
+            if any(h.endswith(third.node_id[:8]) for h in hosts):
+                break
+            time.sleep(0.1)
+        cluster.remove_node(third)
+        seen["fall"] = until("2 evaluations at once (was 3)")
+        rc = proc.wait(180)
+        out = summary(store, store.list_runs()[0].id)
+        store.close()
+        out.update(seen=seen, rc=rc, third=third.node_id)
+        return out
+    finally:
+        cluster.shutdown()
+
+
+def bench_shape() -> tuple[int, int, float]:
+    """(candidates, slots, evaluator seconds) of the bench scenarios: the issue's 40, 4
+    and 1 s unless BENCH_NODES, BENCH_SLOTS and BENCH_SLEEP say otherwise."""
+    env = os.environ
+    return (
+        int(env.get("BENCH_NODES", "40")),
+        int(env.get("BENCH_SLOTS", "4")),
+        float(env.get("BENCH_SLEEP", "1.0")),
+    )
+
+
 def scenario_bench(work: Path) -> dict[str, Any]:
-    """The issue's measurement: 4 raylets x 1 CPU, a 1 s evaluator, 40 candidates."""
-    cluster, _ = start_cluster([{"num_cpus": 1} for _ in range(4)])
+    """The issue's measurement: a head without CPUs and 4 raylets x 1 CPU (one per
+    slot), a 1 s evaluator, 40 candidates (``benchmarks/ray_cluster.py``)."""
+    nodes, slots, sleep = bench_shape()
+    cluster, _ = start_cluster([{"num_cpus": 1} for _ in range(slots)])
     try:
         runner = f'kind = "ray"\naddress = "{cluster.address}"'
-        task = write_task(work / "task", budget=40, parallel=4, sleep=1.0, runner=runner)
+        task = write_task(work / "task", budget=nodes, parallel=slots, sleep=sleep, runner=runner)
         return drive(task, work)
     finally:
         cluster.shutdown()
 
 
 def scenario_bench_local(work: Path) -> dict[str, Any]:
-    task = write_task(work / "task", budget=40, parallel=4, sleep=1.0, runner='kind = "local"')
+    nodes, slots, sleep = bench_shape()
+    task = write_task(
+        work / "task", budget=nodes, parallel=slots, sleep=sleep, runner='kind = "local"'
+    )
     return drive(task, work)
 
 
 SCENARIOS = {
     "run": scenario_run,
+    "cancel": scenario_cancel,
     "kill": scenario_kill,
+    "kill9": scenario_kill9,
+    "auto": scenario_auto,
     "bench": scenario_bench,
     "bench_local": scenario_bench_local,
 }

@@ -4,8 +4,11 @@ The driver (:class:`RaySandbox`, in the orchestrator's process) puts each distin
 workspace archive into Ray's object store once (cached by its hash), submits one Ray
 task per request asking for the task's ``[runner]`` resources (``cpus``, ``gpus``,
 ``memory``, custom ``resources``), and waits for it while watching the cancel event: a
-stopped run cancels its Ray tasks (``ray.cancel(force=True)``, which kills the worker
-process and the evaluation with it).
+stopped run cancels its Ray tasks by raising each one's flag in the cluster's key-value
+store, which the worker watches and on which it stops the evaluation through its own
+backend (or never starts it); a task still running after a grace period is cancelled
+with Ray's force (its worker killed). ``capacity`` says how many evaluations of the
+task's request the cluster's nodes hold at once (``--parallel auto`` follows it).
 
 The worker (:mod:`revtree.sandboxes.ray.worker`) runs the request in that machine's own
 sandbox backend, as ``choose_backend`` picks it there (Docker with the task's image

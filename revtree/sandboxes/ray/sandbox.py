@@ -5,11 +5,13 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import logging
+import math
 import os
 import socket
 import tempfile
 import threading
 import time
+import uuid
 from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
@@ -17,14 +19,16 @@ from typing import Any
 
 from revtree.errors import Cancelled, SandboxError
 from revtree.sandboxes.base import ExecRequest, ExecResult
-from revtree.sandboxes.ray.worker import run_request
+from revtree.sandboxes.ray.worker import lower_flag, raise_flag, run_request
 from revtree.tasks.runner import RunnerConfig
 from revtree.tasks.sections import SandboxConfig
 
 EventSink = Callable[[str, str, int | None], None]  # (kind, message, node id)
 ARCHIVES_KEPT = 64  # distinct archives whose object-store copy is kept for reuse
-POLL = 0.05  # seconds between looks at the cancel event while a task runs
+POLL = 0.1  # seconds between looks at the cancel event while a task runs
 SETTLE = 20.0  # seconds a cancelled task is cancelled again until it has ended
+GRACE = 5.0  # seconds a flagged task has to stop its evaluation before Ray kills its worker
+UNBOUNDED = 256  # the capacity for a request of no resources at all
 
 
 def ray_module() -> Any:
@@ -138,10 +142,12 @@ class RaySandbox:
         if self.runner.resources:
             options["resources"] = dict(self.runner.resources)
         self.remote = self.ray.remote(run_request).options(**options)
+        self.request = {"CPU": self.runner.cpus, "GPU": float(gpus or 0)}
+        self.request.update(memory=float(self.runner.memory or 0), **self.runner.resources)
         self.lock = threading.Lock()
         self.archives: OrderedDict[str, Any] = OrderedDict()  # sha256 -> ObjectRef
-        self.in_flight: set[Any] = set()
-        self.cancelling: set[Any] = set()
+        self.in_flight: dict[Any, str] = {}  # ObjectRef -> the task's cancel token
+        self.cancelling: dict[Any, str] = {}
         self.hosts_seen: set[str] = set()
         self.puts = 0
         self.closed = False
@@ -157,9 +163,10 @@ class RaySandbox:
         attempts = self.runner.retries + 1
         for attempt in range(1, attempts + 1):
             archive = self.archive_ref(request.archive)
-            ref = self.remote.remote(archive, bare, self.config, self.task_root)
+            token = uuid.uuid4().hex
+            ref = self.remote.remote(archive, bare, self.config, self.task_root, token)
             try:
-                out = self.wait(ref, cancel)
+                out = self.wait(ref, token, cancel)
             except self.ray.exceptions.RayError as e:
                 kind = type(e).__name__
                 if not retryable(self.ray, e):
@@ -182,9 +189,9 @@ class RaySandbox:
         raise AssertionError("unreachable")
 
     def reap(self) -> int:
-        """Nothing runs here: a Ray task cancelled or lost takes its worker process, and
-        with it a local evaluation (its supervisor dies with it); a container left by a
-        killed worker is reaped by that machine's next Docker backend."""
+        """Nothing runs here: a cancelled Ray task stops its evaluation on its worker (a
+        local one through its supervisor, which also dies with its worker); a container
+        left by a killed worker is reaped by that machine's next Docker backend."""
         return 0
 
     def close(self) -> None:
@@ -192,11 +199,25 @@ class RaySandbox:
             if self.closed:
                 return
             self.closed = True
-            refs = list(self.in_flight | self.cancelling)
+            tasks = {**self.in_flight, **self.cancelling}
             self.archives.clear()
-        self.settle(refs)
+        for token in tasks.values():
+            self.flag(token)
+        self.settle(tasks)
         if self.owns_connection and self.ray.is_initialized():
             self.ray.shutdown()
+
+    def capacity(self) -> int:
+        """How many evaluations of the task's request the cluster holds at once: per
+        live node, how many its resources fit, summed; at most this run's own tasks in
+        flight plus what the cluster has free now (another job's work counts). At
+        least 1 (the tasks queue until a node joins)."""
+        nodes = [n for n in self.ray.nodes() if n.get("Alive")]
+        total = sum(fits(n.get("Resources") or {}, self.request) for n in nodes)
+        with self.lock:
+            mine = len(self.in_flight)
+        free = fits(self.ray.available_resources(), self.request)
+        return max(1, min(total, mine + free, UNBOUNDED))
 
     # -- the parts ----------------------------------------------------------------
 
@@ -220,43 +241,57 @@ class RaySandbox:
         with self.lock:
             self.archives.pop(hashlib.sha256(archive).hexdigest(), None)
 
-    def wait(self, ref: Any, cancel: threading.Event | None) -> Any:
-        """The task's result; on ``cancel``, the task is cancelled (its worker killed)."""
+    def wait(self, ref: Any, token: str, cancel: threading.Event | None) -> Any:
+        """The task's result; on ``cancel``, the task is cancelled (see ``cancel_task``)."""
         with self.lock:
-            self.in_flight.add(ref)
+            self.in_flight[ref] = token
         try:
             while True:
                 ready, _ = self.ray.wait([ref], timeout=POLL)
                 if ready:
                     return self.ray.get(ref)
                 if cancel is not None and cancel.is_set():
-                    self.cancel_task(ref)
+                    self.cancel_task(ref, token)
                     raise Cancelled("the evaluation was cancelled (its Ray task too)")
         finally:
             with self.lock:
-                self.in_flight.discard(ref)
+                self.in_flight.pop(ref, None)
 
-    def cancel_task(self, ref: Any) -> None:
-        """Cancel the task (killing its worker), and again until it has ended: a cancel
-        that reaches a task while Ray dispatches it can be lost."""
+    def cancel_task(self, ref: Any, token: str) -> None:
+        """Raise the task's cancel flag (its worker stops the evaluation through its
+        backend, or never starts it), and settle it in the background: after ``GRACE``,
+        a task still not ended is force-cancelled, again until it has ended."""
         with self.lock:
-            self.cancelling.add(ref)
-        self.cancel_once(ref)
-        threading.Thread(target=self.settle, args=([ref],), daemon=True).start()
+            self.cancelling[ref] = token
+        self.flag(token)
+        threading.Thread(target=self.settle, args=({ref: token},), daemon=True).start()
 
-    def settle(self, refs: list[Any], seconds: float = SETTLE) -> None:
-        """Cancel ``refs`` until they have ended (or ``seconds`` passed): a connection
-        closed at once could leave a cancel undelivered and the evaluation running."""
-        deadline, pending = time.monotonic() + seconds, list(refs)
+    def flag(self, token: str) -> None:
         try:
-            while pending and time.monotonic() < deadline:
-                for ref in pending:
-                    self.cancel_once(ref)
-                _, pending = self.ray.wait(pending, num_returns=len(pending), timeout=0.5)
+            raise_flag(token)
+        except Exception as e:  # the cluster is gone: the force-cancel is all there is
+            logging.getLogger(__name__).debug("raising a cancel flag: %s", e)
+
+    def settle(self, tasks: dict[Any, str], seconds: float = SETTLE) -> None:
+        """Wait for the flagged ``tasks`` (ref -> token) to end; past ``GRACE``, cancel
+        those still running with Ray's force (their worker is killed), again until they
+        have ended or ``seconds`` passed: a cancel that reaches a task while Ray
+        dispatches it can be lost. Then their flags are lowered."""
+        start, pending = time.monotonic(), list(tasks)
+        try:
+            while pending and time.monotonic() < start + seconds:
+                if time.monotonic() > start + GRACE:
+                    for ref in pending:
+                        self.cancel_once(ref)
+                _, pending = self.ray.wait(pending, num_returns=len(pending), timeout=0.2)
+            for ref in tasks:
+                if ref not in pending:  # one still pending keeps its flag: it may yet start
+                    lower_flag(tasks[ref])
         except Exception as e:  # the connection was closed meanwhile
             logging.getLogger(__name__).debug("cancelling a Ray task: %s", e)
         with self.lock:
-            self.cancelling.difference_update(refs)
+            for ref in tasks:
+                self.cancelling.pop(ref, None)
 
     def cancel_once(self, ref: Any) -> None:
         try:
@@ -266,6 +301,8 @@ class RaySandbox:
 
     def unpack(self, out: dict[str, Any], node_id: int | None) -> ExecResult:
         host = str(out.get("host"))
+        if out.get("cancelled"):
+            raise Cancelled(f"the evaluation was cancelled on the Ray worker {host}")
         if "error" in out:
             raise SandboxError(f"on the Ray worker {host}: {out['error']}")
         result: ExecResult = out["result"]
@@ -283,6 +320,12 @@ class RaySandbox:
             self.on_event("ray", message, node_id)
         else:
             logging.getLogger(__name__).warning("%s", message)
+
+
+def fits(have: dict[str, float], need: dict[str, float]) -> int:
+    """How many times ``need`` fits in ``have`` (resource name -> amount)."""
+    counts = [math.floor(have.get(k, 0.0) / v + 1e-9) for k, v in need.items() if v > 0]
+    return min(counts, default=UNBOUNDED)
 
 
 def first_line(e: BaseException) -> str:

@@ -10,11 +10,22 @@ exactly the GPU ids Ray assigned: as the Docker ``DeviceRequest``'s device ids, 
 The backend is built once per worker process and kept (a Ray worker process runs one
 task at a time, and Ray reuses it for the next task of the same shape), so Docker's warm
 pool serves later evaluations too.
+
+Cancel: the driver raises a flag for the task's token in the cluster's key-value store
+(:func:`raise_flag`); a watcher thread here looks at it every ``WATCH`` seconds and
+cancels the evaluation through the backend's own cancel (the local supervisor kills
+every descendant; Docker removes its container), so the task ends with
+``{"cancelled": True}``. A flag already up when the task starts (a cancel that reached
+the task while Ray dispatched it) stops it before it runs anything. The driver's
+``ray.cancel(force=True)`` comes only after a grace period, as a backstop: Ray's forced
+exit SIGKILLs the worker's children, the local supervisor among them, and that would
+leave the evaluation's own processes running.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import socket
 import tempfile
 import threading
@@ -84,14 +95,59 @@ def placement() -> tuple[str, list[str]]:
     return host, [str(g) for g in ctx.get_accelerator_ids().get("GPU", [])]
 
 
+FLAGS = "revtree-cancel"  # the key-value namespace of the cancel flags
+WATCH = 0.2  # seconds between looks at the cancel flag while an evaluation runs
+
+
+def kv() -> Any:
+    """Ray's internal key-value store (in the GCS; every driver and worker reaches it)."""
+    from ray.experimental import internal_kv
+
+    return internal_kv
+
+
+def raise_flag(token: str) -> None:
+    """Ask the task of ``token`` to cancel its evaluation (see the module doc)."""
+    kv()._internal_kv_put(token, b"1", overwrite=True, namespace=FLAGS)
+
+
+def lower_flag(token: str) -> None:
+    kv()._internal_kv_del(token, namespace=FLAGS)
+
+
+def flag_up(token: str) -> bool:
+    return bool(kv()._internal_kv_exists(token, namespace=FLAGS))
+
+
+def watch_flag(token: str, cancel: threading.Event, done: threading.Event) -> None:
+    """Set ``cancel`` once the flag of ``token`` is up (until ``done``)."""
+    while not done.wait(WATCH):
+        try:
+            if flag_up(token):
+                cancel.set()
+                return
+        except Exception as e:  # the GCS is briefly away: look again
+            logging.getLogger(__name__).debug("cancel flag %s: %s", token, e)
+
+
 def run_request(
-    archive: bytes, request: ExecRequest, config: SandboxConfig, task_root: str | None
+    archive: bytes,
+    request: ExecRequest,
+    config: SandboxConfig,
+    task_root: str | None,
+    token: str | None = None,
 ) -> dict[str, Any]:
     """The body of one Ray task: the request (its archive passed apart, through the
     object store) run here. Returns ``{"result": ExecResult, "backend": …}``, or
     ``{"error": …}`` for an error of revtree's (the image is missing, say), so that
-    only Ray's own failures (a dead worker or node) reach the driver as exceptions."""
+    only Ray's own failures (a dead worker or node) reach the driver as exceptions;
+    ``{"cancelled": True}`` when the flag of ``token`` was raised."""
     host, gpus = placement()
+    cancel, done = threading.Event(), threading.Event()
+    if token is not None:
+        if flag_up(token):
+            return {"cancelled": True, "host": host}
+        threading.Thread(target=watch_flag, args=(token, cancel, done), daemon=True).start()
     try:
         backend = backend_for(config, task_root, len(gpus))
         backend.lease.ids = gpus
@@ -99,11 +155,13 @@ def run_request(
         if backend.choice.name == "local":
             env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
         request = dataclasses.replace(request, archive=archive, env=env)
-        result = backend.sandbox.execute(request)
+        result = backend.sandbox.execute(request, cancel)
     except Cancelled:
-        raise
+        return {"cancelled": True, "host": host}
     except (RevtreeError, OSError) as e:
         return {"error": f"{type(e).__name__}: {e}", "host": host}
+    finally:
+        done.set()
     result = dataclasses.replace(result, host=host, gpus=tuple(gpus))
     choice = backend.choice
     return {
@@ -118,4 +176,4 @@ def reap_here() -> int:
     return sum(b.sandbox.reap() for b in BACKENDS.values())
 
 
-__all__ = ["AssignedGpus", "placement", "reap_here", "run_request"]
+__all__ = ["AssignedGpus", "lower_flag", "placement", "raise_flag", "reap_here", "run_request"]
