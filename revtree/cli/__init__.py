@@ -15,6 +15,7 @@ The package is cut by what a command does, so that each module reads as one conc
   compare, diff, export.
 - ``admin``: acting on a run without driving it: rm, stop, approve, reject, doctor, gc.
 - ``sandbox``: the ``revtree sandbox ...`` sub-app.
+- ``dashboard``: ``revtree dashboard``, the web view (the server is ``revtree.web``).
 - ``render``: how things are shown, shared by the commands: scores, live-log lines, the
   run summary, the family tree of forks.
 
@@ -23,7 +24,14 @@ imported, which this ``__init__`` does; ``app.order_commands()`` then puts them 
 the order ``revtree --help`` listed them in when they lived in one file.
 """
 
-from revtree.cli import admin, inspect, run, sandbox, start  # noqa: F401  (registers the commands)
+from revtree.cli import (  # noqa: F401  (registers the commands)
+    admin,
+    dashboard,
+    inspect,
+    run,
+    sandbox,
+    start,
+)
 from revtree.cli.app import app, main, order_commands
 
 order_commands()

@@ -26,6 +26,7 @@ COMMAND_ORDER = (
     "approve",
     "reject",
     "watch",
+    "dashboard",
     "ls",
     "show",
     "compare",
@@ -74,7 +75,23 @@ DbOpt = Annotated[
 ]
 DetachOpt = Annotated[bool, typer.Option(help="Keep running in the background.")]
 QuietOpt = Annotated[bool, typer.Option(help="No live log lines, only the summary.")]
-ParallelOpt = Annotated[int | None, typer.Option(help="Evaluations running at once.")]
+
+
+def _parallel(value: str | None) -> str | None:
+    if value is None or value == "auto" or (value.isdigit() and 1 <= int(value) <= 256):
+        return value
+    raise typer.BadParameter(f"expected a number 1..256 or 'auto', got {value!r}")
+
+
+ParallelOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="Evaluations running at once: a number, or 'auto' (this machine's CPUs over "
+        "the task's [runner] cpus; on a Ray cluster, as many as its free resources hold, "
+        "followed as nodes join and leave).",
+        callback=_parallel,
+    ),
+]
 RunArg = Annotated[str, typer.Argument(help="Run id, a unique prefix of it, or 'last'.")]
 
 

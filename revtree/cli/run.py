@@ -90,7 +90,7 @@ def _install_stop(stop: threading.Event) -> None:
     signal.signal(signal.SIGTERM, handler)
 
 
-def _drive(store: Store, run: RunInfo, parallel: int | None, quiet: bool, home: Path) -> None:
+def _drive(store: Store, run: RunInfo, parallel: str | None, quiet: bool, home: Path) -> None:
     spec_budget = run.spec.get("budget", {}).get("max_nodes")
     live = LiveLog(run, spec_budget, quiet)
     live.done = sum(n.status.is_finished() for n in store.nodes(run.id))
@@ -98,7 +98,8 @@ def _drive(store: Store, run: RunInfo, parallel: int | None, quiet: bool, home: 
     _install_stop(stop)
     with live.progress:
         try:
-            orch = Orchestrator(store, run.id, home=home, on_event=live, parallel=parallel)
+            width = parallel if parallel == "auto" else int(parallel) if parallel else None
+            orch = Orchestrator(store, run.id, home=home, on_event=live, parallel=width)
         except Exception as e:  # e.g. no sandbox: the run cannot start; say so in it too
             _failed_to_start(store, run.id, e)
             if isinstance(e, LLMError):
@@ -165,7 +166,7 @@ def _reconfigure(store: Store, run: RunInfo, agents: dict[str, Any]) -> RunInfo:
     return store.get_run(run.id)
 
 
-def _detach(run: RunInfo, db: str | None, home: Path, parallel: int | None) -> None:
+def _detach(run: RunInfo, db: str | None, home: Path, parallel: str | None) -> None:
     log = RunPaths(home, run.id).dir / "run.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "revtree", "resume", run.id, "--quiet"]
@@ -241,14 +242,26 @@ def run(
     db: DbOpt = None,
     detach: DetachOpt = False,
     quiet: QuietOpt = False,
+    dashboard: Annotated[
+        bool,
+        typer.Option("--dashboard", help="Serve the web dashboard beside the run (on 127.0.0.1)."),
+    ] = False,
+    dashboard_port: Annotated[
+        int, typer.Option(help="The dashboard's port (0: any free port).", min=0, max=65535)
+    ] = 8765,
 ) -> None:
     """Start a run of TASK and show its live log."""
+    if dashboard and detach:
+        raise typer.BadParameter(
+            "--dashboard serves from the run's own process; with --detach, start "
+            "`revtree dashboard` instead"
+        )
     spec = _load(task)
     search: dict[str, Any] = {"approve": "evaluate"} if approve else {}
     if policy:
         search["policy"] = policy
-    if parallel:
-        search["parallel"] = parallel
+    if parallel and parallel != "auto":  # auto is this session's, not the task's
+        search["parallel"] = int(parallel)
     if seed is not None:
         search["seed"] = seed
     budget = {
@@ -284,6 +297,7 @@ def run(
         raise LLMError(f"{e}; no run was created") from None
     home = revtree_home()
     store = open_store(db)
+    dash = _bind_dashboard(store.url, dashboard_port, home) if dashboard else None
     new = create_run(store, spec, home)
     console.print(
         f"run [bold]{new.id}[/bold] · task {spec.name} · {spec.evaluate.metric} "
@@ -292,7 +306,24 @@ def run(
     if detach:
         _detach(new, db, home, parallel)
         return
-    _drive(store, new, None, quiet, home)
+    if dash is not None:  # served from a thread of this process, its line before the log
+        dash.start()
+        print(f"dashboard: {dash.url}", flush=True)
+    try:
+        _drive(store, new, "auto" if parallel == "auto" else None, quiet, home)
+    finally:
+        if dash is not None:  # answer what is in flight (a stop from the page) first
+            dash.stop()
+
+
+def _bind_dashboard(db: str, port: int, home: Path) -> Any:
+    """The dashboard's socket bound before the run is created (a busy port: no run)."""
+    from revtree.web import Dashboard, PortBusy
+
+    try:
+        return Dashboard(db, "127.0.0.1", port, home=home)
+    except PortBusy as e:
+        raise RevtreeError(f"{e} (--dashboard-port)") from None
 
 
 @app.command()

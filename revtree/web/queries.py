@@ -1,0 +1,239 @@
+"""The dashboard's SQL: lean reads of the tables in ``revtree.memory.models`` that the
+Store has no method for, sized for runs of 10k nodes.
+
+- :class:`SummaryView` is a Store whose reads carry only what
+  ``report.summarize`` looks at (nodes without their texts, the evaluations it reads,
+  model calls without prompts), so that the summary of a 10k-node run is the very
+  function ``revtree show --json`` runs, at a fraction of the cost.
+- ``node_columns``: a run's nodes as columns (the tree view's data).
+- ``run_marks``: per run, what changes whenever anything in it changes (the cache key).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from sqlalchemy import Text, cast, func, or_, select
+from sqlalchemy.engine import Connection
+
+from revtree.agents.evaluator import FULL, GUARD, HOLDOUT
+from revtree.memory import Store
+from revtree.memory.db import transaction
+from revtree.memory.records import EvalResult, LLMCall, Node, NodeStatus
+from revtree.memory.rows import CALLS, EVALS, NODES, RUNS, row_to_eval
+
+HYPOTHESIS_CHARS = 80
+
+
+def alarm_text() -> Any:
+    """The alarm column as its JSON text: most are null, and need no decoding."""
+    return cast(NODES.c.alarm, Text).label("alarm")
+
+
+def _lean_nodes(conn: Connection, run_id: str) -> list[Node]:
+    rows = conn.execute(
+        select(
+            NODES.c.id,
+            NODES.c.parent_id,
+            NODES.c.operator,
+            NODES.c.status,
+            NODES.c.depth,
+            NODES.c.score,
+            NODES.c.score_std,
+            NODES.c.n_evals,
+            NODES.c.created_at,
+            NODES.c.finished_at,
+            NODES.c.attempt,
+            alarm_text(),
+        )
+        .where(NODES.c.run_id == run_id)
+        .order_by(NODES.c.id)
+    ).all()
+    return [
+        Node(
+            run_id,
+            r.id,
+            r.parent_id,
+            r.operator,
+            NodeStatus(r.status),
+            depth=r.depth,
+            score=r.score,
+            score_std=r.score_std,
+            n_evals=r.n_evals,
+            created_at=r.created_at,
+            finished_at=r.finished_at,
+            attempt=r.attempt,
+            alarm=None if r.alarm in (None, "null") else json.loads(r.alarm),
+        )
+        for r in rows
+    ]
+
+
+def best_of(nodes: list[Node], maximize: bool) -> Node | None:
+    """``Tree.best``: the best succeeded node without a drift alarm (lowest id on ties)."""
+    best: Node | None = None
+    top = -math.inf
+    for n in nodes:
+        if n.status is not NodeStatus.SUCCEEDED or n.alarm is not None:
+            continue
+        if n.score is None or not math.isfinite(n.score):
+            continue
+        key = n.score if maximize else -n.score
+        if best is None or key > top:
+            best, top = n, key
+    return best
+
+
+class SummaryView(Store):
+    """A read-only Store over another's engine for ``report.summarize``: ``nodes`` have
+    no proposal, review or lesson; ``evaluations`` of a whole run are those summarize
+    reads (holdout, guard, and the full stage of the root and the best); ``llm_calls``
+    have no prompt or answer. Every other read is the Store's own."""
+
+    def __init__(self, store: Store) -> None:
+        super().__init__(store.url, engine=store.engine)
+        self.best: dict[str, int | None] = {}
+
+    def nodes(self, run_id: str) -> list[Node]:
+        with transaction(self.engine) as conn:
+            nodes = _lean_nodes(conn, run_id)
+        maximize = self.get_run(run_id).maximize
+        best = best_of(nodes, maximize)
+        self.best[run_id] = best.id if best else None
+        return nodes
+
+    def evaluations(
+        self, run_id: str, node_id: int | None = None, stage: str | None = None
+    ) -> list[EvalResult]:
+        if node_id is not None or stage is not None:
+            return super().evaluations(run_id, node_id, stage)
+        best = self.best.get(run_id)
+        wanted = [0] if best is None else [0, best]
+        query = select(EVALS).where(
+            EVALS.c.run_id == run_id,
+            or_(
+                EVALS.c.stage.in_((HOLDOUT, GUARD)),
+                (EVALS.c.stage == FULL) & EVALS.c.node_id.in_(wanted),
+            ),
+        )
+        with transaction(self.engine) as conn:
+            rows = conn.execute(query.order_by(EVALS.c.id)).all()
+        return [row_to_eval(r) for r in rows]
+
+    def llm_calls(self, run_id: str) -> list[LLMCall]:
+        with transaction(self.engine) as conn:
+            rows = conn.execute(
+                select(
+                    CALLS.c.role,
+                    CALLS.c.model,
+                    CALLS.c.input_tokens,
+                    CALLS.c.output_tokens,
+                    CALLS.c.cached_tokens,
+                    CALLS.c.cache_write_tokens,
+                    CALLS.c.cost_usd,
+                    CALLS.c.latency,
+                    CALLS.c.ok,
+                    CALLS.c.node_id,
+                    CALLS.c.error,
+                )
+                .where(CALLS.c.run_id == run_id)
+                .order_by(CALLS.c.id)
+            ).all()
+        return [LLMCall(*r) for r in rows]
+
+
+def run_marks(store: Store, run_id: str | None = None) -> dict[str, tuple[Any, ...]]:
+    """Run id -> (last event seq, updated_at, model calls): every change of a run moves
+    one of them (a state change comes with its event; model calls are counted)."""
+    runs_q = select(RUNS.c.id, RUNS.c.last_event, RUNS.c.updated_at)
+    calls_q = select(CALLS.c.run_id, func.count()).group_by(CALLS.c.run_id)
+    if run_id is not None:
+        runs_q = runs_q.where(RUNS.c.id == run_id)
+        calls_q = calls_q.where(CALLS.c.run_id == run_id)
+    with transaction(store.engine) as conn:
+        runs = conn.execute(runs_q).all()
+        calls = {r[0]: r[1] for r in conn.execute(calls_q).all()}
+    return {r.id: (r.last_event, r.updated_at, calls.get(r.id, 0)) for r in runs}
+
+
+def last_seq(store: Store, run_id: str) -> int:
+    with transaction(store.engine) as conn:
+        seq = conn.execute(select(RUNS.c.last_event).where(RUNS.c.id == run_id)).scalar()
+    return int(seq or 0)
+
+
+def node_columns(store: Store, run_id: str, maximize: bool, repeats: int) -> dict[str, Any]:
+    """A run's nodes as columns (``GET /api/runs/{id}/nodes``), see docs/dashboard.md."""
+    hypothesis = NODES.c.proposal["hypothesis"].as_string()
+    with transaction(store.engine) as conn:
+        rows = conn.execute(
+            select(
+                NODES.c.id,
+                NODES.c.parent_id,
+                NODES.c.status,
+                NODES.c.score,
+                NODES.c.operator,
+                NODES.c.created_at,
+                NODES.c.finished_at,
+                alarm_text(),
+                hypothesis,
+            )
+            .where(NODES.c.run_id == run_id)
+            .order_by(NODES.c.id)
+        ).all()
+        verified = set(
+            conn.execute(
+                select(EVALS.c.node_id)
+                .join(NODES, (NODES.c.run_id == EVALS.c.run_id) & (NODES.c.id == EVALS.c.node_id))
+                .where(
+                    EVALS.c.run_id == run_id,
+                    EVALS.c.stage == FULL,
+                    EVALS.c.repeat >= repeats,
+                    EVALS.c.attempt == NODES.c.attempt,
+                    EVALS.c.ok.is_(True),
+                )
+                .distinct()
+            ).scalars()
+        )
+        holdout = conn.execute(
+            select(EVALS.c.node_id, EVALS.c.score)
+            .where(EVALS.c.run_id == run_id, EVALS.c.stage == HOLDOUT, EVALS.c.ok.is_(True))
+            .order_by(EVALS.c.id)
+        ).all()
+    ids = [r.id for r in rows]
+    parent = [r.parent_id for r in rows]
+    scores = [r.score for r in rows]
+    status = [r.status for r in rows]
+    alarm = [0 if r.alarm in (None, "null") else 1 for r in rows]
+    best: int | None = None
+    best_score = 0.0
+    for i, s, st, a in zip(ids, scores, status, alarm, strict=True):
+        if st != NodeStatus.SUCCEEDED.value or a or s is None or not math.isfinite(s):
+            continue
+        if best is None or (s > best_score if maximize else s < best_score):
+            best, best_score = i, s
+    lineage: list[int] = []
+    if best is not None:
+        up = dict(zip(ids, parent, strict=True))
+        node: int | None = best
+        while node is not None and len(lineage) <= len(ids):
+            lineage.append(node)
+            node = up.get(node)
+        lineage.reverse()
+    return {
+        "id": ids,
+        "parent": parent,
+        "status": status,
+        "score": [None if s is None or not math.isfinite(s) else s for s in scores],
+        "op": [r.operator for r in rows],
+        "created": [r.created_at for r in rows],
+        "finished": [r.finished_at for r in rows],
+        "alarm": alarm,
+        "verified": [1 if i in verified else 0 for i in ids],
+        "hypothesis": [(r[8] or "")[:HYPOTHESIS_CHARS] for r in rows],
+        "best": best,
+        "lineage": lineage,
+        "holdout": [{"node": h.node_id, "score": h.score} for h in holdout],
+    }

@@ -1,0 +1,153 @@
+"""Fixtures of the dashboard tests: a real ``revtree dashboard`` server (a subprocess on
+127.0.0.1, ``--port 0``) over a real SQLite store, and real runs made by the real CLI.
+
+- ``Site``: a revtree home and its database URL (every process of a test shares them).
+- ``start_dashboard(site, *args, **env)``: a context manager that starts the server,
+  reads its ``dashboard: URL`` line (bounded wait) and yields a :class:`Dashboard`
+  (``.url`` without the query, ``.token``, ``.proc``); the server is killed on exit.
+- ``make_run(site, *args, **task)``: a finished run made by ``revtree run`` (the knob
+  task of ``tests/orchestrator/conftest.py``); returns its id.
+- fixtures, one world per test module (module scope, so a module pays for its runs
+  once): ``site``, ``finished_run`` (a finished 6-node greedy run), ``dashboard``
+  (a server over ``site`` with ``finished_run`` in it, token ``TOKEN``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import queue
+import re
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.orchestrator.conftest import cli_env, make_task, revtree, spawn, wait_for
+
+__all__ = [
+    "TOKEN",
+    "Dashboard",
+    "Site",
+    "make_run",
+    "make_task",
+    "revtree",
+    "spawn",
+    "start_dashboard",
+    "wait_for",
+]
+
+TOKEN = "test-token-0123456789"
+LINE = re.compile(r"^dashboard: (http://[^\s?]+?)/?(?:\?token=(\S+))?$")
+
+
+@dataclass
+class Site:
+    """A revtree home and the URL of its SQLite database."""
+
+    home: Path
+    db: str
+    env: dict[str, str] = field(default_factory=dict)  # extra environment of every process
+
+    def cli(self, *args: str, check: bool = True, timeout: float = 300) -> Any:
+        """``revtree ARGS --db URL`` in a subprocess (a CompletedProcess)."""
+        return revtree(self.home, *args, "--db", self.db, check=check, timeout=timeout, **self.env)
+
+
+@dataclass
+class Dashboard:
+    url: str  # http://127.0.0.1:PORT, no trailing slash, no query
+    token: str | None  # None for a read-only dashboard
+    proc: subprocess.Popen[str]
+    site: Site
+    lines: list[str] = field(default_factory=list)  # what it printed (stdout and stderr)
+
+    def headers(self) -> dict[str, str]:
+        return {"X-Revtree-Token": self.token} if self.token else {}
+
+
+def _reader(proc: subprocess.Popen[str], out: queue.Queue[str | None]) -> None:
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        out.put(line.rstrip("\n"))
+    out.put(None)
+
+
+@contextlib.contextmanager
+def start_dashboard(
+    site: Site, *args: str, timeout: float = 30.0, **env: str
+) -> Iterator[Dashboard]:
+    """``revtree dashboard --port 0 --db URL ARGS`` until the block ends. The token is
+    ``TOKEN`` (``$REVTREE_DASHBOARD_TOKEN``) unless ``env`` says otherwise."""
+    extra = {"REVTREE_DASHBOARD_TOKEN": TOKEN, "REVTREE_SANDBOX": "local", **site.env, **env}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "revtree", "dashboard", "--port", "0", "--db", site.db, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=cli_env(site.home, **extra),
+    )
+    lines: queue.Queue[str | None] = queue.Queue()
+    threading.Thread(target=_reader, args=(proc, lines), daemon=True).start()
+    seen: list[str] = []
+    deadline = time.monotonic() + timeout
+    match = None
+    try:
+        while match is None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError(f"no 'dashboard:' line within {timeout}s: {seen}")
+            try:
+                line = lines.get(timeout=left)
+            except queue.Empty:
+                continue
+            if line is None:
+                raise AssertionError(f"revtree dashboard exited {proc.wait(5)}: {seen}")
+            seen.append(line)
+            match = LINE.match(line.strip())
+        dash = Dashboard(match.group(1), match.group(2), proc, site, seen)
+        yield dash
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
+def make_run(site: Site, *args: str, sleep: float = 0.0, budget: int = 6, **task: Any) -> str:
+    """A run of the knob task made and driven to its end by ``revtree run``; its id.
+    ``args`` go to ``revtree run`` (``--policy evolution``, ...), ``task`` to
+    ``make_task`` (``policy=``, ``extra=``...)."""
+    n = len(list(site.home.parent.glob("task-*")))
+    folder = make_task(site.home.parent / f"task-{n}", budget=budget, sleep=sleep, **task)
+    site.cli("run", str(folder), "--quiet", *args)
+    return str(json.loads(site.cli("show", "last", "--json").stdout)["run_id"])
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Site:
+    root = tmp_path_factory.mktemp("dash")
+    home = root / "home"
+    home.mkdir()
+    return Site(home, f"sqlite:///{home / 'revtree.db'}", {"REVTREE_SANDBOX": "local"})
+
+
+@pytest.fixture(scope="module")
+def finished_run(site: Site) -> str:
+    """A finished greedy run of 6 nodes of the knob task (offline agents, no model)."""
+    return make_run(site)
+
+
+@pytest.fixture(scope="module")
+def dashboard(site: Site, finished_run: str) -> Iterator[Dashboard]:
+    """A dashboard over ``site`` (which holds ``finished_run``), token ``TOKEN``."""
+    with start_dashboard(site) as d:
+        yield d
