@@ -307,8 +307,8 @@ def run(
         _detach(new, db, home, parallel)
         return
     if dash is not None:  # served from a thread of this process, its line before the log
-        dash.start()
-        print(f"dashboard: {dash.url}", flush=True)
+        dash.start()  # through the pipe-safe console: `| head -1` must not end the run
+        console.print(f"dashboard: {dash.url}#/run/{new.id}", soft_wrap=True, markup=False)
     try:
         _drive(store, new, "auto" if parallel == "auto" else None, quiet, home)
     finally:

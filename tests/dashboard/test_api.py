@@ -19,7 +19,7 @@ import pytest
 
 from revtree.memory import Store
 from revtree.memory.gitstore import GitStore
-from revtree.memory.records import Node, NodeStatus
+from revtree.memory.records import Node, NodeStatus, RunStatus
 from revtree.orchestrator.run import RunPaths
 from tests.dashboard.conftest import (
     TOKEN,
@@ -573,8 +573,8 @@ def test_run_with_dashboard(site: Site) -> None:
         lines = [proc.stdout.readline().strip() for _ in range(2)]
         assert lines[0].startswith("run ") and lines[1].startswith("dashboard: http://127.0.0.1:")
         url = lines[1].split()[1]
-        assert url.endswith(f"/?token={TOKEN}")
         run_id = lines[0].split()[1]
+        assert url.endswith(f"/?token={TOKEN}#/run/{run_id}")  # the run's own page
         d = Dashboard(url.split("/?")[0], TOKEN, proc, site)
         assert get(d, f"/api/runs/{run_id}")["run_id"] == run_id
         r = post(d, f"/api/runs/{run_id}/stop")
@@ -584,3 +584,23 @@ def test_run_with_dashboard(site: Site) -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait(10)
+
+
+@pytest.mark.slow
+def test_run_with_dashboard_piped_into_head_runs_to_its_end(site: Site) -> None:
+    """`revtree run … --dashboard | head -1`: the reader goes after the first line; the
+    dashboard's line must not kill the run (it did: a plain print hit the closed pipe)."""
+    folder = make_task(site.home.parent / "task-head", budget=5)
+    cmd = (
+        f"{sys.executable} -m revtree run {folder} --dashboard --dashboard-port 0 "
+        f"--db {site.db} | head -1"
+    )
+    out = subprocess.run(
+        ["bash", "-c", cmd + "; exit ${PIPESTATUS[0]}"], capture_output=True, text=True,
+        env=cli_env(site.home, REVTREE_SANDBOX="local"), timeout=240,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.startswith("run ") and len(out.stdout.splitlines()) == 1, out.stdout
+    assert "Traceback" not in out.stderr, out.stderr
+    run = Store(site.db).get_run(out.stdout.split()[1])
+    assert run.status is RunStatus.COMPLETED, (run.status, run.reason)
