@@ -40,11 +40,19 @@ os.write(3, json.dumps(
 
 
 def write_task(
-    root: Path, *, budget: int, parallel: int, sleep: float, runner: str, env: str = ""
+    root: Path,
+    *,
+    budget: int,
+    parallel: int,
+    sleep: float,
+    runner: str,
+    env: str = "",
+    sandbox: str = "",
+    evaluator: str = EVALUATOR,
 ) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     (root / "sol.py").write_text("X = 3.0\nN = 2\n")
-    (root / "ev.py").write_text(EVALUATOR)
+    (root / "ev.py").write_text(evaluator)
     (root / "task.toml").write_text(
         textwrap.dedent(f"""\
         name = "quad"
@@ -60,6 +68,7 @@ def write_task(
 
         [sandbox]
         env = {{ SLEEP = "{sleep}"{env} }}
+        {sandbox}
 
         [runner]
         {runner}
@@ -171,6 +180,7 @@ def summary(store: Any, run_id: str) -> dict[str, Any]:
                 "t0": e.metrics.get("t0"),
                 "t1": e.metrics.get("t1"),
                 "cuda": e.metrics.get("cuda"),
+                "metrics": e.metrics,
             }
             for e in evals
         ],
@@ -453,6 +463,124 @@ def scenario_auto(work: Path) -> dict[str, Any]:
         cluster.shutdown()
 
 
+IN_CONTAINER = """\
+import json, os, socket
+import sol
+def writable(path):
+    try:
+        open(path, "w").close()
+        return True
+    except OSError:
+        return False
+f = (sol.X - 1.2) ** 2 + (sol.N - 7) ** 2
+os.write(3, json.dumps({
+    "f": f,
+    "uid": os.getuid(),
+    "hostname": socket.gethostname(),
+    "nets": sorted(os.listdir("/sys/class/net")),
+    "root_writable": writable("/revtree-probe"),
+    "cuda": os.environ.get("CUDA_VISIBLE_DEVICES"),
+}).encode())
+"""
+RECORD = "REVTREE_TEST_CREATED"  # the file where recording_run_request notes containers
+
+
+def recording_run_request(*args: Any) -> dict[str, Any]:
+    """The worker's ``run_request``, noting each container its Docker backend creates
+    (the engine's HostConfig of it, and Ray's GPU ids of the task) just before the
+    container starts: a GPU container cannot start without NVIDIA's runtime, but what
+    the worker asked the engine for is there to see."""
+    from revtree.sandboxes.docker.containers import Containers
+    from revtree.sandboxes.ray import worker
+
+    if not getattr(Containers.start, "recording", False):
+        start = Containers.start
+
+        def recording_start(self: Any, box: Any) -> None:
+            info = self.api.inspect_container(box.cid)
+            seen = {"host_config": info["HostConfig"], "user": info["Config"]["User"]}
+            seen["ray_gpus"] = worker.placement()[1]
+            with open(os.environ[RECORD], "a") as out:
+                out.write(json.dumps(seen) + "\n")
+            start(self, box)
+
+        recording_start.recording = True  # type: ignore[attr-defined]
+        Containers.start = recording_start  # type: ignore[method-assign]
+    out: dict[str, Any] = worker.run_request(*args)
+    return out
+
+
+def remove_ray_containers() -> int:
+    """Remove the containers (and volumes) the killed Ray workers left (their warm
+    pools); only this scenario's: labelled by the Ray runner, their owner gone."""
+    from revtree.sandboxes.docker import connect
+    from revtree.sandboxes.docker.engine import OWNER, owner_alive
+
+    client = connect(None)
+    api, n = client.api, 0
+    try:
+        for c in api.containers(all=True, filters={"label": "revtree.runner=ray"}):
+            if not owner_alive(c["Labels"].get(OWNER, "")):
+                api.remove_container(c["Id"], force=True, v=True)
+                n += 1
+        for v in api.volumes(filters={"label": "revtree.runner=ray"}).get("Volumes") or []:
+            if not owner_alive((v.get("Labels") or {}).get(OWNER, "")):
+                api.remove_volume(v["Name"], force=True)
+    finally:
+        client.close()
+    return n
+
+
+def scenario_docker(work: Path) -> dict[str, Any]:
+    """A task that asks for Docker (``[sandbox] backend = "docker"``) run on a raylet
+    with 1 fake GPU: its evaluations run in the worker's Docker backend (the
+    evaluator reports what it sees from inside); then one evaluation asking for
+    ``gpus = 1``, whose container must request exactly the GPU id Ray assigned."""
+    from revtree.sandboxes.base import ExecRequest, Limits, archive_of
+    from revtree.sandboxes.ray import RaySandbox
+    from revtree.sandboxes.ray import sandbox as driver
+    from revtree.tasks.runner import RunnerConfig
+    from revtree.tasks.sections import SandboxConfig
+
+    os.environ[RECORD] = str(work / "created.jsonl")  # the raylet's workers inherit it
+    cluster, _ = start_cluster([{"num_cpus": 1, "num_gpus": 1}])
+    try:
+        runner = f'kind = "ray"\naddress = "{cluster.address}"'
+        task = write_task(
+            work / "task",
+            budget=3,
+            parallel=1,
+            sleep=0,
+            runner=runner,
+            sandbox='backend = "docker"',
+            evaluator=IN_CONTAINER,
+        )
+        out = drive(task, work)
+        driver.run_request = recording_run_request  # type: ignore[assignment]
+        sandbox = RaySandbox(
+            RunnerConfig(kind="ray", address=cluster.address, gpus=1),
+            SandboxConfig(backend="docker"),
+        )
+        request = ExecRequest(archive_of({"s.py": b"print('ran')\n"}), "python s.py", Limits(60))
+        gpu: dict[str, Any] = {}
+        try:
+            result = sandbox.execute(request)
+            gpu.update(exit_code=result.exit_code, gpus=list(result.gpus), host=result.host)
+        except Exception as e:  # no NVIDIA runtime here: the container cannot start
+            gpu.update(error=f"{type(e).__name__}: {e}")
+        finally:
+            sandbox.close()
+        record = work / "created.jsonl"
+        lines = record.read_text().splitlines() if record.exists() else []
+        gpu["created"] = [json.loads(line) for line in lines]
+        out["gpu"] = gpu
+        return out
+    finally:
+        cluster.shutdown()
+        out_left = remove_ray_containers()
+        print(f"removed {out_left} container(s) the Ray workers left", flush=True)
+
+
 def bench_shape() -> tuple[int, int, float]:
     """(candidates, slots, evaluator seconds) of the bench scenarios: the issue's 40, 4
     and 1 s unless BENCH_NODES, BENCH_SLOTS and BENCH_SLEEP say otherwise."""
@@ -490,6 +618,7 @@ SCENARIOS = {
     "cancel": scenario_cancel,
     "kill": scenario_kill,
     "kill9": scenario_kill9,
+    "docker": scenario_docker,
     "auto": scenario_auto,
     "bench": scenario_bench,
     "bench_local": scenario_bench_local,

@@ -191,6 +191,50 @@ def test_kill_9_of_the_orchestrator_mid_run_then_resume_completes_with_no_duplic
     assert out["started_total"] > len(out["evaluations"])
 
 
+@pytest.mark.ray
+@pytest.mark.docker
+def test_a_task_asking_for_docker_runs_in_a_container_on_the_ray_worker(
+    docker_client: Any, tmp_path: Path
+) -> None:
+    out = scenario("docker", tmp_path / "docker", timeout=300)
+    assert out["status"] == "completed", out["reason"]
+    assert out["evaluations"] and all(e["ok"] for e in out["evaluations"])
+    for e in out["evaluations"]:
+        seen = e["metrics"]  # what the evaluator saw from where it ran
+        assert seen["uid"] == 10001, seen  # the container's user (the worker runs as root)
+        assert seen["root_writable"] is False, seen  # a read-only root file system
+        assert seen["nets"] == ["lo"], seen  # network "none"
+        assert seen["hostname"] != e["host"].split("/")[0], (seen, e["host"])  # its own
+        assert e["gpus"] == [] and seen["cuda"] is None  # no GPU asked, none handed
+    said = [e["message"] for e in out["events"] if e["kind"] == "ray"]
+    # the task asked for docker: the worker's choice, over the REVTREE_SANDBOX=local it
+    # inherited, with no local warning
+    assert any("runs evaluations in its docker sandbox" in m for m in said), said
+    assert not any("local sandbox" in m for m in said), said
+    gpu = out["gpu"]
+    assert len(gpu["created"]) == 1, gpu  # one container made for the GPU evaluation
+    created = gpu["created"][0]
+    assert len(created["ray_gpus"]) == 1, created  # Ray assigned the raylet's one GPU
+    hc = created["host_config"]
+    assert hc["DeviceRequests"] == [
+        {
+            "Driver": "",
+            "Count": 0,
+            "DeviceIDs": created["ray_gpus"],  # exactly Ray's id
+            "Capabilities": [["gpu"]],
+            "Options": {},
+        }
+    ], hc["DeviceRequests"]
+    assert hc["NetworkMode"] == "none" and hc["ReadonlyRootfs"] is True
+    assert hc["CapDrop"] == ["ALL"] and "no-new-privileges" in hc["SecurityOpt"]
+    assert created["user"] == "10001:10001"
+    if "error" in gpu:  # no NVIDIA runtime: the container fails to start, and the
+        # evaluation fails on the worker rather than running unisolated
+        assert "on the Ray worker" in gpu["error"] and "starting container" in gpu["error"]
+    else:  # a GPU machine: it ran, with Ray's id
+        assert gpu["exit_code"] == 0 and gpu["gpus"] == created["ray_gpus"], gpu
+
+
 def peak_concurrency(evals: list[dict[str, Any]]) -> int:
     points = sorted([(e["t0"], 1) for e in evals] + [(e["t1"], -1) for e in evals])
     level = peak = 0
