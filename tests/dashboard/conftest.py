@@ -35,6 +35,7 @@ __all__ = [
     "TOKEN",
     "Dashboard",
     "Site",
+    "end_process",
     "make_run",
     "make_task",
     "revtree",
@@ -114,12 +115,17 @@ def start_dashboard(
         dash = Dashboard(match.group(1), match.group(2), proc, site, seen)
         yield dash
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
+        end_process(proc)
+
+
+def end_process(proc: subprocess.Popen[str]) -> None:
+    """SIGTERM, then SIGKILL after 10 s: a server a test started is gone when it ends."""
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)
 
 
 def make_run(site: Site, *args: str, sleep: float = 0.0, budget: int = 6, **task: Any) -> str:

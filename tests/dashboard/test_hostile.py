@@ -27,7 +27,7 @@ from revtree.orchestrator.run import RunPaths
 from revtree.web.actions import ActionError, Actions
 from revtree.web.app import create_app
 from revtree.web.stream import log_events
-from tests.dashboard.conftest import TOKEN, Dashboard, Site
+from tests.dashboard.conftest import TOKEN, Dashboard, Site, end_process
 from tests.dashboard.test_browser import chromium_path
 from tests.orchestrator.conftest import cli_env
 
@@ -258,12 +258,7 @@ def test_a_closed_stdout_does_not_stop_the_server(site: Site, finished_run: str)
         info = httpx.get(url.split("?")[0] + "api/info", timeout=10)
         assert info.status_code == 200
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
+        end_process(proc)
 
 
 # -- the page --------------------------------------------------------------------------
