@@ -25,8 +25,11 @@ ambiguous; a diff hunk's line number breaks the tie.
 
 Guarantees: an edit to a path outside the editable globs is refused; where a file
 has ``EVOLVE-BLOCK-START`` / ``EVOLVE-BLOCK-END`` markers, only text between them may
-change (a matched span must lie inside one block, and a whole-file rewrite must keep
-everything outside the blocks byte-identical). Every refusal is an ``EditError``
+change. This is checked on the whole file before and after each edit, not on the edit's
+text: a SEARCH text or diff hunk may quote marker lines (as context) and keep them, but
+the file's marker lines, in order, and everything outside the regions must stay
+byte-identical, so a marker added, removed or moved, or a change outside the regions, is
+refused. A file with CRLF line endings keeps them. Every refusal is an ``EditError``
 whose message names the edit and the file, written to be shown back to the model.
 Not guaranteed: that a fuzzy match is the place the model meant (it is unique and close).
 """
@@ -36,6 +39,7 @@ from __future__ import annotations
 import difflib
 import posixpath
 import re
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -216,9 +220,13 @@ def _reindent(replace: str, indent: tuple[str, str] | None) -> str:
 def apply_edits(
     edits: Iterable[Edit], files: Mapping[str, bytes], editable: Iterable[str]
 ) -> dict[str, bytes]:
-    """The changed files after applying ``edits`` to ``files`` (path -> new content)."""
+    """The changed files after applying ``edits`` to ``files`` (path -> new content).
+
+    A file whose every line ends in CRLF is edited with LF endings and written back with
+    CRLF, so edits (read with LF endings) match it and keep its endings."""
     editable = tuple(editable)
     texts: dict[str, str] = {}
+    crlf: set[str] = set()
     for e in edits:
         path = e.path if e.path is not None else _infer(e, files, texts, editable)
         where = f"edit {e.index} ({path})"
@@ -229,8 +237,16 @@ def apply_edits(
         if not matches(path, editable):
             raise EditError(f"{where}: {path!r} is not editable; editable files: {list(editable)}")
         old = texts[path] if path in texts else _decode(files, path, where)
+        if path not in texts and old is not None and _all_crlf(old):
+            crlf.add(path)
+            old = old.replace("\r\n", "\n")
         texts[path] = _apply_one(e, path, old, where)
-    return {p: t.encode("utf-8") for p, t in texts.items() if files.get(p) != t.encode("utf-8")}
+    out = {p: (t.replace("\n", "\r\n") if p in crlf else t).encode() for p, t in texts.items()}
+    return {p: b for p, b in out.items() if files.get(p) != b}
+
+
+def _all_crlf(text: str) -> bool:
+    return "\r\n" in text and text.count("\n") == text.count("\r\n")
 
 
 def _decode(files: Mapping[str, bytes], path: str, where: str) -> str | None:
@@ -326,8 +342,6 @@ def _apply_one(e: Edit, path: str, old: str | None, where: str) -> str:
                 f"{path!r} exists; quote the lines to replace"
             )
         return e.replace
-    if regions and (START in e.replace or END in e.replace):
-        raise EditError(f"{where}: the replacement may not add or move EVOLVE-BLOCK markers")
     try:
         found = locate(old, e.search, e.line)
     except _Ambiguous as a:
@@ -344,17 +358,13 @@ def _apply_one(e: Edit, path: str, old: str | None, where: str) -> str:
             f"(it starts {first!r}); copy the lines verbatim from the file"
         )
     span = found[0]
-    if regions and not any(a <= span.start and span.end <= b for a, b in regions):
-        raise EditError(
-            f"{where}: the SEARCH text lies outside the EVOLVE-BLOCK regions of "
-            f"{path!r}; only code between the markers may change"
-        )
     replace = _reindent(e.replace, span.indent)
     if span.indent is not None and not replace.endswith("\n") and replace:
         replace += "\n"
     if found[1] == "approximately":
         replace = _merge(e.search, old[span.start : span.end], replace)
-    return old[: span.start] + replace + old[span.end :]
+    new = old[: span.start] + replace + old[span.end :]
+    return _in_regions(old, new, regions, f"{where}: the edit")
 
 
 def _merge(search: str, window: str, replace: str) -> str:
@@ -392,13 +402,58 @@ def _rewrite(e: Edit, old: str | None, regions: list[tuple[int, int]], where: st
             f"{where}: the code block leaves code out ('...', 'rest unchanged'); write the "
             "whole file, or change it with SEARCH/REPLACE blocks"
         )
-    new_regions = evolve_regions(new)
-    kept = len(new_regions) == len(regions) and _outside(new, new_regions) == _outside(
-        old or "", regions
-    )
-    if regions and not kept:
+    return _in_regions(old or "", new, regions, f"{where}: the rewrite")
+
+
+def _markers(text: str) -> list[tuple[int, str]]:
+    """(line index, line) of each line holding an EVOLVE-BLOCK marker."""
+    lines = text.splitlines(keepends=True)
+    return [(i, ln) for i, ln in enumerate(lines) if START in ln or END in ln]
+
+
+def _in_regions(old: str, new: str, regions: list[tuple[int, int]], what: str) -> str:
+    """``new``, if it differs from ``old`` only between the EVOLVE-BLOCK markers: the
+    marker lines of the whole file, in order, and all text around the regions are kept.
+    A marker line the edit copies with other white space is put back as the file has it.
+    """
+    if not regions:
+        return new
+    before, after = _markers(old), _markers(new)
+    if [ln.strip() for _, ln in before] != [ln.strip() for _, ln in after]:
         raise EditError(
-            f"{where}: the rewrite changes text outside the EVOLVE-BLOCK "
-            "regions; only code between the markers may change"
+            f"{what} adds, removes or changes an EVOLVE-BLOCK marker line; keep every "
+            "marker line as it is: only code between the markers may change"
         )
-    return new
+    lines = new.splitlines(keepends=True)
+    for (_, kept), (i, line) in zip(before, after, strict=True):
+        lines[i] = kept.rstrip("\r\n") + line[len(line.rstrip("\r\n")) :]
+    new = "".join(lines)
+    if _outside(new, evolve_regions(new)) == _outside(old, regions):
+        return new
+    raise EditError(
+        f"{what} moves an EVOLVE-BLOCK marker; keep every marker line where it is"
+        if _crossed(old, new)
+        else f"{what} changes text outside the EVOLVE-BLOCK regions; only code between "
+        "the markers may change"
+    )
+
+
+def _crossed(old: str, new: str) -> bool:
+    """Whether the text around the regions changed only by lines that are inside a region
+    in the other version: a marker moved over them."""
+
+    def lines(parts: Iterable[str]) -> Counter[str]:
+        return Counter(
+            ln.rstrip("\r\n")
+            for ln in "".join(parts).splitlines()
+            if START not in ln and END not in ln
+        )
+
+    def inside(text: str) -> Counter[str]:
+        return lines(text[a:b] for a, b in evolve_regions(text))
+
+    def around(text: str) -> Counter[str]:
+        return lines(_outside(text, evolve_regions(text)))
+
+    changed = (around(old) - around(new)) + (around(new) - around(old))
+    return bool(changed) and not changed - (inside(old) | inside(new))

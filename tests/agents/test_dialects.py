@@ -546,7 +546,7 @@ CORPUS: list[Case] = [
         SOLO,
         "<<<<<<< SEARCH\n    return centers, radius\n=======\n    return centers, radius\n"
         "# EVOLVE-BLOCK-END\nPACK = 1\n# EVOLVE-BLOCK-START\n>>>>>>> REPLACE\n",
-        refusal="may not add or move EVOLVE-BLOCK markers",
+        refusal="adds, removes or changes an EVOLVE-BLOCK marker",
     ),
     Case(
         "refused",

@@ -64,9 +64,12 @@ def test_whole_file_rewrite_and_new_file() -> None:
                 "    return 1\n",
                 "    return 1\n# EVOLVE-BLOCK-END\nx = 7\n# EVOLVE-BLOCK-START\n",
             ),
-            "may not add or move EVOLVE-BLOCK markers",
+            "adds, removes or changes an EVOLVE-BLOCK marker",
         ),
-        ("=== FILE: src/m.py ===\n```python\nx = 1\n```\n", "outside the EVOLVE-BLOCK"),
+        (
+            "=== FILE: src/m.py ===\n```python\nx = 1\n```\n",
+            "removes or changes an EVOLVE-BLOCK marker",
+        ),
     ],
 )
 def test_refusals_say_what_is_wrong(answer: str, message: str) -> None:
