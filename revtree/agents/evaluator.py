@@ -35,7 +35,7 @@ import re
 import statistics
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +68,18 @@ class Outcome:
     error: str | None = None
     error_kind: str | None = None
     sandbox_seconds: float = 0.0
+    # the numeric metrics of the evaluations that gave the score, averaged over repeats
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+def mean_metrics(results: list[EvalResult]) -> dict[str, float]:
+    """The finite numeric metrics of ``results``, each averaged over those reporting it."""
+    values: dict[str, list[float]] = {}
+    for r in results:
+        for k, v in r.metrics.items():
+            if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v):
+                values.setdefault(k, []).append(float(v))
+    return {k: statistics.fmean(v) for k, v in values.items()}
 
 
 def parse_metrics(
@@ -370,7 +382,7 @@ class Evaluator:
             better = res.score >= st.threshold if self.spec.maximize else res.score <= st.threshold
             if not better:
                 if ev.cascade == "keep":  # OpenEvolve: the stage's score stands
-                    return self._outcome(results, None, None, res.score)
+                    return self._outcome(results, None, None, res.score, scored=[res])
                 msg = (
                     f"stage {st.name!r}: {res.score:.6g} does not reach threshold {st.threshold:g}"
                 )
@@ -383,7 +395,8 @@ class Evaluator:
             assert res.score is not None
             scores.append(res.score)
         std = statistics.stdev(scores) if len(scores) > 1 else None
-        return self._outcome(results, None, None, statistics.fmean(scores), std)
+        full = [r for r in results if r.stage == FULL]
+        return self._outcome(results, None, None, statistics.fmean(scores), std, full)
 
     def _outcome(
         self,
@@ -392,8 +405,10 @@ class Evaluator:
         kind: str | None,
         score: float | None = None,
         std: float | None = None,
+        scored: list[EvalResult] | None = None,
     ) -> Outcome:
         return Outcome(
+            metrics=mean_metrics(scored or []),
             ok=error is None,
             score=score,
             score_std=std,

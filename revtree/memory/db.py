@@ -24,7 +24,7 @@ from sqlalchemy.exc import OperationalError, SQLAlchemyError
 from revtree.errors import StoreError
 
 MIGRATIONS = Path(__file__).parent / "migrations"
-HEAD = "0005"
+HEAD = "0006"
 MIGRATE_TRIES = 6
 MIGRATION_LOCK = 0x72657674  # PostgreSQL advisory lock key ("revt") held while migrating
 

@@ -68,6 +68,7 @@ class NodeRow(Base):
     lesson: Mapped[str | None] = mapped_column(Text)
     attempt: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
     alarm: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    features: Mapped[dict[str, Any] | None] = mapped_column(JSON)
 
 
 class EvaluationRow(Base):

@@ -104,6 +104,11 @@ class Node:
     attempt: int = 1  # raised by each `revtree retry` of the node
     # a drift alarm ({"kind", "message", "dev", "holdout"}): never recommended, not exploited
     alarm: dict[str, Any] | None = None
+    # what a succeeded node measures besides its score, for the evolution policy's
+    # MAP-Elites features: "code_size" (characters of the editable files), "diff_size"
+    # (lines changed from the parent), "drift" (lines changed from the baseline) and
+    # "metric:NAME" (the evaluator's numeric metrics, averaged over repeats)
+    features: dict[str, float] | None = None
 
     def score_of(self, maximize: bool) -> Score:
         """The node's score as the search ranks it: the worst for a node that did not

@@ -41,6 +41,7 @@ def node_values(node: Node) -> dict[str, Any]:
         "lesson": node.lesson,
         "attempt": node.attempt,
         "alarm": node.alarm,
+        "features": node.features,
     }
 
 
@@ -67,6 +68,7 @@ def row_to_node(r: Any) -> Node:
         lesson=r.lesson,
         attempt=r.attempt,
         alarm=r.alarm,
+        features=r.features,
     )
 
 

@@ -25,6 +25,7 @@ from revtree.agents.evaluator import GUARD, HOLDOUT, Outcome
 from revtree.agents.llm import BudgetExhausted
 from revtree.errors import Cancelled, EditError, EditRefused, RevtreeError, SandboxError
 from revtree.memory import Node, NodeStatus
+from revtree.orchestrator.measures import node_features
 from revtree.orchestrator.policies import Selection
 from revtree.orchestrator.tree import Tree
 from revtree.orchestrator.trust import infra_cause
@@ -399,6 +400,7 @@ class Steps:
                 score=o.score,
                 score_std=o.score_std,
                 n_evals=o.n_evals,
+                features=node_features(self.p.git, self.spec, node, self.mirror.get, o.metrics),
             )
             if self.mirror.best_id == node.id:
                 self.trust.best(node.id)

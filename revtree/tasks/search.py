@@ -8,6 +8,8 @@ from pydantic import BeforeValidator, Field, model_validator
 
 from revtree.tasks.sections import Section
 
+DEFAULT_BINS = 6
+
 
 class _Search(Section):
     seed: int = Field(0, description="Seed of the policy and proposer RNGs.")
@@ -107,15 +109,37 @@ class EvolutionSearch(_Verified):
     features: tuple[str, ...] = Field(
         ("depth", "operator"),
         description="MAP-Elites dimensions: 'depth', 'operator', 'lineage', "
-        "'knob:NAME:LOW:HIGH', or a dotted path to a function node -> tuple of floats in [0, 1].",
+        "'knob:NAME:LOW:HIGH', 'score', 'metric:NAME' (an evaluator metric), 'code_size' "
+        "(characters of the editable files), 'diff_size' (lines changed from the parent), "
+        "'drift' (lines changed from the baseline) -- the last five scaled between the "
+        "lowest and highest value seen so far -- or a dotted path to a function "
+        "node -> tuple of floats in [0, 1].",
     )
-    feature_bins: int = Field(6, ge=1, description="Bins per feature dimension.")
+    feature_bins: int | dict[str, int] = Field(
+        6,
+        description="Bins per feature dimension: one number for all, or a table "
+        "feature -> bins (a feature it leaves out gets 6).",
+    )
 
     @model_validator(mode="after")
     def _ratios(self) -> EvolutionSearch:
         if self.exploration_ratio + self.exploitation_ratio > 1:
             raise ValueError("exploration_ratio + exploitation_ratio must be at most 1")
+        bins = self.feature_bins
+        table = bins if isinstance(bins, dict) else {"": bins}
+        bad = {k: v for k, v in table.items() if v < 1}
+        if bad:
+            raise ValueError(f"feature_bins must be at least 1, got {bad}")
+        unknown = sorted(set(table) - set(self.features) - {""})
+        if unknown:
+            raise ValueError(f"feature_bins names features not in 'features': {unknown}")
         return self
+
+    def bins(self, feature: str) -> int:
+        """The bins of one feature dimension."""
+        if isinstance(self.feature_bins, dict):
+            return self.feature_bins.get(feature, DEFAULT_BINS)
+        return self.feature_bins
 
 
 class BgmctsSearch(_Verified):

@@ -7,13 +7,13 @@
   while others are empty (OpenEvolve's bug was children landing in the parent's island
   only, so islands never seeded stayed empty). An empty island drafts from the root.
 - **Cells.** Each island keeps a MAP-Elites grid: a program's cell is its feature
-  vector binned into ``feature_bins`` per dimension; a cell keeps its best program.
-  Features, each in [0, 1]: ``depth`` (depth / 10, capped), ``operator`` (draft,
-  improve, debug, crossover, other), ``lineage`` (which root draft the program
-  descends from), ``knob:NAME:LOW:HIGH`` (the proposal's knob value), or a dotted path
-  to ``f(node) -> tuple[float, ...]``. What the Node record lacks today and a richer
-  hook would want: the evaluator's extra metrics, code size and diff size (they live
-  in the evaluations and in git, not in the snapshot).
+  vector binned into ``feature_bins`` per dimension (one number, or a table per
+  feature); a cell keeps its best program. Features, each in [0, 1]
+  (:mod:`~revtree.orchestrator.policies.features`): ``depth``, ``operator``,
+  ``lineage``, ``knob:NAME:LOW:HIGH``; ``score``, ``metric:NAME`` (an evaluator
+  metric), ``code_size``, ``diff_size`` and ``drift``, scaled between the bounds seen
+  so far, as OpenEvolve does (they come from :attr:`Node.features`, which the
+  orchestrator fills for evolution runs); or a dotted path to ``f(node) -> tuple``.
 - **Generations and migration.** A generation is one program per island. Every
   ``migration_interval`` generations each island sends its best
   ``ceil(migration_rate * programs)`` programs (at least one) to the next island on the
@@ -37,20 +37,16 @@
 from __future__ import annotations
 
 import heapq
-import importlib
 import math
 import random
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from revtree.memory.records import Node
 from revtree.orchestrator.policies.base import Selection
+from revtree.orchestrator.policies.features import make_feature
 from revtree.orchestrator.policies.treebase import TreeIndex, TreePolicy
 from revtree.orchestrator.tree import Tree
 from revtree.tasks.spec import EvolutionSearch
-
-OPERATORS = ("draft", "improve", "debug", "crossover")
-Feature = Callable[[Node, TreeIndex], tuple[float, ...]]
 
 
 @dataclass(frozen=True)
@@ -58,38 +54,6 @@ class EvolutionSelection(Selection):
     """A selection with other elites to show the proposer as inspiration."""
 
     inspirations: tuple[int, ...] = ()
-
-
-def _feature(spec: str) -> Feature:
-    if spec == "depth":
-        return lambda n, ix: (min(1.0, n.depth / 10),)
-    if spec == "operator":
-        return lambda n, ix: (
-            (OPERATORS.index(n.operator) if n.operator in OPERATORS else 4) / 4.5,
-        )
-    if spec == "lineage":
-        return lambda n, ix: ((_lineage(n, ix) * 0.618034) % 1.0,)
-    if spec.startswith("knob:"):
-        _, name, low, high = spec.split(":")
-        lo, hi = float(low), float(high)
-
-        def knob(n: Node, ix: TreeIndex) -> tuple[float, ...]:
-            value = ((n.proposal or {}).get("knobs") or {}).get(name)
-            if not isinstance(value, int | float):
-                return (0.0,)
-            return (min(1.0, max(0.0, (value - lo) / (hi - lo))),)
-
-        return knob
-    module, _, attr = spec.rpartition(".")
-    fn = getattr(importlib.import_module(module), attr)
-    return lambda n, ix: tuple(fn(n))
-
-
-def _lineage(node: Node, index: TreeIndex) -> int:
-    v: int | None = node.id
-    while v is not None and index.parent.get(v) not in (0, None):
-        v = index.parent.get(v)
-    return v or 0
 
 
 class Island:
@@ -140,21 +104,27 @@ class EvolutionPolicy(TreePolicy):
 
     def __init__(self, config: EvolutionSearch) -> None:
         super().__init__(config)
-        self.features = [_feature(f) for f in config.features]
+        self.features = [make_feature(f) for f in config.features]
+        self.bins = [config.bins(f) for f in config.features]
         self.reset()
 
     def reset(self) -> None:
+        for f in self.features:
+            f.reset()
         self.islands = [Island() for _ in range(self.config.num_islands)]
         self.cells_of: dict[int, tuple[int, ...]] = {}
         self.n_programs = 0
 
     def cell(self, node: Node) -> tuple[int, ...]:
         assert self.index is not None
-        bins = self.config.feature_bins
         out: list[int] = []
-        for f in self.features:
+        for f, bins in zip(self.features, self.bins, strict=True):
             out.extend(min(bins - 1, int(x * bins)) for x in f(node, self.index))
         return tuple(out)
+
+    def filled(self) -> list[int]:
+        """Cells holding an elite, per island."""
+        return [len(island.cells) for island in self.islands]
 
     def observe(self, node: Node) -> None:
         index = self.index

@@ -296,8 +296,16 @@ class Settings:
             if data.get(section) is not None and not isinstance(data[section], dict):
                 raise TaskSpecError(f"{file}: key '{section}': expected a mapping of settings")
 
-    def get(self, key: str, check: Callable[[Any], bool], expected: str) -> Any:
-        """The value at dotted ``key``, None when absent; raises when it fails ``check``."""
+    def get(
+        self,
+        key: str,
+        check: Callable[[Any], bool],
+        expected: str,
+        accepts: Callable[[Any], bool] | None = None,
+    ) -> Any:
+        """The value at dotted ``key``, None when absent; raises when it fails ``check``,
+        unless ``accepts`` (what the other system takes) allows it: then the key is
+        named in the warning, with revtree's range, and None is returned."""
         self.used.add(key)
         value: Any = self.data
         for part in key.split("."):
@@ -305,12 +313,22 @@ class Settings:
                 return None
             value = value[part]
         if value is not None and not check(value):
+            if accepts is not None and accepts(value):
+                self.unmapped.append(f"{key} (= {value!r:.40}; revtree takes {expected})")
+                return None
             raise TaskSpecError(f"{self.file}: key '{key}': expected {expected}, got {value!r:.80}")
         return value
 
-    def take(self, key: str, check: Callable[[Any], bool], expected: str, target: str) -> Any:
+    def take(
+        self,
+        key: str,
+        check: Callable[[Any], bool],
+        expected: str,
+        target: str,
+        accepts: Callable[[Any], bool] | None = None,
+    ) -> Any:
         """:meth:`get`, noting ``key -> target`` as mapped when the key is set."""
-        value = self.get(key, check, expected)
+        value = self.get(key, check, expected, accepts)
         if value is not None:
             self.note(key, target)
         return value

@@ -101,8 +101,10 @@ SUPPORT = {
 DEFAULT_THRESHOLDS = (0.5, 0.75)
 DEFAULT_TIMEOUT = 300.0
 SECTIONS = ("llm", "prompt", "database", "evaluator", "evolution_trace")
-#: OpenEvolve feature dimension -> revtree's evolution feature
-FEATURES = {"diversity": "lineage"}
+#: OpenEvolve's built-in feature dimensions -> revtree's evolution features (any other
+#: name is an evaluator metric: ``metric:NAME``)
+FEATURES = {"complexity": "code_size", "diversity": "drift", "score": "score"}
+OPENEVOLVE_BINS = 10  # OpenEvolve's feature_bins default, also for a dimension a table omits
 #: database keys of the same name and meaning in revtree's evolution policy
 DATABASE = (
     "num_islands",
@@ -284,42 +286,53 @@ def _search(config: Settings) -> dict[str, Any]:
     }
     evolution: dict[str, Any] = {}
     for key in DATABASE:
-        rate = key.endswith(("_rate", "is_ratio"))
-        check, expected = (
-            (is_ratio, "a number in [0, 1]") if rate else (is_positive_int, "an integer >= 1")
+        check, expected, accepts = (
+            (is_ratio, "a number in [0, 1]", is_number)
+            if key.endswith(("_rate", "_ratio"))
+            else (is_positive_int, "an integer >= 1", is_int)
         )
-        value = config.take(f"database.{key}", check, expected, f"search.{key}")
+        value = config.take(f"database.{key}", check, expected, f"search.{key}", accepts)
         if value is not None:
             evolution[key] = value
-    bins = config.get("database.feature_bins", lambda v: True, "")
-    if is_positive_int(bins):
-        config.note("database.feature_bins", "search.feature_bins")
-        evolution["feature_bins"] = bins
-    elif bins is not None:
-        config.used.discard("database.feature_bins")  # per-dimension bins: no counterpart
+    explore = evolution.get("exploration_ratio", 0.2)  # OpenEvolve's default and revtree's
+    if evolution.get("exploitation_ratio", 0.7) + explore > 1:
+        # OpenEvolve draws one number: exploration below the first ratio, exploitation
+        # below their sum, so exploitation gets what exploration leaves
+        evolution["exploitation_ratio"] = round(1 - explore, 12)
     features = _features(config)
     if features:
-        evolution["features"] = features
+        evolution["features"] = [f for f, _ in features]
+        evolution["feature_bins"] = dict(features)
     if evolution:
         evolution["policy"] = "evolution"
     return {k: v for k, v in {**search, **evolution}.items() if v is not None}
 
 
-def _features(config: Settings) -> list[str]:
+def _features(config: Settings) -> list[tuple[str, int]]:
+    """(revtree feature, bins) for each of ``database.feature_dimensions`` (OpenEvolve's
+    default, complexity and diversity, when only ``feature_bins`` is given)."""
+    bins = config.get("database.feature_bins", _is_bins, "a positive integer or a table of them")
     dims = config.get("database.feature_dimensions", is_str_list, "a list of names")
-    if not dims:
+    if dims is None and bins is None:
         return []
-    mapped = [FEATURES[d] for d in dims if d in FEATURES]
-    others = [d for d in dims if d not in FEATURES]
-    if mapped:
-        pairs = ", ".join(f"{d} as {FEATURES[d]}" for d in dims if d in FEATURES)
+    dims = dims if dims is not None else ["complexity", "diversity"]
+    table = bins if isinstance(bins, dict) else {}
+    default = bins if is_int(bins) else OPENEVOLVE_BINS
+    out = [(FEATURES.get(d, f"metric:{d}"), table.get(d, default)) for d in dims]
+    if dims:
+        pairs = ", ".join(f"{d} as {f}" for d, (f, _) in zip(dims, out, strict=True))
         config.note("database.feature_dimensions", f"search.features ({pairs})")
-    if others:
-        config.unmapped.append(
-            f"database.feature_dimensions {others} (revtree's features see the tree, not the "
-            "code or its metrics)"
-        )
-    return mapped
+    if bins is not None:
+        config.note("database.feature_bins", "search.feature_bins (per feature)")
+    if extra := sorted(set(table) - set(dims)):
+        config.unmapped.append(f"database.feature_bins {extra} (not a feature dimension)")
+    return list(dict(out).items())  # a dimension named twice is one feature
+
+
+def _is_bins(v: Any) -> bool:
+    return is_positive_int(v) or (
+        isinstance(v, dict) and all(isinstance(k, str) and is_positive_int(n) for k, n in v.items())
+    )
 
 
 def _goal(config: Settings, folder: Path, program: str) -> str:

@@ -533,8 +533,10 @@ def test_llm_and_database_settings_are_mapped(tmp_path: Path) -> None:
       num_islands: 3
       migration_interval: 20
       migration_rate: 0.2
-      feature_dimensions: [complexity, diversity]
-      feature_bins: 8
+      feature_dimensions: [complexity, diversity, my_metric]
+      feature_bins: {complexity: 8, my_metric: 3}
+      exploration_ratio: 0.4
+      exploitation_ratio: 0.7
       population_size: 500
     prompt:
       system_message: Make the search faster and more reliable.
@@ -555,10 +557,13 @@ def test_llm_and_database_settings_are_mapped(tmp_path: Path) -> None:
     s = spec.search
     assert s.policy == "evolution"
     assert (s.num_islands, s.migration_interval, s.migration_rate) == (3, 20, 0.2)
-    assert (s.features, s.feature_bins) == (("lineage",), 8)
+    assert s.features == ("code_size", "drift", "metric:my_metric")
+    assert s.feature_bins == {"code_size": 8, "drift": 10, "metric:my_metric": 3}
+    # OpenEvolve's ratios are floats in [0, 1]; exploitation gets what exploration leaves
+    assert (s.exploration_ratio, s.exploitation_ratio) == (0.4, 0.6)
     assert spec.goal == "Make the search faster and more reliable."
     text = "\n".join(warnings)
-    for unmapped in ("llm.top_p", "database.population_size", "['complexity']"):
+    for unmapped in ("llm.top_p", "database.population_size"):
         assert unmapped in text
     assert "llm.temperature" not in text and "num_islands" not in text
     assert "llm.models -> agents.model and the coder's ensemble" in mapped
