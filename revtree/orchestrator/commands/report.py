@@ -8,8 +8,10 @@ from typing import Any
 from revtree.agents.evaluator import FULL, GUARD, HOLDOUT
 from revtree.memory import Node, NodeStatus, RunInfo, Store
 from revtree.memory.records import EvalResult, LLMCall
+from revtree.orchestrator.policies import make_policy
 from revtree.orchestrator.tree import Tree
 from revtree.orchestrator.trust import gain
+from revtree.tasks.spec import TaskSpec
 
 
 def summarize(store: Store, run: RunInfo, with_nodes: bool = False) -> dict[str, Any]:
@@ -59,6 +61,8 @@ def summarize(store: Store, run: RunInfo, with_nodes: bool = False) -> dict[str,
         "parent_node": run.parent_node,
         **_own_work(nodes, run),
     }
+    if run.policy == "evolution":
+        out["islands"] = islands(run, tree)
     calls = store.llm_calls(run.id)
     out["llm"] = llm_spend(calls)
     if with_nodes:
@@ -71,6 +75,27 @@ def summarize(store: Store, run: RunInfo, with_nodes: bool = False) -> dict[str,
             {**node_json(n), **per_node.get(n.id, {"usd": 0.0, "tokens": 0})} for n in nodes
         ]
     return out
+
+
+def islands(run: RunInfo, tree: Tree) -> list[dict[str, Any]]:
+    """The evolution policy's islands, rebuilt from the tree as a resume does (its saved
+    state, then the tree replayed): per island its programs, its best, the MAP-Elites
+    cells it has filled and each cell's elite."""
+    policy: Any = make_policy(TaskSpec.model_validate(run.spec).search)
+    policy.load_state(run.policy_state or {})
+    policy.sync(tree)
+    return [
+        {
+            "island": k,
+            "programs": len(island.members),
+            "best": island.best,
+            "cells_filled": len(island.cells),
+            "cells": [
+                {"key": list(key), "node": node} for key, node in sorted(island.cells.items())
+            ],
+        }
+        for k, island in enumerate(policy.islands)
+    ]
 
 
 def inherited(nodes: list[Node], run: RunInfo) -> set[int]:

@@ -336,10 +336,15 @@ class Settings:
     def note(self, key: str, target: str) -> None:
         self.mapped.append(f"{key} -> {target}")
 
+    def _read(self, key: str) -> bool:
+        """Whether ``key`` or a table holding it was read (a table is read whole)."""
+        parts = key.split(".")
+        return any(".".join(parts[:i]) in self.used for i in range(1, len(parts) + 1))
+
     def ignored(self) -> list[str]:
         """One warning per section, naming every key that was not used."""
         groups: dict[str, list[str]] = {}
-        unused = [k for k in leaf_keys(self.data) if k not in self.used]
+        unused = [k for k in leaf_keys(self.data) if not self._read(k)]
         for key in [*unused, *self.unmapped]:
             groups.setdefault(key.split(".")[0] if "." in key else "", []).append(key)
         out = []
