@@ -2,7 +2,11 @@
 
 Streamed (``stream``), ``timeout`` bounds each wait for the next event: a stalled stream
 raises ``StreamStalled`` with the text that had come, and is not retried; a stream that
-ends without a stop reason (cut off) is an error too.
+ends without a stop reason (cut off) is an error too, and one that has given its stop
+reason is complete, ``message_stop`` or not. A server that answers a streamed request
+with one whole ``message`` is read as such, and the client asks it for whole answers from
+then on, said once per run (``base.notice``). An answer that cannot be used names what
+came back: status, content type, the body's start.
 
 A prompt's ``structure`` is sent as tools (the one tool forced, or any of several
 required; a "json_schema" structure too, as Anthropic has no response format), and the
@@ -11,10 +15,13 @@ required; a "json_schema" structure too, as Anthropic has no response format), a
 
 from __future__ import annotations
 
+import json
 import time
+from collections.abc import Callable
 from typing import Any
 
 import anthropic
+from anthropic.types import Message
 
 from revtree.agents.llm.base import (
     SHAPE_ERRORS,
@@ -27,10 +34,15 @@ from revtree.agents.llm.base import (
     Usage,
     bad_answer,
     calls_text,
+    came_back,
+    dropped,
     estimate_tokens,
+    notice,
     sdk_error,
     stream_timeout,
+    streams_off,
     tool_call,
+    whole_answer,
 )
 
 
@@ -73,22 +85,8 @@ class AnthropicChat:
         try:
             if self.stream:
                 return self._streamed(args, t0)
-            reply = self.client.messages.create(**args)
-            blocks = getattr(reply, "content", None)
-            if not isinstance(blocks, list):
-                raise LLMError(f"{self.model}: the answer has no content list")
-            text = "".join(getattr(b, "text", "") or "" for b in blocks)
-            calls = tuple(
-                tool_call(b.name, b.input) for b in blocks if getattr(b, "type", "") == "tool_use"
-            )
-            return _completion(
-                text,
-                calls,
-                reply.model or self.model,
-                _usage(reply.usage, reply.usage.output_tokens),
-                time.monotonic() - t0,
-                reply.stop_reason or "stop",
-            )
+            raw = self.client.messages.with_raw_response.create(**args)
+            return self._whole(raw.http_response, lambda: raw.parse(), t0)
         except anthropic.APIError as e:
             raise sdk_error(
                 anthropic,
@@ -101,13 +99,52 @@ class AnthropicChat:
         except SHAPE_ERRORS as e:
             raise bad_answer(self.model, e) from e
 
+    def _whole(
+        self, http: Any, parse: Callable[[], Any], t0: float, body: bytes | None = None
+    ) -> Completion:
+        """A whole answer (``parse()`` reads it); an unusable one names what came back."""
+        try:
+            reply = parse()
+            blocks = getattr(reply, "content", None)
+            if not isinstance(blocks, list):
+                raise LLMError(
+                    f"{self.model}: the answer has no content list; the server answered "
+                    f"{came_back(http, body)}"
+                )
+            text = "".join(getattr(b, "text", "") or "" for b in blocks)
+            calls = tuple(
+                tool_call(b.name, b.input) for b in blocks if getattr(b, "type", "") == "tool_use"
+            )
+            return _completion(
+                text,
+                calls,
+                reply.model or self.model,
+                _usage(reply.usage, reply.usage.output_tokens),
+                time.monotonic() - t0,
+                reply.stop_reason or "stop",
+            )
+        except SHAPE_ERRORS as e:
+            raise bad_answer(self.model, e, http, body) from e
+
     def _streamed(self, args: dict[str, Any], t0: float) -> Completion:
-        """The answer streamed event by event (a stall raises ``StreamStalled``)."""
+        """The answer streamed event by event (a stall raises ``StreamStalled``); a whole
+        ``message`` instead of a stream is read as the answer, and this client stops
+        asking for streams (said once, see ``notice``)."""
         got, model, stop, start, out = Streamed(), self.model, "", None, 0
+        first = ""  # the first event, for an error
         calls: dict[int, list[str]] = {}  # block index -> [name, input JSON so far]
         stream = self.client.messages.create(**args, stream=True)
+        http = stream.response
+        whole = whole_answer(http)
+        if whole is not None:
+            stream.close()
+            done = self._whole(http, lambda: _message(json.loads(whole)), t0, whole)
+            self.stream = False
+            notice(f"stream-off {self.url} {self.model}", streams_off(self.model, self.url, http))
+            return done
         try:
             for event in stream:
+                first = first or event.to_json(indent=None)
                 if event.type == "message_start":
                     model, start = event.message.model or model, event.message.usage
                 elif event.type == "content_block_start" and event.content_block.type == "tool_use":
@@ -122,11 +159,15 @@ class AnthropicChat:
         except Exception as e:
             if stream_timeout(anthropic, e):
                 raise got.stalled(self.model, self.url, self.timeout) from e
-            raise
+            if not (stop and dropped(anthropic, e)):  # dropped after its end: complete
+                raise
         finally:
             stream.close()
         if start is None:  # no message_start (an error body, a wrong shape)
-            raise LLMError(f"{self.model}: the streamed answer has no message")
+            raise LLMError(
+                f"{self.model}: the streamed answer has no message; the server answered "
+                f"{came_back(http, first.encode())} (its first event)"
+            )
         if not stop:  # the stream ended without a stop reason: cut off
             raise LLMError(
                 f"{self.model}: the answer from {self.url} was cut off: the stream ended "
@@ -135,6 +176,13 @@ class AnthropicChat:
         usage = _usage(start, out)
         made = tuple(tool_call(name, text) for _, (name, text) in sorted(calls.items()))
         return _completion(got.text, made, model, usage, time.monotonic() - t0, stop)
+
+
+def _message(data: Any) -> Message | None:
+    """A message from its JSON (None: not one; an error object names its type)."""
+    if not isinstance(data, dict) or data.get("type", "message") != "message":
+        return None
+    return Message.construct(**data)
 
 
 def _structure_args(s: Structure | None) -> dict[str, Any]:

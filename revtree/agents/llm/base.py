@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import re
 import time
+import warnings
 from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -52,6 +53,58 @@ Progress = Callable[[int, float], None]  # (tokens so far, seconds elapsed)
 # Where a streaming client reports the progress of the call in this thread, if anywhere
 # (set by the meter around each call: the LLM protocol stays one method).
 PROGRESS: ContextVar[Progress | None] = ContextVar("revtree_llm_progress", default=None)
+Notice = Callable[[str, str], None]  # (key, message): said once per key
+# Where a client says something once per run (a server that does not stream), if anywhere
+# (set by the meter around each call, like ``PROGRESS``; else a Python warning).
+NOTICE: ContextVar[Notice | None] = ContextVar("revtree_llm_notice", default=None)
+BODY_PREFIX = 200  # bytes of an unusable answer's body that its error shows
+
+
+def notice(key: str, message: str) -> None:
+    """Say ``message`` once (per run where a meter listens; ``key`` names what it is)."""
+    sink = NOTICE.get()
+    if sink is not None:
+        sink(key, message)
+    else:
+        warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+
+def came_back(response: Any, body: bytes | None = None) -> str:
+    """What a server answered, for an error: HTTP status, content type and the first
+    ``BODY_PREFIX`` bytes of the body (``body``, or the response's if it was read)."""
+    status = getattr(response, "status_code", "?")
+    headers = getattr(response, "headers", None) or {}
+    kind = headers.get("content-type") or "no content type"
+    if body is None:
+        try:
+            body = bytes(response.content)
+        except Exception:  # a stream, already read: its body is gone
+            body = None
+    shown = "(already read)" if body is None else repr(body[:BODY_PREFIX])
+    more = "…" if body is not None and len(body) > BODY_PREFIX else ""
+    return f"HTTP {status}, content-type {kind!r}, body {shown}{more}"
+
+
+def whole_answer(response: Any) -> bytes | None:
+    """The body of an answer to a streamed request when it is not a stream (some servers
+    and proxies ignore ``stream`` and answer one whole JSON body), else None: the caller
+    reads the stream. A body that reads as server-sent events under another content type
+    is a stream; its bytes are kept by the response and read again."""
+    kind = (response.headers.get("content-type") or "").lower()
+    if "event-stream" in kind:
+        return None
+    body = bytes(response.read())
+    return None if body.lstrip().startswith((b"data:", b"event:", b":")) else body
+
+
+def streams_off(model: str, url: str, response: Any) -> str:
+    """The warning for a model whose server answered a streamed request whole."""
+    kind = response.headers.get("content-type") or "no content type"
+    return (
+        f"{model} at {url} answers streamed requests with one whole answer "
+        f"(content-type {kind!r}); read as the answer, and not streamed for the rest of "
+        "the run (agents.stream = false asks so from the start)"
+    )
 
 
 @dataclass
@@ -85,11 +138,15 @@ class Streamed:
         )
 
 
-def bad_answer(model: str, e: Exception) -> LLMError:
-    """The error for an answer that is not JSON of the shape the SDK expects."""
+def bad_answer(
+    model: str, e: Exception, response: Any = None, body: bytes | None = None
+) -> LLMError:
+    """The error for an answer that is not JSON of the shape the SDK expects, naming
+    what came back when the response is known."""
+    what = f"; the server answered {came_back(response, body)}" if response is not None else ""
     return LLMError(
         f"{model}: the server's answer is not valid JSON of the expected shape "
-        f"({type(e).__name__}: {e})"
+        f"({type(e).__name__}: {e}){what}"
     )
 
 
@@ -103,7 +160,8 @@ def sdk_error(
 
     An endpoint that cannot be reached, refuses the key or knows no such model is
     ``LLMUnreachable`` (infrastructure: no candidate is to blame), naming the URL, the
-    model and, for a refused key, its variable. Anything else is an ``LLMError``."""
+    model and, for a refused key, its variable. Anything else is an ``LLMError``; one
+    with an HTTP status names what came back (``came_back``)."""
     name, where = type(e).__name__, f"{url} (model {model})"
     if structured and refuses_structure(sdk, e):
         return StructureRefused(f"{model}: {url} refused the structured request: {name}: {e}")
@@ -120,6 +178,8 @@ def sdk_error(
             f"the model endpoint {where} answered 404: no such model, or a base URL "
             f"without its path (e.g. /v1): {name}: {e}"
         )
+    if isinstance(e, sdk.APIStatusError):
+        return LLMError(f"{model}: {name}: {e}; the server answered {came_back(e.response)}")
     return LLMError(f"{model}: {name}: {e}")
 
 
@@ -140,6 +200,11 @@ def stream_timeout(sdk: Any, e: BaseException) -> bool:
     """Whether ``e``, raised while reading a stream, is a read timeout (the SDK's own, or
     its HTTP library's, which the SDKs let through while a stream is read)."""
     return isinstance(e, sdk.APITimeoutError) or _named(e, "TimeoutException")
+
+
+def dropped(sdk: Any, e: BaseException) -> bool:
+    """Whether ``e``, raised while reading a stream, is the connection dropping."""
+    return isinstance(e, sdk.APIConnectionError) or _named(e, "TransportError")
 
 
 def _named(e: BaseException | None, name: str) -> bool:

@@ -82,7 +82,12 @@ class FakeLLMServer:
     silent for ``stall`` seconds, a stalled stream. A reply's ``delay`` comes before the
     response starts (a hung connection), an error status is answered whole as JSON, and
     a ``raw`` body is sent as one event's data (verbatim when it already reads as
-    server-sent events, e.g. a stream cut off mid-way)."""
+    server-sent events, e.g. a stream cut off mid-way).
+
+    Servers as they are: ``stream=False`` ignores a request's ``stream`` and answers
+    every request whole, as some servers and proxies do; ``json_type`` and ``sse_type``
+    are the content types of whole answers and of streams (e.g. ``text/plain``, or
+    ``text/event-stream; charset=utf-8``)."""
 
     def __init__(
         self,
@@ -94,7 +99,11 @@ class FakeLLMServer:
         chunk_delay: float = 0.0,
         stall_after: int | None = None,
         stall: float = 0.0,
+        stream: bool = True,
+        json_type: str = "application/json",
+        sse_type: str = "text/event-stream",
     ) -> None:
+        self.streams, self.json_type, self.sse_type = stream, json_type, sse_type
         self.responder = responder
         self.cache_min_chars = cache_min_tokens * 4
         self.chunk_chars, self.chunk_delay = max(1, chunk_chars), chunk_delay
@@ -105,7 +114,7 @@ class FakeLLMServer:
         self.lock = threading.Lock()
         self.server = ThreadingHTTPServer(("127.0.0.1", port), self.handler())
         self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
 
     @property
     def port(self) -> int:
@@ -145,7 +154,7 @@ class FakeLLMServer:
                 if reply.delay:
                     time.sleep(reply.delay)
                 try:
-                    if body.get("stream") and reply.status < 400:
+                    if body.get("stream") and fake.streams and reply.status < 400:
                         fake._stream(self, req, reply)
                     else:
                         fake._whole(self, req, reply)
@@ -158,7 +167,7 @@ class FakeLLMServer:
         """The answer as one JSON body (or the reply's raw bytes)."""
         data = reply.raw if reply.raw is not None else json.dumps(self._answer(req, reply)).encode()
         out.send_response(reply.status)
-        out.send_header("content-type", "application/json")
+        out.send_header("content-type", self.json_type)
         for k, v in reply.headers.items():
             out.send_header(k, v)
         out.send_header("content-length", str(len(data)))
@@ -168,7 +177,7 @@ class FakeLLMServer:
     def _stream(self, out: BaseHTTPRequestHandler, req: FakeRequest, reply: FakeReply) -> None:
         """The answer as server-sent events, then the connection closes."""
         out.send_response(reply.status)
-        out.send_header("content-type", "text/event-stream")
+        out.send_header("content-type", self.sse_type)
         out.send_header("cache-control", "no-cache")
         for k, v in reply.headers.items():
             out.send_header(k, v)
@@ -417,8 +426,9 @@ def tool_results(req: FakeRequest) -> list[tuple[str, dict[str, Any], str]]:
 
 # -- a server from the command line -------------------------------------------------------
 def main(argv: list[str] | None = None) -> None:
-    """``python -m revtree.agents.llm.fake_server [--port N] [--responder MODULE:NAME]``:
-    serve on 127.0.0.1, print the OpenAI-style URL, until interrupted."""
+    """``python -m revtree.agents.llm.fake_server [--port N] [--responder MODULE:NAME]
+    [--no-stream] [--json-type T] [--sse-type T]``: serve on 127.0.0.1, print the
+    OpenAI-style URL, until interrupted."""
     import argparse
     import contextlib
     import importlib
@@ -438,13 +448,21 @@ def main(argv: list[str] | None = None) -> None:
         help="a callable (or a class, instantiated) that answers each request; "
         "default: always 'ok'",
     )
+    parser.add_argument(
+        "--no-stream",
+        action="store_true",
+        help="ignore a request's 'stream' and answer whole JSON, as some servers do",
+    )
+    parser.add_argument("--json-type", default="application/json", help="of whole answers")
+    parser.add_argument("--sse-type", default="text/event-stream", help="of streams")
     args = parser.parse_args(argv)
     responder: Responder = _ok
     if args.responder:
         module, _, name = args.responder.partition(":")
         found = getattr(importlib.import_module(module), name)
         responder = found() if isinstance(found, type) else found
-    with FakeLLMServer(responder, port=args.port) as srv:
+    kinds = {"json_type": args.json_type, "sse_type": args.sse_type}
+    with FakeLLMServer(responder, port=args.port, stream=not args.no_stream, **kinds) as srv:
         print(f"fake model server (no real model) at {srv.openai_url}", flush=True)
         print(f"anthropic-style clients: {srv.anthropic_url}", flush=True)
         with contextlib.suppress(KeyboardInterrupt):

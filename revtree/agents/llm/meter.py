@@ -6,6 +6,9 @@ case of the calls still in flight, could take the run past
 ``budget.max_usd`` or ``budget.max_tokens``, so a cap is never exceeded. Every call,
 failed ones included, is a row of ``llm_calls`` with its role, node, tokens and cost.
 
+A client's notice (``base.notice``: a server that does not stream) is a warning event,
+once per run and key, however many roles and calls meet it.
+
 Transcripts: every row also holds the call's prompt (system, prefix and user part, as a
 JSON object with the node's attempt) and its reply (``None`` when the call failed).
 Secrets are redacted from both: the values of every secret-looking environment variable
@@ -33,7 +36,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from revtree.agents.llm import KEY_ENV, LLM, BudgetExhausted, Completion, Prompt, Usage
-from revtree.agents.llm.base import PROGRESS, StreamStalled, estimate_tokens
+from revtree.agents.llm.base import NOTICE, PROGRESS, StreamStalled, estimate_tokens
 from revtree.agents.llm.pricing import Rate, cost, rate_for
 from revtree.memory.records import LLMCall
 from revtree.tasks.spec import TaskSpec, is_secret
@@ -155,6 +158,7 @@ class Meter:
         keys = (spec.agents.api_key_env or "", *KEY_ENV.values())
         self.secrets = secret_values(tuple(k for k in keys if k))
         self._prefixes: set[str] = set()  # hashes of the prefixes stored in full
+        self._noticed: set[str] = set()  # keys of the notices said
         self._lock = threading.Lock()
 
     def exhausted(self) -> str | None:
@@ -166,6 +170,14 @@ class Meter:
         if self.max_tokens is not None and self.tokens >= self.max_tokens:
             return f"budget: max_tokens={self.max_tokens} reached ({self.tokens} used)"
         return None
+
+    def notice(self, key: str, message: str) -> None:
+        """A client's notice (``base.notice``): a warning event, once per key."""
+        with self._lock:
+            if key in self._noticed:
+                return
+            self._noticed.add(key)
+        self.store.add_event(self.run_id, "warning", message, None, {"notice": key})
 
     def bind(self, role: str, node_id: int | None, llm: LLM, attempt: int = 1) -> MeteredLLM:
         return MeteredLLM(self, role, node_id, llm, attempt)
@@ -238,7 +250,7 @@ class MeteredLLM:
         booked = self.meter._reserve(llm.model, prompt, max_tokens)
         asked = self.meter.transcript(prompt, self.attempt)
         t0 = time.monotonic()
-        token = PROGRESS.set(self._progress(llm.model))
+        token, said = PROGRESS.set(self._progress(llm.model)), NOTICE.set(self.meter.notice)
         try:
             reply = llm.complete(prompt, max_tokens=max_tokens, temperature=temperature)
         except Exception as e:  # billed or not, a failed call is on record
@@ -263,6 +275,7 @@ class MeteredLLM:
             raise
         finally:
             PROGRESS.reset(token)
+            NOTICE.reset(said)
             self.meter._release(booked)
         u = reply.usage
         usd = cost(

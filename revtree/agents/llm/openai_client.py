@@ -4,7 +4,11 @@ Retries on 429, 5xx, timeouts and dropped connections are the SDK's (exponential
 backoff that honours ``retry-after``); ``timeout`` bounds each attempt. Streamed
 (``stream``), ``timeout`` bounds each wait for the next chunk: a stalled stream raises
 ``StreamStalled`` with the text that had come, and is not retried; a stream that ends
-without a finish reason (cut off) is an error too.
+without a finish reason (cut off) is an error too, and one that has given its finish
+reason is complete, ``[DONE]`` or not. A server that answers a streamed request with one
+whole JSON completion (as some servers and proxies do) is read as such, and the client
+asks it for whole answers from then on, said once per run (``base.notice``). An answer
+that cannot be used names what came back: status, content type, the body's start.
 
 A prompt's ``structure`` is sent as ``tools`` (the one tool forced, or any of several
 required) or as a strict ``json_schema`` response format; tool calls and a JSON answer
@@ -14,10 +18,13 @@ both come back as ``Completion.calls``. A JSON answer that does not parse has no
 
 from __future__ import annotations
 
+import json
 import time
+from collections.abc import Callable
 from typing import Any
 
 import openai
+from openai.types.chat import ChatCompletion
 
 from revtree.agents.llm.base import (
     SHAPE_ERRORS,
@@ -30,10 +37,15 @@ from revtree.agents.llm.base import (
     Usage,
     bad_answer,
     calls_text,
+    came_back,
+    dropped,
     estimate_tokens,
+    notice,
     sdk_error,
     stream_timeout,
+    streams_off,
     tool_call,
+    whole_answer,
 )
 
 
@@ -73,23 +85,8 @@ class OpenAIChat:
         try:
             if self.stream:
                 return self._streamed(args, t0, prompt.structure)
-            reply = self.client.chat.completions.create(**args)
-            if not getattr(reply, "choices", None):
-                raise LLMError(f"{self.model}: the answer has no choices")
-            choice = reply.choices[0]
-            calls = tuple(
-                tool_call(c.function.name, c.function.arguments)
-                for c in choice.message.tool_calls or ()
-            )
-            return _completion(
-                choice.message.content or "",
-                calls,
-                prompt.structure,
-                reply.model or self.model,
-                _usage(reply.usage),
-                time.monotonic() - t0,
-                choice.finish_reason or "stop",
-            )
+            raw = self.client.chat.completions.with_raw_response.create(**args)
+            return self._whole(raw.http_response, lambda: raw.parse(), t0, prompt.structure)
         except openai.APIError as e:
             raise sdk_error(
                 openai,
@@ -102,16 +99,61 @@ class OpenAIChat:
         except SHAPE_ERRORS as e:
             raise bad_answer(self.model, e) from e
 
+    def _whole(
+        self,
+        http: Any,
+        parse: Callable[[], Any],
+        t0: float,
+        structure: Structure | None,
+        body: bytes | None = None,
+    ) -> Completion:
+        """A whole answer (``parse()`` reads it); an unusable one names what came back."""
+        try:
+            reply = parse()
+            if not getattr(reply, "choices", None):
+                raise LLMError(
+                    f"{self.model}: the answer has no choices; the server answered "
+                    f"{came_back(http, body)}"
+                )
+            choice = reply.choices[0]
+            calls = tuple(
+                tool_call(c.function.name, c.function.arguments)
+                for c in choice.message.tool_calls or ()
+            )
+            return _completion(
+                choice.message.content or "",
+                calls,
+                structure,
+                reply.model or self.model,
+                _usage(reply.usage),
+                time.monotonic() - t0,
+                choice.finish_reason or "stop",
+            )
+        except SHAPE_ERRORS as e:
+            raise bad_answer(self.model, e, http, body) from e
+
     def _streamed(self, args: dict[str, Any], t0: float, structure: Structure | None) -> Completion:
-        """The answer streamed chunk by chunk (a stall raises ``StreamStalled``)."""
+        """The answer streamed chunk by chunk (a stall raises ``StreamStalled``); a whole
+        answer instead of a stream is read as the answer, and this client stops asking
+        for streams (said once, see ``notice``)."""
         got, model, finish, usage = Streamed(), self.model, "", None
-        chose = False  # a chunk with a choice came
+        first = ""  # the first chunk, for an error
         calls: dict[int, list[str]] = {}  # index -> [name, arguments so far]
         stream = self.client.chat.completions.create(
             **args, stream=True, stream_options={"include_usage": True}
         )
+        http = stream.response
+        whole = whole_answer(http)
+        if whole is not None:
+            stream.close()
+            done = self._whole(http, lambda: _chat(json.loads(whole)), t0, structure, whole)
+            self.stream = False
+            notice(f"stream-off {self.url} {self.model}", streams_off(self.model, self.url, http))
+            return done
+        chose = False  # a chunk with a choice came
         try:
             for chunk in stream:
+                first = first or chunk.to_json(indent=None)
                 model, usage = chunk.model or model, chunk.usage or usage
                 for choice in chunk.choices or []:
                     chose = True
@@ -127,11 +169,15 @@ class OpenAIChat:
         except Exception as e:
             if stream_timeout(openai, e):
                 raise got.stalled(self.model, self.url, self.timeout) from e
-            raise
+            if not (finish and dropped(openai, e)):  # dropped after its end: complete
+                raise
         finally:
             stream.close()
         if not chose:  # not one chunk with a choice (an error body, a wrong shape)
-            raise LLMError(f"{self.model}: the answer has no choices")
+            raise LLMError(
+                f"{self.model}: the answer has no choices; the server answered "
+                f"{came_back(http, first.encode())} (its first event)"
+            )
         if not finish:  # the stream ended without a finish reason: cut off
             raise LLMError(
                 f"{self.model}: the answer from {self.url} was cut off: the stream ended "
@@ -144,6 +190,11 @@ class OpenAIChat:
             usage = _usage(usage)
         made = tuple(tool_call(name, text) for _, (name, text) in sorted(calls.items()))
         return _completion(got.text, made, structure, model, usage, time.monotonic() - t0, finish)
+
+
+def _chat(data: Any) -> ChatCompletion | None:
+    """A chat completion from its JSON (None: not an object)."""
+    return ChatCompletion.construct(**data) if isinstance(data, dict) else None
 
 
 def _structure_args(s: Structure | None) -> dict[str, Any]:

@@ -1,0 +1,185 @@
+"""Servers as they are: ones that ignore ``stream``, odd content types, streams that end
+without ``[DONE]``, and errors that name what came back.
+
+The real openai and anthropic SDKs talk over HTTP to the fake server on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+
+from revtree.agents.llm import LLMError, Prompt, make_llm
+from revtree.agents.llm.base import NOTICE, Completion
+from revtree.agents.llm.fake_server import FakeLLMServer, FakeReply, FakeRequest
+
+APIS = ["openai", "anthropic"]
+PROMPT = Prompt("system", "prefix", "user")
+
+
+def url(srv: FakeLLMServer, api: str) -> str:
+    return srv.openai_url if api == "openai" else srv.anthropic_url
+
+
+@contextmanager
+def notices() -> Iterator[list[tuple[str, str]]]:
+    said: list[tuple[str, str]] = []
+    token = NOTICE.set(lambda key, message: said.append((key, message)))
+    try:
+        yield said
+    finally:
+        NOTICE.reset(token)
+
+
+def ask(srv: FakeLLMServer, api: str, n: int = 1, **kw: object) -> list[Completion]:
+    llm = make_llm(f"{api}:m", base_url=url(srv, api), max_retries=0, stream=True, **kw)  # type: ignore[arg-type]
+    return [llm.complete(PROMPT, max_tokens=200, temperature=0) for _ in range(n)]
+
+
+@pytest.mark.parametrize("api", APIS)
+@pytest.mark.parametrize("json_type", ["application/json", "text/plain; charset=utf-8"])
+def test_a_whole_answer_to_a_streamed_request_is_the_answer_and_streaming_stops(
+    api: str, json_type: str
+) -> None:
+    with FakeLLMServer(
+        lambda req: f"answer {len(req.user)}", stream=False, json_type=json_type
+    ) as srv:
+        with notices() as said:
+            replies = ask(srv, api, n=3)
+        asked = [bool(r.body.get("stream")) for r in srv.requests]
+    assert [r.text for r in replies] == ["answer 4"] * 3
+    assert all(r.usage.output_tokens > 0 and r.usage.input_tokens > 0 for r in replies)
+    assert asked == [True, False, False]  # switched after the first whole answer
+    assert len(said) == 1, said
+    assert "m at http://127.0.0.1:" in said[0][1] and "not streamed for the rest" in said[0][1]
+    assert json_type.split(";")[0] in said[0][1]
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_tool_calls_in_a_whole_answer_to_a_streamed_request_are_read(api: str) -> None:
+    from revtree.agents.llm.base import Structure, Tool
+
+    tool = Tool("verdict", "say it", {"type": "object", "properties": {"ok": {"type": "boolean"}}})
+    prompt = Prompt("s", "p", "u", Structure("tools", "verdict", (tool,)))
+
+    def answer(req: FakeRequest) -> FakeReply:
+        return FakeReply(tool_calls=[("verdict", {"ok": True})])
+
+    with FakeLLMServer(answer, stream=False) as srv, notices():
+        llm = make_llm(f"{api}:m", base_url=url(srv, api), max_retries=0, stream=True)
+        reply = llm.complete(prompt, max_tokens=200, temperature=0)
+    assert [(c.name, dict(c.arguments)) for c in reply.calls] == [("verdict", {"ok": True})]
+
+
+def test_without_a_meter_the_switch_is_a_python_warning_once() -> None:
+    server = FakeLLMServer(lambda req: "ok", stream=False)
+    with server as srv, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert [r.text for r in ask(srv, "openai", n=3)] == ["ok"] * 3
+    said = [w for w in caught if "not streamed for the rest" in str(w.message)]
+    assert len(said) == 1 and said[0].category is RuntimeWarning
+
+
+@pytest.mark.parametrize("api", APIS)
+@pytest.mark.parametrize(
+    "sse_type", ["text/event-stream; charset=utf-8", "application/json", "text/plain"]
+)
+def test_a_stream_under_any_content_type_is_read_as_a_stream(api: str, sse_type: str) -> None:
+    text = "streamed " * 20
+    with FakeLLMServer(lambda req: text, sse_type=sse_type, chunk_chars=9) as srv:
+        with notices() as said:
+            replies = ask(srv, api, n=2)
+        asked = [bool(r.body.get("stream")) for r in srv.requests]
+    assert [r.text for r in replies] == [text, text] and asked == [True, True] and not said
+
+
+def openai_sse(*chunks: dict[str, object], done: bool) -> bytes:
+    base = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m"}
+    events = [f"data: {json.dumps({**base, 'choices': [c]})}\n\n" for c in chunks]
+    return ("".join(events) + ("data: [DONE]\n\n" if done else "")).encode()
+
+
+def anthropic_sse(stop: str | None, message_stop: bool) -> bytes:
+    usage = {"input_tokens": 3, "output_tokens": 1}
+    message = {"id": "x", "type": "message", "role": "assistant", "model": "m", "content": []}
+    events: list[dict[str, object]] = [
+        {"type": "message_start", "message": {**message, "stop_reason": None, "usage": usage}},
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "hi"}},
+        {"type": "content_block_stop", "index": 0},
+    ]
+    if stop:
+        delta = {"stop_reason": stop, "stop_sequence": None}
+        events.append({"type": "message_delta", "delta": delta, "usage": {"output_tokens": 2}})
+    if message_stop:
+        events.append({"type": "message_stop"})
+    return "".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in events).encode()
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_a_stream_that_ends_after_its_finish_reason_is_complete_without_done(api: str) -> None:
+    if api == "openai":
+        complete = openai_sse(
+            {"index": 0, "delta": {"role": "assistant", "content": "hi"}, "finish_reason": None},
+            {"index": 0, "delta": {}, "finish_reason": "stop"},
+            done=False,
+        )
+        cut = openai_sse(
+            {"index": 0, "delta": {"content": "hi"}, "finish_reason": None}, done=False
+        )
+    else:
+        complete, cut = anthropic_sse("end_turn", False), anthropic_sse(None, False)
+    with FakeLLMServer(lambda req: FakeReply(raw=complete)) as srv:
+        (reply,) = ask(srv, api)
+    assert reply.text == "hi" and reply.finish_reason in ("stop", "end_turn")
+    server = FakeLLMServer(lambda req: FakeReply(raw=cut))
+    with server as srv, pytest.raises(LLMError, match="cut off: the stream ended without a"):
+        ask(srv, api)
+
+
+PAGE = b"<html><head><title>502 Bad Gateway</title></head><body>" + b"x" * 300 + b"TAIL</body>"
+
+
+@pytest.mark.parametrize("api", APIS)
+@pytest.mark.parametrize("stream", [True, False], ids=["streamed", "whole"])
+def test_an_unusable_answer_names_status_content_type_and_the_body_start(
+    api: str, stream: bool
+) -> None:
+    def answer(req: FakeRequest) -> FakeReply:
+        return FakeReply(raw=PAGE)
+
+    with FakeLLMServer(answer, stream=False, json_type="text/html") as srv:
+        llm = make_llm(f"{api}:m", base_url=url(srv, api), max_retries=0, stream=stream)
+        with notices() as said, pytest.raises(LLMError) as err:
+            llm.complete(PROMPT, max_tokens=200, temperature=0)
+    message = str(err.value)
+    assert (
+        "HTTP 200, content-type 'text/html', body b'<html><head><title>502 Bad Gateway" in message
+    )
+    assert PAGE[:200].decode() in message and "TAIL" not in message, message
+    assert not said  # an unusable answer switches nothing
+
+
+@pytest.mark.parametrize("api", APIS)
+@pytest.mark.parametrize(
+    ("reply", "status", "start"),
+    [
+        (FakeReply(status=500, message="upstream exploded"), 500, b'{"error": {"type"'),
+        (FakeReply(raw=b"{not json at all"), 200, b"{not json at all"),
+        (FakeReply(raw=b'{"object": "list", "data": []}'), 200, b'{"object": "list"'),
+    ],
+    ids=["http 500", "invalid json", "wrong shape"],
+)
+def test_errors_of_a_non_streaming_server_name_what_came_back(
+    api: str, reply: FakeReply, status: int, start: bytes
+) -> None:
+    server = FakeLLMServer(lambda req: reply, stream=False)
+    with server as srv, notices(), pytest.raises(LLMError) as err:
+        ask(srv, api)
+    message = str(err.value)
+    assert f"HTTP {status}, content-type 'application/json', body {start!r}"[:-1] in message, (
+        message
+    )
