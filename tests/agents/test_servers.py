@@ -183,3 +183,29 @@ def test_errors_of_a_non_streaming_server_name_what_came_back(
     assert f"HTTP {status}, content-type 'application/json', body {start!r}"[:-1] in message, (
         message
     )
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_a_connection_dropped_after_the_finish_reason_still_completes_the_answer(
+    api: str,
+) -> None:
+    """The server promises more bytes than it sends, then closes: after the finish
+    reason that is the end of the answer; before it, the answer is lost."""
+    if api == "openai":
+        done = openai_sse(
+            {"index": 0, "delta": {"role": "assistant", "content": "hi"}, "finish_reason": None},
+            {"index": 0, "delta": {}, "finish_reason": "stop"},
+            done=False,
+        )
+        cut = openai_sse(
+            {"index": 0, "delta": {"content": "hi"}, "finish_reason": None}, done=False
+        )
+    else:
+        done, cut = anthropic_sse("end_turn", False), anthropic_sse(None, False)
+    short = {"content-length": "99999"}
+    with FakeLLMServer(lambda req: FakeReply(raw=done, headers=short)) as srv:
+        (reply,) = ask(srv, api)
+    assert reply.text == "hi"
+    server = FakeLLMServer(lambda req: FakeReply(raw=cut, headers=short))
+    with server as srv, pytest.raises(LLMError, match="cut off: the connection closed before"):
+        ask(srv, api)

@@ -159,8 +159,10 @@ class AnthropicChat:
         except Exception as e:
             if stream_timeout(anthropic, e):
                 raise got.stalled(self.model, self.url, self.timeout) from e
-            if not (stop and dropped(anthropic, e)):  # dropped after its end: complete
+            if not dropped(anthropic, e):
                 raise
+            if not stop:  # the connection closed before the end; after it: complete
+                raise got.dropped(self.model, self.url, e) from e
         finally:
             stream.close()
         if start is None:  # no message_start (an error body, a wrong shape)

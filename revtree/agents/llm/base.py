@@ -129,6 +129,14 @@ class Streamed:
     def text(self) -> str:
         return "".join(self.parts)
 
+    def dropped(self, model: str, url: str, e: BaseException) -> LLMError:
+        """The error for a stream whose connection closed before its end."""
+        return LLMError(
+            f"{model}: the answer from {url} was cut off: the connection closed before the "
+            f"end of the stream, after {estimate_tokens(self.chars) if self.chars else 0} "
+            f"tokens ({type(e).__name__}: {e})"
+        )
+
     def stalled(self, model: str, url: str, timeout: float) -> StreamStalled:
         return StreamStalled(
             f"{model}: the answer from {url} stalled: no data for {timeout:g} s after "

@@ -169,8 +169,10 @@ class OpenAIChat:
         except Exception as e:
             if stream_timeout(openai, e):
                 raise got.stalled(self.model, self.url, self.timeout) from e
-            if not (finish and dropped(openai, e)):  # dropped after its end: complete
+            if not dropped(openai, e):
                 raise
+            if not finish:  # the connection closed before the end; after it: complete
+                raise got.dropped(self.model, self.url, e) from e
         finally:
             stream.close()
         if not chose:  # not one chunk with a choice (an error body, a wrong shape)
