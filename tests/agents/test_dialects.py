@@ -281,6 +281,26 @@ CORPUS: list[Case] = [
         "         return hi\n-    return x\n+    return float(x)\n\nThis keeps types stable.\n",
         {"helpers.py": CLAMP},
     ),
+    Case(
+        "udiff",
+        "the EVOLVE-BLOCK start as context",
+        SOLO,
+        "```diff\n--- a/initial_program.py\n+++ b/initial_program.py\n@@ -4,3 +4,3 @@\n"
+        ' # EVOLVE-BLOCK-START\n def pack(n):\n     """Place n circles on a grid."""\n'
+        "-    radius = 0.1\n+    radius = 0.098\n```\n",
+        {"initial_program.py": RADIUS},
+    ),
+    Case(
+        "udiff",
+        "both markers as context, counts wrong",
+        SOLO,
+        "--- a/initial_program.py\n+++ b/initial_program.py\n@@ -4,2 +4,2 @@\n"
+        ' # EVOLVE-BLOCK-START\n def pack(n):\n     """Place n circles on a grid."""\n'
+        "-    radius = 0.1\n+    radius = 0.098\n     centers = []\n     for i in range(n):\n"
+        "         x = (i % 5) * 0.2 + 0.1\n         y = (i // 5) * 0.2 + 0.1\n"
+        "         centers.append((x, y))\n     return centers, radius\n # EVOLVE-BLOCK-END\n",
+        {"initial_program.py": RADIUS},
+    ),
     # --- the whole file in a plain fence, no header (a rewrite of the only editable file)
     Case(
         "whole",
@@ -547,6 +567,14 @@ CORPUS: list[Case] = [
         "<<<<<<< SEARCH\n    return centers, radius\n=======\n    return centers, radius\n"
         "# EVOLVE-BLOCK-END\nPACK = 1\n# EVOLVE-BLOCK-START\n>>>>>>> REPLACE\n",
         refusal="adds, removes or changes an EVOLVE-BLOCK marker",
+    ),
+    Case(
+        "refused",
+        "diff that moves the EVOLVE-BLOCK start",
+        SOLO,
+        "```diff\n--- a/initial_program.py\n+++ b/initial_program.py\n@@ -4,2 +4,2 @@\n"
+        "-# EVOLVE-BLOCK-START\n def pack(n):\n+# EVOLVE-BLOCK-START\n```\n",
+        refusal="moves an EVOLVE-BLOCK marker",
     ),
     Case(
         "refused",
