@@ -426,7 +426,8 @@ def _in_regions(old: str, new: str, regions: list[tuple[int, int]], what: str) -
         )
     lines = new.splitlines(keepends=True)
     for (_, kept), (i, line) in zip(before, after, strict=True):
-        lines[i] = kept.rstrip("\r\n") + line[len(line.rstrip("\r\n")) :]
+        ending = line[len(line.rstrip("\r\n")) :]
+        lines[i] = kept if kept.endswith("\n") and ending else kept.rstrip("\r\n") + ending
     new = "".join(lines)
     if _outside(new, evolve_regions(new)) == _outside(old, regions):
         return new

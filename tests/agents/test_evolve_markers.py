@@ -132,3 +132,9 @@ def test_a_whole_file_that_moves_a_marker_is_refused() -> None:
     with pytest.raises(EditError, match="the rewrite moves an EVOLVE-BLOCK marker"):
         apply(f"=== FILE: initial_program.py ===\n```python\n{moved}```\n")
     assert apply(f"=== FILE: initial_program.py ===\n```python\n{CHANGED}```\n") == CHANGED
+
+
+def test_a_file_with_mixed_endings_keeps_its_crlf_marker_lines() -> None:
+    program = PROGRAM.replace("# EVOLVE-BLOCK-START\n", "# EVOLVE-BLOCK-START\r\n")
+    out = apply(HEAD + LANDS["both markers"], program)
+    assert out == CHANGED.replace("# EVOLVE-BLOCK-START\n", "# EVOLVE-BLOCK-START\r\n")
