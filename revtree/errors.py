@@ -51,6 +51,12 @@ class EditRefused(EditError):
         self.answer = answer
 
 
+class EditUnreadable(EditRefused):
+    """An answer from which no edit could be read at all (no blocks, malformed ones), as
+    opposed to edits that were read and do not apply. Repaired like any refused answer;
+    several candidates in a row ending so are the parser's failure, not theirs."""
+
+
 class StoreError(RevtreeError, RuntimeError):
     """The SQL memory or the git store failed or is inconsistent."""
 

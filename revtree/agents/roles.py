@@ -47,7 +47,7 @@ from revtree.agents.structured import (
     edits_of,
     structure_help,
 )
-from revtree.errors import EditError, EditRefused
+from revtree.errors import EditError, EditRefused, EditUnreadable
 from revtree.tasks.spec import TaskSpec
 
 PROMPTS = Path(__file__).parent / "prompts"
@@ -245,7 +245,8 @@ class LLMCoder(_Role):
         try:
             return self._apply(answer, ctx)
         except EditError as e:
-            raise EditRefused(str(e), answer.text) from e
+            refused = EditUnreadable if isinstance(e, EditUnreadable) else EditRefused
+            raise refused(str(e), answer.text) from e
 
     def repair(self, ctx: Context, proposal: Proposal, refusal: Refusal) -> dict[str, bytes | None]:
         """One repair round: the refused answer and its error, shown back to the model."""
@@ -271,7 +272,8 @@ class LLMCoder(_Role):
         try:
             return self._apply(again, ctx)
         except EditError as second:
-            raise EditRefused(
+            refused = EditUnreadable if isinstance(second, EditUnreadable) else EditRefused
+            raise refused(
                 f"{second} (after {rounds}; first error: {refusal.first or refusal.error})",
                 again.text,
             ) from second
@@ -282,25 +284,62 @@ class LLMCoder(_Role):
         if answer.calls:
             edits = edits_of(answer.calls, self.tools(hypothesis=True))
         else:
-            edits = parse_edits(
-                answer.text,
-                allow_blocks=self.edit_format != "whole_file",
-                allow_files=self.edit_format != "search_replace",
-            )
+            try:
+                edits = parse_edits(
+                    answer.text,
+                    allow_blocks=self.edit_format != "whole_file",
+                    allow_files=self.edit_format != "search_replace",
+                )
+            except EditError as e:  # nothing could be read (as against: read, not applied)
+                raise EditUnreadable(str(e), answer.text) from e
         changes = apply_edits(edits, ctx.files, self.spec.editable)
         if not changes:
             raise EditError("the edits change nothing")
         return dict(changes)
 
 
+REVIEW_REMINDER = (
+    "That answer gives no verdict that can be read. Answer again in exactly "
+    "this form, the first line being the verdict:\nVERDICT: accept or reject\n"
+    "KIND: none, hard-coding, evaluator-data, special-casing, scoring-channel or "
+    "tampering\nREASONS: one or two sentences"
+)
+
+
 class LLMReviewer(_Role):
     """Asks the model whether a change games the metric; the reasons (and the kind of
-    hack it names) go into the verdict, which the orchestrator records on the node."""
+    hack it names) go into the verdict, which the orchestrator records on the node.
+
+    An answer with no verdict that can be read is asked again once, with the answer and
+    a reminder of the form (``REVIEW_REMINDER``); a second such answer raises
+    ``AnswerError``: the reviewer's failure, never a rejection of the candidate."""
 
     DIFF_TOKENS = 6000
 
     def review(self, ctx: Context, proposal: Proposal, diff: str) -> Verdict:
-        reply = self.reply(ctx, (VERDICT,), hypothesis=proposal.hypothesis, diff=self._fit(diff))
+        values = {"hypothesis": proposal.hypothesis, "diff": self._fit(diff)}
+        reply = self.reply(ctx, (VERDICT,), **values)
+        verdict = self._verdict(reply)
+        if verdict is None:
+            shown = (reply.prose or reply.text)[-2000:]
+            again = f"\n\nYour previous answer:\n{shown}\n\n{REVIEW_REMINDER}"
+
+            def build(s: Structure | None) -> Prompt:
+                p = self.prompt(ctx, s, values)
+                return Prompt(p.system, p.prefix, p.user + again, s)
+
+            reply = self.structured_call(build, (VERDICT,))
+            verdict = self._verdict(reply)
+        if verdict is None:
+            text = reply.prose or reply.text
+            raise AnswerError(
+                f"reviewer: no 'VERDICT: accept|reject' line, even when reminded of the form, "
+                f"in {text[:120]!r}"
+            )
+        return verdict
+
+    def _verdict(self, reply: Completion) -> Verdict | None:
+        """The verdict of an answer: its ``verdict`` call, else its text; None if none."""
         call = call_named(reply, VERDICT.name)
         typed = parse_verdict(json.dumps(dict(call.arguments))) if call else None
         if call is not None and typed is not None:
@@ -311,7 +350,7 @@ class LLMReviewer(_Role):
         text = reply.prose or reply.text
         verdict = parse_verdict(text)
         if verdict is None:
-            raise AnswerError(f"reviewer: no 'VERDICT: accept|reject' line in {text[:120]!r}")
+            return None
         accepted, loose = verdict
         kind = re.search(r"KIND:\s*\**\s*([\w-]+)", text, re.I)
         reasons = re.search(r"REASONS:\s*(.+)", text, re.S | re.I)

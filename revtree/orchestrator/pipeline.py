@@ -37,7 +37,7 @@ STEPS = ("select", "propose", "code", "review", "approve", "evaluate", "analyse"
 class CandidateState(TypedDict, total=False):
     ticket: str
     node_id: int | None
-    refusal: dict[str, Any] | None  # {error, answer, round, detail, repairable}: not applied
+    refusal: dict[str, Any] | None  # {error, answer, round, detail, repairable, unreadable}
     verdict: dict[str, Any] | None  # {accepted: False, reasons, by?}: a rejection
     outcome: dict[str, Any] | None  # the evaluation's ``Outcome``
     analysis: str | None  # the analyst's reading of a failed evaluation

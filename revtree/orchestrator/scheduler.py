@@ -9,7 +9,9 @@ width, so a run never proposes more than it can review; it is re-invoked once a
 decision is in SQL. Budgets are checked before a candidate starts; one that is spent
 stops new work while the candidates in flight finish. Infrastructure failures leave
 their node unfinished and are counted: ``trust.infra_failures`` in a row stop the run
-as failed, resumable once the cause is fixed.
+as failed, resumable once the cause is fixed. Candidates that finish failed for a reason
+that is not their code's are watched too (``trust.SameFailures``): ``trust.same_failures``
+in a row at the same step with the same error class stop the run as failed, resumable.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from revtree.agents.llm import BudgetExhausted
 from revtree.errors import Cancelled
 from revtree.memory import NodeStatus
 from revtree.orchestrator.steps import BaselineFailed, InfraFailure, Steps
+from revtree.orchestrator.trust import SameFailures
 from revtree.orchestrator.wiring import AUTO_MAX, Parts
 
 HEARTBEAT = 2.0
@@ -40,6 +43,7 @@ class Scheduler:
         self.store, self.run_id, self.mirror = parts.store, parts.run_id, parts.mirror
         self.fatal: str | None = None  # why the run must stop as failed
         self.infra_streak = 0
+        self.same = SameFailures(parts.spec.trust.same_failures)
         self.waiting: dict[str, int] = {}  # ticket -> node, parked at approval
 
     def candidate(self, ticket: str) -> str:
@@ -50,7 +54,10 @@ class Scheduler:
             result = self.graph.invoke(start, config, durability=self.durability)
             with self.mirror.lock:
                 self.infra_streak = 0
-            return "waiting" if "__interrupt__" in result else "done"
+            if "__interrupt__" in result:
+                return "waiting"
+            self._finished(ticket)
+            return "done"
         except Cancelled:
             return "cancelled"
         except BudgetExhausted:
@@ -70,6 +77,7 @@ class Scheduler:
             except Exception:  # the store itself is failing: stop the run, loudly
                 self.p.cancel.set()
                 raise
+            self._finished(ticket)
             return "error"
 
     def _infra_failure(self, ticket: str, cause: str) -> None:
@@ -90,6 +98,23 @@ class Scheduler:
             )
         if streak >= self.p.spec.trust.infra_failures:
             self.stop_failed(f"{streak} infrastructure failures in a row; the last: {cause}")
+
+    def _finished(self, ticket: str) -> None:
+        """Count a candidate whose node finished: failed for a reason not its own, or
+        not; too many alike in a row stop the run (the live log says so)."""
+        node_id = self.mirror.by_ticket.get(ticket)
+        if node_id is None or not self.mirror.get(node_id).status.is_finished():
+            return  # no node (the policy chose none, a verification), or not finished
+        with self.mirror.lock:
+            failure = self.steps.failures.pop(node_id, None)
+            reason = self.same.add(node_id, failure)
+            nodes = [n for n, _ in self.same.streak]
+        if reason is None or failure is None:
+            return
+        data: dict[str, Any] = {"step": failure.step, "class": failure.cls, "nodes": nodes}
+        data |= {"whose": failure.whose, "example": failure.example}
+        self.store.add_event(self.run_id, "failing", f"stopping: {reason}", node_id, data)
+        self.stop_failed(reason)
 
     def stop_failed(self, reason: str) -> None:
         """Stop the run as failed (the first reason wins): no new work, and the work in

@@ -6,7 +6,10 @@ Each step reads its node from the mirror and is idempotent against SQL: a step w
 work is stored already does nothing, so a thread replayed after a crash redoes only
 what was lost. Every exception that is the candidate's fault is recorded on its node
 (``failed``, with the step and a kind) at the candidate boundary in ``guarded``;
-infrastructure failures leave the node unfinished for ``resume``.
+infrastructure failures leave the node unfinished for ``resume``. A recorded failure
+that is not the candidate's code's (``trust.foreign_failure``: the model's, the
+reviewer's, the parser's, the sandbox's) is also kept in ``failures`` until the
+scheduler reads it when the candidate's thread ends.
 """
 
 from __future__ import annotations
@@ -23,12 +26,19 @@ from langgraph.types import interrupt
 from revtree.agents.base import Change, Job, Proposal, Refusal, Verdict
 from revtree.agents.evaluator import GUARD, HOLDOUT, Outcome
 from revtree.agents.llm import BudgetExhausted
-from revtree.errors import Cancelled, EditError, EditRefused, RevtreeError, SandboxError
+from revtree.errors import (
+    Cancelled,
+    EditError,
+    EditRefused,
+    EditUnreadable,
+    RevtreeError,
+    SandboxError,
+)
 from revtree.memory import Node, NodeStatus
 from revtree.orchestrator.measures import node_features
 from revtree.orchestrator.policies import Selection
 from revtree.orchestrator.tree import Tree
-from revtree.orchestrator.trust import infra_cause
+from revtree.orchestrator.trust import Failure, foreign_failure, infra_cause
 from revtree.orchestrator.verify import Trust
 from revtree.orchestrator.wiring import Parts
 
@@ -72,6 +82,7 @@ class Steps:
         self.idle: set[str] = set()  # tickets for which the policy chose nothing
         self.unselected: set[str] = set()  # tickets started that have no node yet
         self.announced: set[tuple[int, int]] = set()  # (node, attempt) shown as waiting
+        self.failures: dict[int, Failure] = {}  # node -> its failure, where not its code's
 
     # -- the candidate boundary --------------------------------------------------------
     def guarded(self, step: str, fn: Callable[[State], State | None]) -> Callable[[State], State]:
@@ -96,6 +107,7 @@ class Steps:
                 if node_id is None or self.mirror.get(node_id).status.is_finished():
                     raise
                 self.fail(node_id, step, detail_of(e), error_kind(e, step))
+                self._foreign(node_id, foreign_failure(e, step))
                 return {}
             finally:
                 if node_id is not None:
@@ -112,6 +124,11 @@ class Steps:
             error=f"{step}: {detail}",
             error_kind=kind,
         )
+
+    def _foreign(self, node_id: int, failure: Failure | None) -> None:
+        if failure is not None:
+            with self.mirror.lock:
+                self.failures[node_id] = failure
 
     def job(self, node: Node) -> Job:
         parent = self.mirror.parent(node)
@@ -215,9 +232,10 @@ class Steps:
             answer = e.answer[-6000:] if isinstance(e, EditRefused) else ""
             rounds = refusal.round + 1 if refusal else 0
             first = refusal.first if refusal else str(e)
+            unreadable = isinstance(e, EditUnreadable)
             return {
                 "refusal": {"error": str(e), "answer": answer, "round": rounds, "first": first}
-                | {"detail": detail_of(e), "repairable": repairable}
+                | {"detail": detail_of(e), "repairable": repairable, "unreadable": unreadable}
             }
         self._commit(node, job.parent, proposal, changes)
         return {"refusal": None}
@@ -375,6 +393,8 @@ class Steps:
             return
         if (refusal := state.get("refusal")) is not None:
             self.fail(node.id, "code", refusal["detail"], "code")
+            if refusal.get("unreadable"):  # (a checkpoint from before the key has none)
+                self._foreign(node.id, foreign_failure(EditUnreadable(refusal["error"]), "code"))
         elif (verdict := state.get("verdict")) is not None:
             reason = "; ".join(verdict["reasons"])
             self.mirror.finish(

@@ -34,10 +34,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from revtree.agents.llm.base import LLMError
+from revtree.agents.structured import AnswerError
 from revtree.errors import (
     EditError,
+    EditUnreadable,
     InfrastructureError,
     SandboxError,
+    SandboxTimeout,
     StoreError,
     TaskSpecError,
 )
@@ -84,6 +88,72 @@ def infra_cause(e: BaseException) -> str | None:
         elif x.__context__ is not None and not x.__suppress_context__:
             todo.append(x.__context__)
     return None
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A finished candidate's failure that is not its code's: the step it failed at, the
+    exception's class, whose it is, and its message (an example for the user)."""
+
+    step: str
+    cls: str
+    whose: str
+    example: str
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return self.step, self.cls
+
+
+def foreign_failure(e: BaseException, step: str) -> Failure | None:
+    """The failure ``e`` at ``step`` is, when it is not the candidate's: the model's (an
+    ``LLMError`` after its retries), the reviewer's (any model error in ``review``, an
+    unparseable verdict included), the parser's (an answer not in the form asked, or a
+    coder's answer with no edit that can be read, even after its repair round) or the
+    sandbox's (a ``SandboxError`` that is not the evaluated command's timeout). Decided
+    by the exception's type and the step only. An edit that is read but does not apply
+    is the candidate's (a sloppy answer, repaired once, may legitimately fail)."""
+    if isinstance(e, EditUnreadable):
+        whose = "the parser's"
+    elif isinstance(e, EditError | SandboxTimeout) or not isinstance(e, LLMError | SandboxError):
+        return None
+    elif step == "review":
+        whose = "the reviewer's"
+    elif isinstance(e, AnswerError):
+        whose = "the parser's"
+    elif isinstance(e, LLMError):
+        whose = "the model's"
+    else:
+        whose = "the sandbox's"
+    return Failure(step, type(e).__name__, whose, str(e)[:300])
+
+
+class SameFailures:
+    """The streak of finished candidates that failed alike for a reason not theirs.
+
+    ``add`` takes each finished candidate's ``foreign_failure`` (None: it succeeded, was
+    rejected, or failed by its own code) and says why the run must stop once ``k`` in
+    a row share their step and class (``k`` = 0: never). The streak lives in memory
+    only: a resumed run starts a new one."""
+
+    def __init__(self, k: int) -> None:
+        self.k = k
+        self.streak: list[tuple[int, Failure]] = []
+
+    def add(self, node_id: int, failure: Failure | None) -> str | None:
+        if failure is None or (self.streak and self.streak[-1][1].key != failure.key):
+            self.streak = []
+        if failure is None or self.k == 0:
+            return None
+        self.streak.append((node_id, failure))
+        if len(self.streak) < self.k:
+            return None
+        nodes = sorted(n for n, _ in self.streak)
+        return (
+            f"{len(self.streak)} candidates in a row (nodes {', '.join(map(str, nodes))}) failed "
+            f"in {failure.step} with {failure.cls}: {failure.whose} failure, not the "
+            f"candidates'; the last: {failure.example}"
+        )
 
 
 def holdout_alarm(

@@ -363,3 +363,12 @@ class Trust(Section):
         description="Infrastructure failures in a row (model endpoint unreachable, disk full, "
         "database error) after which the run stops 'failed', resumable.",
     )
+    same_failures: int = Field(
+        4,
+        ge=0,
+        le=1000,
+        description="Finished candidates in a row that failed at the same step with the same "
+        "error class, where the error is the model's, the reviewer's, the parser's or the "
+        "sandbox's and not the candidate code's, after which the run stops 'failed', "
+        "resumable (0: never).",
+    )
