@@ -122,7 +122,7 @@ def main() -> None:
     try:
         app()
     except RevtreeError as e:
-        err.print(f"[red]error:[/red] {escape(str(e))}")
+        err.print(f"[red]error:[/red] {escape(str(e))}", soft_wrap=True)
         raise SystemExit(2) from None
 
 
@@ -138,8 +138,21 @@ def order_commands() -> None:
     app.registered_commands.sort(key=key)
 
 
-def open_store(db: str | None) -> Store:
-    return Store(db)
+def open_store(db: str | None, create: bool = False, empty: bool = False) -> Store:
+    """The store of ``--db`` (else ``$REVTREE_DB``, else the home's SQLite file).
+
+    Only a command that records a new run passes ``create``; any other leaves a missing
+    SQLite file (and its folder) uncreated and says so in one line, except that with
+    ``empty`` (``ls``) the default database that no run has made yet reads as no runs.
+    A URL that does not parse or a database that cannot be reached is one line too."""
+    from revtree.memory.db import MEMORY, NoDatabase
+
+    try:
+        return Store(db, create=create)
+    except NoDatabase as e:
+        if empty and not (db or os.environ.get("REVTREE_DB")):
+            return Store(MEMORY)
+        raise RevtreeError(f"{e} (--db, $REVTREE_DB)") from None
 
 
 def node_or_best(store: Store, run: RunInfo, node: int | None) -> int:

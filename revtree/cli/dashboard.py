@@ -14,7 +14,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from revtree.cli.app import DbOpt, app, err
+from revtree.cli.app import DbOpt, app, err, open_store
 
 
 @app.command()
@@ -33,6 +33,7 @@ def dashboard(
     """Serve a browser view of every run, with actions (token-protected) and a live log."""
     from revtree.web import Dashboard, PortBusy
 
+    open_store(db).close()  # a missing or unreadable database: one line, nothing created
     try:
         dash = Dashboard(db, host, port, read_only=read_only)
     except PortBusy as e:

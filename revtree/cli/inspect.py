@@ -91,7 +91,7 @@ def ls(
     tree: Annotated[bool, typer.Option("--tree", help="Show forks as a family tree.")] = False,
 ) -> None:
     """List runs."""
-    store = open_store(db)
+    store = open_store(db, empty=True)
     rows = [summarize(store, r) for r in store.list_runs()]
     if as_json:
         console.print_json(json.dumps(rows))

@@ -1,5 +1,6 @@
-"""How the commands show things: scores, live-log lines, the run summary, the family
-tree of forks, and printing that survives a closed pipe."""
+"""How the commands show things: scores, live-log lines and the live log's progress bar
+(``LiveLog``), the run summary, the family tree of forks, and printing that survives a
+closed pipe."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.measure import Measurement
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree as RichTree
@@ -194,3 +196,36 @@ def print_pipe_safe(renderables: list[Any]) -> None:
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         raise typer.Exit(0) from None
+
+
+class LiveLog:
+    """Prints each committed event and keeps a progress bar over the node budget."""
+
+    def __init__(self, run: RunInfo, total: int | None, quiet: bool = False) -> None:
+        self.quiet, self.maximize, self.best = quiet, run.maximize, None
+        self.progress = Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("nodes"),
+            TimeElapsedColumn(),
+            TextColumn("{task.fields[best]}"),
+            console=console,
+            transient=False,
+        )
+        self.task = self.progress.add_task(run.id, total=total, best="")
+        self.done = 0
+
+    def __call__(self, ev: Event) -> None:
+        if not self.quiet:
+            try:
+                self.progress.console.print(format_event(ev), soft_wrap=True)
+            except OSError:  # the reader went away (EPIPE, EIO): the run goes on, unseen
+                console.on_broken_pipe()
+                self.quiet = True
+        if ev.kind == "node":
+            self.done += 1
+            self.progress.update(self.task, completed=self.done)
+        if ev.kind == "best":
+            score = ev.data.get("score") if ev.data else None
+            self.progress.update(self.task, best=f"best {fmt(score)}")

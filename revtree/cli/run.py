@@ -16,7 +16,6 @@ from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from revtree.agents.llm import LLMError
 from revtree.cli.app import (
@@ -31,48 +30,17 @@ from revtree.cli.app import (
     node_or_best,
     open_store,
 )
-from revtree.cli.render import fmt, format_event, print_summary
+from revtree.cli.render import LiveLog, fmt, format_event, print_summary
 from revtree.errors import RevtreeError, RunBusy
-from revtree.memory import Event, RunInfo, RunStatus, Store
+from revtree.memory import RunInfo, RunStatus, Store
 from revtree.memory.db import revtree_home
 from revtree.orchestrator import Orchestrator, RunPaths, create_run
+from revtree.orchestrator.commands.check import require_models
+from revtree.orchestrator.commands.reload import reload_task
 from revtree.orchestrator.llm_team import role_models, uses_llm
 from revtree.orchestrator.run import alive
 from revtree.tasks import TaskSpec, load_task
 from revtree.tasks.spec import POLICIES
-
-
-class LiveLog:
-    """Prints each committed event and keeps a progress bar over the node budget."""
-
-    def __init__(self, run: RunInfo, total: int | None, quiet: bool = False) -> None:
-        self.quiet, self.maximize, self.best = quiet, run.maximize, None
-        self.progress = Progress(
-            TextColumn("[bold]{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("nodes"),
-            TimeElapsedColumn(),
-            TextColumn("{task.fields[best]}"),
-            console=console,
-            transient=False,
-        )
-        self.task = self.progress.add_task(run.id, total=total, best="")
-        self.done = 0
-
-    def __call__(self, ev: Event) -> None:
-        if not self.quiet:
-            try:
-                self.progress.console.print(format_event(ev), soft_wrap=True)
-            except OSError:  # the reader went away (EPIPE, EIO): the run goes on, unseen
-                console.on_broken_pipe()
-                self.quiet = True
-        if ev.kind == "node":
-            self.done += 1
-            self.progress.update(self.task, completed=self.done)
-        if ev.kind == "best":
-            score = ev.data.get("score") if ev.data else None
-            self.progress.update(self.task, best=f"best {fmt(score)}")
 
 
 def _install_stop(stop: threading.Event) -> None:
@@ -126,17 +94,22 @@ def _failed_to_start(store: Store, run_id: str, e: Exception) -> None:
         run_id,
         ("run", f"run failed to start: {e}", None),
         status=RunStatus.FAILED,
-        reason=f"could not start: {e}; fix it, then `revtree resume {run_id}`",
+        reason=f"could not start: {e}; fix it, then `revtree resume {run_id}` (with "
+        "`--reload` where the fix is in task.toml or the evaluator)",
         pid=None,
     )
 
 
-def check_models(spec: TaskSpec) -> None:
-    """Build the clients of the models a run's agents will call, as the run does when it
-    starts, so that a model that cannot be called (no key, no base URL, an unknown
-    provider) is refused before a run is created or changed."""
+def check_models(spec: TaskSpec, then: str = "") -> None:
+    """Build the clients of the models a run's agents will call, as the run does, and make
+    ``check``'s call of one token to each, so that a model that cannot be called (no key,
+    a server that does not answer) is refused before a run is created, changed or evaluated."""
     if uses_llm(spec):
-        role_models(spec)
+        try:
+            role_models(spec)
+            require_models(spec)
+        except LLMError as e:  # ``then``: what the refusal left as it was
+            raise LLMError(f"{e}; {then}" if then else str(e)) from None
 
 
 def _agents(model: str | None, base_url: str | None) -> dict[str, Any]:
@@ -291,12 +264,9 @@ def run(
         )
     except ValueError as e:
         raise typer.BadParameter(str(e)) from e
-    try:
-        check_models(spec)
-    except LLMError as e:
-        raise LLMError(f"{e}; no run was created") from None
+    check_models(spec, f"no run was created (`revtree check {task}` tells more)")
     home = revtree_home()
-    store = open_store(db)
+    store = open_store(db, create=True)
     dash = _bind_dashboard(store.url, dashboard_port, home) if dashboard else None
     new = create_run(store, spec, home)
     console.print(
@@ -338,6 +308,14 @@ def resume(
         str | None,
         typer.Option(help="OpenAI-compatible server, e.g. http://host:8000/v1 (stored)."),
     ] = None,
+    reload: Annotated[
+        bool,
+        typer.Option(
+            "--reload",
+            help="First read task.toml and the protected (evaluator) files again from the "
+            "run's task folder, showing what changed (a metric change once scored: fork).",
+        ),
+    ] = False,
     db: DbOpt = None,
     detach: DetachOpt = False,
     quiet: QuietOpt = False,
@@ -345,10 +323,17 @@ def resume(
     """Continue a stopped or crashed run where it left off."""
     store = open_store(db)
     found = store.get_run(run_id)
+    if reload:
+        for line in reload_task(store, found.id, revtree_home()).lines():
+            console.print(line, markup=False, soft_wrap=True)
+        found = store.get_run(found.id)
     if agents := _agents(model, base_url):
         found = _reconfigure(store, found, agents)
         changed = ", ".join(f"agents.{k}={v}" for k, v in agents.items())
         console.print(f"run [bold]{found.id}[/bold]: {escape(changed)} stored")
+    elif not detach and found.status is not RunStatus.COMPLETED:
+        then = f"run {found.id} unchanged: `revtree resume {found.id}` once it answers"
+        check_models(TaskSpec.model_validate(found.spec), then + " (or --base-url/--model)")
     if detach:
         _detach(found, db, revtree_home(), parallel)
         return
@@ -390,7 +375,7 @@ def pilot(
         search={"policy": "optuna", "parallel": 1, "approve": "off"},
         budget={"max_nodes": evals - repeats + 1},
     )
-    store, home = open_store(db), revtree_home()
+    store, home = open_store(db, create=True), revtree_home()
     new = create_run(store, spec, home)
     console.print(
         f"pilot run [bold]{new.id}[/bold]: {evals - repeats} proposals from the root "

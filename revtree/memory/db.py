@@ -6,11 +6,19 @@ upgrade. Any SQLAlchemy URL works; PostgreSQL (``postgresql+psycopg://``, psycop
 the backend for memory shared by several processes or machines: a bare ``postgresql://``
 or ``postgres://`` URL means psycopg 3 too, and concurrent migrations queue on an advisory
 lock.
+
+Opening is where a mistyped ``--db`` shows: :func:`make_engine` refuses a URL that does
+not parse (a bare path, say) and, unless asked to ``create``, a SQLite file that does not
+exist (:class:`NoDatabase`, so that a read leaves nothing behind); :func:`probe` turns a
+database that cannot be reached or read into one line naming the URL, its password
+hidden (:func:`display_url`).
 """
 
 from __future__ import annotations
 
 import os
+import re
+import sqlite3
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,14 +27,26 @@ from typing import Any
 
 from sqlalchemy import Engine, create_engine, event, inspect
 from sqlalchemy.engine import URL, Connection, make_url
-from sqlalchemy.exc import OperationalError, SQLAlchemyError
+from sqlalchemy.exc import ArgumentError, OperationalError, SQLAlchemyError
+from sqlalchemy.pool import StaticPool
 
 from revtree.errors import StoreError
 
 MIGRATIONS = Path(__file__).parent / "migrations"
-HEAD = "0006"
+HEAD = "0005"
 MIGRATE_TRIES = 6
 MIGRATION_LOCK = 0x72657674  # PostgreSQL advisory lock key ("revt") held while migrating
+CONNECT_TIMEOUT = 10  # seconds for a PostgreSQL server to answer (the OS default is minutes)
+MEMORY = "sqlite://"  # an empty store that lives as long as the process (nothing on disk)
+
+
+class NoDatabase(StoreError):
+    """A SQLite file that a read would have created; ``folder`` tells whether its folder
+    exists (a missing one is likely a mistyped path)."""
+
+    def __init__(self, message: str, folder: bool) -> None:
+        super().__init__(message)
+        self.folder = folder
 
 
 def revtree_home() -> Path:
@@ -40,25 +60,74 @@ def default_url() -> str:
 
 
 def normalize_url(url: str) -> URL:
-    """The URL as SQLAlchemy reads it; PostgreSQL URLs without a driver use psycopg 3."""
+    """The URL as SQLAlchemy reads it; PostgreSQL URLs without a driver use psycopg 3.
+    Raises :class:`StoreError` (one line) for text that is no database URL."""
     if url.startswith("postgres://"):
         url = "postgresql://" + url[len("postgres://") :]
-    parsed = make_url(url)
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        hint = "e.g. sqlite:////abs/path/revtree.db or postgresql://USER@HOST/DB"
+        if "://" not in url and not re.search(r"\w@", url):  # a path: say its URL
+            hint = f"for a SQLite file: sqlite:///{Path(url).expanduser().absolute()}"
+        raise StoreError(f"--db {_mask(url)!r} is not a database URL ({hint})") from None
     if parsed.drivername == "postgresql":
         parsed = parsed.set(drivername="postgresql+psycopg")
     return parsed
 
 
-def make_engine(url: str) -> Engine:
+def _mask(text: str) -> str:
+    """``text`` with anything like a password (``:secret@``) replaced by ``***``."""
+    return re.sub(r":[^:@/]*@", ":***@", text)
+
+
+def display_url(url: str) -> str:
+    """The URL to show a person: its password hidden."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return _mask(url)
+
+
+def make_engine(url: str, create: bool = True) -> Engine:
+    """An engine on ``url``. ``create``: a SQLite file (and its folder) is made if
+    missing; otherwise a missing file raises :class:`NoDatabase` and nothing is made."""
     parsed = normalize_url(url)
     if parsed.get_backend_name() != "sqlite":
-        return create_engine(parsed, pool_pre_ping=True, pool_size=10, max_overflow=20)
-    if parsed.database and parsed.database != ":memory:":
-        Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
-    engine = create_engine(url, connect_args={"timeout": 60, "check_same_thread": False})
+        psycopg = parsed.get_driver_name() == "psycopg"
+        connect = {"connect_timeout": CONNECT_TIMEOUT} if psycopg else {}
+        return create_engine(
+            parsed, pool_pre_ping=True, pool_size=10, max_overflow=20, connect_args=connect
+        )
+    memory = not parsed.database or parsed.database == ":memory:"
+    if not memory:
+        path = Path(parsed.database or "").expanduser()
+        if create:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        elif not path.exists():
+            folder = path.parent.is_dir()
+            why = "no run has used it yet" if folder else f"the folder {path.parent} does not exist"
+            raise NoDatabase(f"no database at {path}: {why}", folder)
+    pool: dict[str, Any] = {"poolclass": StaticPool} if memory else {}  # one shared connection
+    engine = create_engine(url, connect_args={"timeout": 60, "check_same_thread": False}, **pool)
     event.listen(engine, "connect", _sqlite_connect)
     event.listen(engine, "begin", _sqlite_begin)
     return engine
+
+
+def probe(engine: Engine) -> None:
+    """Connect once, reading the schema version, so that a database that cannot be
+    reached or is no database fails here in one line (:class:`StoreError`) naming the
+    URL with its password hidden, not as a traceback from deep in a migration."""
+    try:
+        with engine.connect() as conn:
+            conn.exec_driver_sql("SELECT 1")
+            inspect(conn).get_table_names()
+    except (SQLAlchemyError, sqlite3.Error) as e:  # a connect hook's error is not wrapped
+        cause = str(getattr(e, "orig", None) or e).strip().splitlines()
+        first = cause[0] if cause else type(e).__name__
+        shown = engine.url.render_as_string(hide_password=True)
+        raise StoreError(f"cannot open the database {shown}: {first}") from None
 
 
 def _sqlite_connect(dbapi_conn: Any, _record: Any) -> None:

@@ -23,7 +23,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
 from revtree.errors import RunNotFound, StoreError
-from revtree.memory.db import default_url, make_engine, migrate, transaction
+from revtree.memory.db import default_url, make_engine, migrate, probe, transaction
 from revtree.memory.records import (
     Decision,
     EvalResult,
@@ -52,9 +52,14 @@ EventSpec = tuple[str, str, dict[str, Any] | None]  # (kind, message, data)
 class Store:
     """Runs, nodes, evaluations and events in one SQL database."""
 
-    def __init__(self, url: str | None = None, engine: Engine | None = None) -> None:
+    def __init__(
+        self, url: str | None = None, engine: Engine | None = None, create: bool = True
+    ) -> None:
+        """``create``: make a missing SQLite file (else ``db.NoDatabase``, nothing made); a
+        bad URL or a database that cannot be reached or read is a one-line StoreError."""
         self.url = url or default_url()
-        self.engine = engine or make_engine(self.url)
+        self.engine = engine or make_engine(self.url, create)
+        probe(self.engine)
         self._write_lock = threading.RLock()  # a listener may write again
         self.listeners: list[Callable[[Event], None]] = []
         self._pending: list[Event] = []

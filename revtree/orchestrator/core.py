@@ -24,7 +24,7 @@ from revtree.memory.checkpoints import close as close_saver
 from revtree.memory.checkpoints import make_checkpointer
 from revtree.orchestrator.llm_team import offline_reason
 from revtree.orchestrator.pipeline import build_pipeline
-from revtree.orchestrator.run import claim
+from revtree.orchestrator.run import claim, resume_hint
 from revtree.orchestrator.scheduler import Scheduler
 from revtree.orchestrator.steps import Steps
 from revtree.orchestrator.tree import Tree
@@ -171,7 +171,8 @@ class Orchestrator:
     ) -> RunInfo:
         fatal = self.scheduler.fatal
         if fatal is not None:
-            status, reason = RunStatus.FAILED, f"{fatal}; fix it, then `revtree resume`"
+            status = RunStatus.FAILED  # and the command that continues after the fix
+            reason = f"{fatal}; {resume_hint(self.run_id, self.mirror.get(0).score is None)}"
         elif stopped:
             status, reason = RunStatus.STOPPED, "stopped by the user; `revtree resume` continues"
         else:

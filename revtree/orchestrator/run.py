@@ -140,6 +140,18 @@ def alive(pid: int, host: str | None) -> bool:
         return True
 
 
+def resume_hint(run_id: str, baseline_failed: bool) -> str:
+    """What continues a run that failed, once its cause is fixed: where the baseline
+    could not be scored, the fix is in the evaluator or task.toml, which a plain resume
+    does not read again (the run keeps its own copy)."""
+    if baseline_failed:
+        return (
+            f"fix the evaluator or task.toml, then `revtree resume {run_id} --reload` "
+            "(it reads them again)"
+        )
+    return f"fix it, then `revtree resume {run_id}`"
+
+
 def claim(store: Store, run_id: str) -> RunInfo:
     """Claim the run for this process (refused while a live process holds it)."""
     return store.claim_run(run_id, os.getpid(), socket.gethostname(), alive)

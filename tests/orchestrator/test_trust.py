@@ -173,6 +173,13 @@ timeout = 5
 """
 
 
+def _gone_after_the_ping(req: FakeRequest) -> str:
+    """The model answers `run`'s start-up check, then its endpoint drops every call."""
+    if req.user == "ping":
+        return "ok"
+    raise ConnectionAbortedError("the endpoint went away")  # no response: a dropped call
+
+
 def test_an_unreachable_model_endpoint_stops_the_run_naming_it_and_resumes_once_it_answers(
     tmp_path: Path, home: Path
 ) -> None:
@@ -180,7 +187,8 @@ def test_an_unreachable_model_endpoint_stops_the_run_naming_it_and_resumes_once_
     task = quad_task(tmp_path / "t", evaluator, extra=LLM, budget=4)
     port = _free_port()
     url = f"http://127.0.0.1:{port}/v1"
-    out = revtree(home, "run", str(task), "--base-url", url, "--quiet", check=False)
+    with FakeLLMServer(_gone_after_the_ping, port=port):  # an outage once the run is on
+        out = revtree(home, "run", str(task), "--base-url", url, "--quiet", check=False)
     assert out.returncode == 1, out.stdout + out.stderr
     s = show(home)
     assert s["status"] == "failed" and "infrastructure failures in a row" in s["reason"]

@@ -1,0 +1,111 @@
+"""Nothing is created that cannot be used: `run` and `resume` call each model once before
+anything is created or evaluated, and a mistyped `--db` is one line, creating nothing.
+The real CLI in a subprocess; the model endpoint is a closed port on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+
+import pytest
+
+from revtree.agents.llm.fake_server import FakeLLMServer, FakeRequest
+from tests.orchestrator.conftest import make_task, revtree
+
+
+def _closed_url() -> str:
+    """A base URL on 127.0.0.1 where nothing listens."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+
+
+def _one_error_line(proc: object) -> str:
+    out, err = proc.stdout, proc.stderr  # type: ignore[attr-defined]
+    assert proc.returncode == 2, out + err  # type: ignore[attr-defined]
+    assert "Traceback" not in out + err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    return lines[0]
+
+
+def test_an_unreachable_model_is_refused_before_a_run_exists(tmp_path: Path, home: Path) -> None:
+    task = make_task(tmp_path / "task", budget=3)
+    url = _closed_url()
+    model = "openai-compatible:gpt-x"
+    proc = revtree(home, "run", str(task), "--model", model, "--base-url", url, check=False)
+    line = _one_error_line(proc)
+    assert url in line and "gpt-x" in line and "no run was created" in line, line
+    assert json.loads(revtree(home, "ls", "--json").stdout) == []
+    assert not (home / "runs").exists()  # no git repository was made
+    assert not (home / "revtree.db").exists()  # nor the database
+
+
+@pytest.mark.slow
+def test_resume_checks_the_model_before_evaluating_anything(tmp_path: Path, home: Path) -> None:
+    task = make_task(tmp_path / "task", budget=2)
+    revtree(home, "run", str(task), "--sandbox", "local")
+    run_id = json.loads(revtree(home, "ls", "--json").stdout)[0]["run_id"]
+    before = json.loads(revtree(home, "show", run_id, "--json").stdout)
+    url = _closed_url()
+    proc = revtree(
+        home, "resume", run_id, "--model", "openai-compatible:m", "--base-url", url, check=False
+    )
+    line = _one_error_line(proc)
+    assert url in line and "openai-compatible:m" in line, line
+    after = json.loads(revtree(home, "show", run_id, "--json").stdout)
+    assert after["n_nodes"] == before["n_nodes"] and after["status"] == before["status"]
+
+
+@pytest.mark.slow
+def test_a_model_that_answers_passes_the_check(tmp_path: Path, home: Path) -> None:
+    def answer(req: FakeRequest) -> str:
+        return "ok" if req.user == "ping" else "HYPOTHESIS: nothing\nPLAN:\n1. nothing"
+
+    task = make_task(tmp_path / "task", budget=1)  # the baseline only: no candidate
+    with FakeLLMServer(answer) as srv:
+        revtree(
+            home, "run", str(task), "--sandbox", "local",
+            "--model", "openai-compatible:m", "--base-url", srv.openai_url,
+        )  # fmt: skip
+        pings = [r for r in srv.requests if r.user == "ping"]
+    assert len(pings) == 1 and pings[0].body.get("max_tokens") == 1
+
+
+# -- --db ------------------------------------------------------------------------------
+@pytest.mark.parametrize("command", [["ls"], ["show", "last"]])
+def test_a_file_that_is_not_a_database(tmp_path: Path, home: Path, command: list[str]) -> None:
+    text = tmp_path / "notes.db"
+    text.write_text("not a database\n")
+    line = _one_error_line(revtree(home, *command, "--db", f"sqlite:///{text}", check=False))
+    assert "file is not a database" in line and str(text) in line, line
+    assert text.read_text() == "not a database\n"
+
+
+def test_a_bare_path_names_its_url(tmp_path: Path, home: Path) -> None:
+    path = tmp_path / "runs.db"
+    line = _one_error_line(revtree(home, "ls", "--db", str(path), check=False))
+    assert f"sqlite:///{path}" in line and "not a database URL" in line, line
+    assert not path.exists() and not home.exists()
+
+
+def test_an_unreachable_postgresql_hides_its_password(home: Path) -> None:
+    url = "postgresql+psycopg://u:secret@127.0.0.1:1/x"
+    line = _one_error_line(revtree(home, "ls", "--db", url, check=False))
+    assert "u:***@127.0.0.1:1/x" in line and "secret" not in line, line
+
+
+@pytest.mark.parametrize("command", [["ls"], ["watch", "last"], ["dashboard"]])
+def test_a_read_into_a_missing_folder_creates_nothing(
+    tmp_path: Path, home: Path, command: list[str]
+) -> None:
+    db = tmp_path / "nope" / "dir" / "runs.db"
+    line = _one_error_line(revtree(home, *command, "--db", f"sqlite:///{db}", check=False))
+    assert str(db.parent) in line and "does not exist" in line, line
+    assert not (tmp_path / "nope").exists()
+
+
+def test_ls_on_a_fresh_machine_lists_none_and_creates_nothing(home: Path) -> None:
+    assert json.loads(revtree(home, "ls", "--json").stdout) == []
+    assert not home.exists()
