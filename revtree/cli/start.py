@@ -15,8 +15,25 @@ from rich.markup import escape
 from revtree.agents.llm.fake_server import FakeLLMServer
 from revtree.cli.app import DbOpt, app, console, err
 from revtree.cli.run import run as run_command
-from revtree.orchestrator.commands.check import FAIL, OK, SKIP, WARN, Report, check_task
-from revtree.orchestrator.commands.scaffold import DIRECTIONS, DemoResponder, scaffold
+from revtree.orchestrator.commands.check import (
+    FAIL,
+    OK,
+    SKIP,
+    WARN,
+    Report,
+    check_task,
+    printed_metrics,
+)
+from revtree.orchestrator.commands.constants import describe
+from revtree.orchestrator.commands.scaffold import (
+    DIRECTIONS,
+    EVALUATOR,
+    DemoResponder,
+    Scaffold,
+    read_stdout_metrics,
+    scaffold,
+    try_evaluator,
+)
 
 EXAMPLE = "curve-fit"  # the bundled example the demo runs: one editable file
 DEMO_MODEL = "openai-compatible:revtree-demo"
@@ -65,11 +82,20 @@ def init(
     direction: Annotated[str | None, typer.Option(help="minimize or maximize.")] = None,
     name: Annotated[str | None, typer.Option(help="Task name (default: the folder's).")] = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing task.")] = False,
+    knobs: Annotated[
+        bool, typer.Option(help="Write the program's module-level constants as [[knobs]].")
+    ] = True,
+    baseline: Annotated[
+        bool, typer.Option(help="Run --evaluator once on the baseline (local sandbox).")
+    ] = True,
 ) -> None:
     """Write a new task folder: task.toml, an evaluator and a .gitignore.
 
-    The evaluator is a generated evaluate.py with a grade step, unless --evaluator. In a
-    terminal it asks for what the flags do not give; without one, the flags must
+    The evaluator is a generated evaluate.py with a grade step, unless --evaluator, which
+    init runs once on the baseline: where it prints its metrics instead of writing them
+    to file descriptor 3, the task reads them from stdout (in a terminal init offers the
+    grade-step template instead). The program's module-level constants become [[knobs]].
+    In a terminal it asks for what the flags do not give; without one, the flags must
     give the program, the metric and the direction."""
     missing = [
         flag
@@ -100,16 +126,21 @@ def init(
         raise typer.BadParameter(
             f"{direction!r}: expected minimize or maximize", param_hint="--direction"
         )
-    made = scaffold(folder, program, metric, direction, evaluator, name=name, force=force)
+    made = scaffold(
+        folder, program, metric, direction, evaluator, name=name, force=force, knobs=knobs
+    )
     console.print(f"task [bold]{made.spec.name}[/bold] in {escape(str(made.folder))}")
     for path in made.written:
         console.print(f"  wrote {escape(path)}")
+    show_knobs(made)
+    if evaluator is not None and baseline:
+        made = try_baseline(made)
     if made.entry is not None:
         console.print(
             f"evaluate.py calls {made.entry}() of {escape(made.program)} and scores what it "
             "returns: edit its score() to measure what matters"
         )
-    elif evaluator is None:
+    elif made.spec.evaluate.grade is not None:
         console.print(
             f"evaluate.py runs {escape(made.program)} as a script and scores its last "
             "printed line: edit its score() to measure what matters"
@@ -117,6 +148,69 @@ def init(
     console.print(
         f"next:  revtree check {escape(str(folder))}  then  revtree run {escape(str(folder))}"
     )
+
+
+def show_knobs(made: Scaffold) -> None:
+    if not made.knobs:
+        return
+    n = len(made.knobs)
+    console.print(
+        f"found {n} constant{'s' * (n > 1)} in {escape(made.program)}, written as "
+        + escape("[[knobs]] that the offline agents tune within these ranges:")
+    )
+    for knob in made.knobs:
+        console.print(f"  {escape(describe(knob))}")
+    console.print(
+        "  remove from task.toml any that is part of the problem (a capacity, a size), "
+        "not of the solution"
+    )
+
+
+def try_baseline(made: Scaffold) -> Scaffold:
+    """Run the evaluator once; where it printed its metrics, make the task read them
+    (or, asked in a terminal, switch to the grade-step template)."""
+    command = made.spec.evaluate.command
+    console.print(f"running `{escape(command)}` once on the baseline (local sandbox) ...")
+    report = try_evaluator(made.spec)
+    last = report.evaluations[-1] if report.evaluations else None
+    printed = printed_metrics(last, made.spec) if last else None
+    if printed is None:
+        for item in report.items:
+            if item.name == "baseline":
+                mark = "baseline:" if item.status == OK else "[yellow]warning:[/yellow]"
+                console.print(f"{mark} {escape(item.message)}", soft_wrap=True)
+                if item.status == FAIL:
+                    console.print(f"fix it, then:  revtree check {escape(str(made.folder))}")
+        return made
+    console.print(
+        f"it prints its metrics on stdout ({escape(printed[:100])}) rather than writing "
+        "them to file descriptor 3; the candidate's code runs in that command and could "
+        "print a forged line"
+    )
+    template = made.program.endswith(".py") and not (made.folder / EVALUATOR).exists()
+    if (
+        template
+        and sys.stdin.isatty()
+        and typer.confirm(
+            "Switch to the grade-step template (evaluate.py: a run step and a trusted grade "
+            "step whose score() you edit) instead of reading stdout?",
+            default=False,
+        )
+    ):
+        e = made.spec.evaluate
+        return scaffold(
+            made.folder, made.folder / made.program, e.metric, e.direction,
+            name=made.spec.name, force=True, knobs=bool(made.knobs),
+        )  # fmt: skip
+    made = read_stdout_metrics(made)
+    console.print(
+        escape(
+            "wrote stdout_metrics = true under [evaluate] in task.toml: the last line it "
+            'prints is read; a grade step cannot be forged (README: "The grade step"; init '
+            "without --evaluator writes one)"
+        )
+    )
+    return made
 
 
 @app.command()

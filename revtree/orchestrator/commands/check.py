@@ -22,6 +22,8 @@ task; only an unexpected bug does.
 
 from __future__ import annotations
 
+import json
+import math
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -30,7 +32,7 @@ from typing import Any
 
 from revtree.agents import Evaluator
 from revtree.agents.evaluator import Outcome
-from revtree.agents.llm import LLMError, Prompt, Usage, detect_model, make_llm, split_model
+from revtree.agents.llm import Prompt, Usage, detect_model, make_llm, split_model
 from revtree.agents.llm.pricing import Rate, cost, rate_for
 from revtree.errors import RevtreeError
 from revtree.memory import GitStore
@@ -44,7 +46,6 @@ OK, FAIL, SKIP, WARN = "ok", "fail", "skip", "warn"
 DEFAULT_URLS = {"openai": "https://api.openai.com/v1", "anthropic": "https://api.anthropic.com"}
 PING = Prompt(system="Answer with the one word: ok.", prefix="", user="ping")
 CHECK_TIMEOUT = 30.0  # seconds, at most, for one model's check call
-START_TIMEOUT = 15.0  # the same call before `run` / `resume` starts: kept short
 TAIL_LINES = 15
 
 
@@ -197,10 +198,12 @@ def _baseline(
         last = results[-1] if results else None
         tail = _tail(last.stderr_tail) if last else ""
         log = f"\nfull log: {last.log_path}" if last and last.log_path else ""
+        printed = printed_metrics(last, spec) if last else None
+        why = STDOUT_FIX.format(line=printed[:100]) if printed else outcome.error
         report.add(
             "baseline",
             FAIL,
-            f"the baseline cannot be scored {where}: {outcome.error}",
+            f"the baseline cannot be scored {where}: {why}",
             (f"stderr (tail):\n{tail}" if tail else "no stderr") + log,
         )
         return
@@ -212,6 +215,33 @@ def _baseline(
         OK,
         f"{spec.evaluate.metric} = {_fmt(outcome.score)}{std} {where}; metrics: {shown}",
     )
+
+
+STDOUT_FIX = (
+    "the evaluator printed its metrics ({line}) instead of writing them to file "
+    "descriptor 3; to read them there, add this line under [evaluate] in task.toml: "
+    "stdout_metrics = true (any code the command runs can then print a forged line; a "
+    'grade step cannot be forged: README, "The grade step")'
+)
+
+
+def printed_metrics(result: EvalResult, spec: TaskSpec) -> str | None:
+    """The last stdout line of a single-step evaluation that wrote no metrics to file
+    descriptor 3 but printed them (a JSON object holding the task's metric as a
+    number), or None: the metrics ``stdout_metrics = true`` would have read."""
+    if spec.evaluate.grade is not None or spec.evaluate.stdout_metrics or result.metrics:
+        return None
+    if result.error_kind != "metrics" or result.exit_code not in (0, None):
+        return None
+    lines = [ln.strip() for ln in result.stdout_tail.splitlines() if ln.strip()]
+    try:
+        metrics = json.loads(lines[-1]) if lines else None
+    except (ValueError, RecursionError):
+        return None
+    value = metrics.get(spec.evaluate.metric) if isinstance(metrics, dict) else None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return lines[-1] if math.isfinite(value) else None
 
 
 def _tail(text: str) -> str:
@@ -244,20 +274,7 @@ def model_url(model: str, base_url: str | None) -> str:
     return (base_url or DEFAULT_URLS.get(provider, "(no base URL)")).rstrip("/")
 
 
-def require_models(spec: TaskSpec, timeout: float = START_TIMEOUT) -> None:
-    """The model check of ``preflight`` (one call of one token to each model, no retry)
-    for ``run`` and ``resume`` before they create or evaluate anything: raises
-    ``LLMError`` naming each model and URL that did not answer. Nothing for an offline
-    run."""
-    if not uses_llm(spec):
-        return
-    report = Report(spec)
-    _models(spec, report, timeout)
-    if failed := report.failures:
-        raise LLMError("; ".join(f"model {i.message}" for i in failed))
-
-
-def _models(spec: TaskSpec, report: Report, timeout: float = CHECK_TIMEOUT) -> None:
+def _models(spec: TaskSpec, report: Report) -> None:
     if not uses_llm(spec):
         mode = spec.agents.mode
         why = (
@@ -285,7 +302,7 @@ def _models(spec: TaskSpec, report: Report, timeout: float = CHECK_TIMEOUT) -> N
                 model,
                 base_url=a.base_url,
                 api_key_env=a.api_key_env,
-                timeout=min(a.timeout, timeout),
+                timeout=min(a.timeout, CHECK_TIMEOUT),
                 max_retries=0,
                 stream=False,
             )

@@ -22,13 +22,18 @@ import json
 import re
 import shlex
 import shutil
+import tempfile
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from revtree.agents.llm.fake_server import FakeRequest, current_file
 from revtree.errors import TaskSpecError
+from revtree.orchestrator.commands.check import Report, preflight
+from revtree.orchestrator.commands.constants import find_knobs, knobs_toml
+from revtree.sandboxes import make_sandbox
 from revtree.tasks import TaskSpec, load_task
+from revtree.tasks.spec import Knob
 
 TASK_FILE, EVALUATOR, ANSWERS = "task.toml", "evaluate.py", "answers.json"
 DIRECTIONS = ("minimize", "maximize")
@@ -125,6 +130,7 @@ class Scaffold:
     spec: TaskSpec
     program: str  # the editable file, relative to the folder
     entry: str | None  # the function the generated evaluator calls, if it generated one
+    knobs: tuple[Knob, ...] = ()  # the program's constants, written as [[knobs]]
 
 
 def scaffold(
@@ -136,12 +142,14 @@ def scaffold(
     *,
     name: str | None = None,
     force: bool = False,
+    knobs: bool = True,
 ) -> Scaffold:
     """Make ``folder`` a task that optimises ``program`` (copied in unless it is there
     already) for ``metric`` in ``direction``, scored by ``evaluator`` (a command run in
     the workspace) or, without one, by a generated ``evaluate.py`` with a grade step.
-    Refuses (``TaskSpecError``) to overwrite a task.toml, or any other file it would
-    write, unless ``force``."""
+    With ``knobs``, the module-level constants of a Python program become ``[[knobs]]``
+    (``revtree.orchestrator.commands.constants``). Refuses (``TaskSpecError``) to
+    overwrite a task.toml, or any other file it would write, unless ``force``."""
     folder = folder.expanduser().resolve()
     if direction not in DIRECTIONS:
         raise TaskSpecError(f"--direction must be minimize or maximize, not {direction!r}")
@@ -156,7 +164,8 @@ def scaffold(
     rel = source.relative_to(folder).as_posix() if inside else source.name
     if rel in (TASK_FILE, EVALUATOR if evaluator is None else "", ".gitignore"):
         raise TaskSpecError(f"{program}: a program cannot be named {rel} (revtree writes it)")
-    entry = None
+    entry, text = None, source.read_text(encoding="utf-8", errors="replace")
+    found = tuple(find_knobs(text, rel)) if knobs and source.suffix == ".py" else ()
     if evaluator is None:
         if source.suffix != ".py":
             raise TaskSpecError(
@@ -164,14 +173,14 @@ def scaffold(
                 "language pass --evaluator CMD (a command that writes the metric as JSON to "
                 "file descriptor 3)"
             )
-        entry = entry_point(source.read_text(encoding="utf-8", errors="replace"), program)
+        entry = entry_point(text, program)
     files: dict[str, str] = {}
     if evaluator is None:
         call = f"{entry}()" if entry else "it as a script"
         files[EVALUATOR] = EVALUATE_PY.format(
             program=rel, entry=entry, metric=metric, answers=ANSWERS, call=call
         )
-    files[TASK_FILE] = task_toml(folder, rel, metric, direction, evaluator, name)
+    files[TASK_FILE] = task_toml(folder, rel, metric, direction, evaluator, name, found)
     clash = [p for p in files if p != TASK_FILE and (folder / p).exists() and not force]
     if not inside and (folder / rel).exists() and not force:
         clash.append(rel)
@@ -188,7 +197,31 @@ def scaffold(
         written.append(path)
     if gitignore(folder / ".gitignore", evaluator is None):
         written.append(".gitignore")
-    return Scaffold(folder, tuple(written), load_task(folder), rel, entry)
+    return Scaffold(folder, tuple(written), load_task(folder), rel, entry, found)
+
+
+def try_evaluator(spec: TaskSpec) -> Report:
+    """The task's evaluator run once on the baseline, as ``revtree check`` runs it but
+    in the local sandbox: ``init`` runs the user's own command on the user's own
+    program, as their shell would (no model wrote any of it), on any machine."""
+    with tempfile.TemporaryDirectory(prefix="revtree-init-") as tmp:
+        config = spec.sandbox.model_copy(update={"warm_pool": 0})
+        sandbox = make_sandbox("local", base_dir=Path(tmp) / "work", config=config)
+        try:
+            return preflight(spec, sandbox=sandbox, models=False)
+        finally:
+            sandbox.close()
+
+
+def read_stdout_metrics(made: Scaffold) -> Scaffold:
+    """``made`` with ``stdout_metrics = true`` (and its comment) in its task.toml."""
+    e = made.spec.evaluate
+    text = task_toml(
+        made.folder, made.program, e.metric, e.direction, e.command, made.spec.name,
+        made.knobs, stdout_metrics=True,
+    )  # fmt: skip
+    (made.folder / TASK_FILE).write_text(text, encoding="utf-8")
+    return replace(made, spec=load_task(made.folder))
 
 
 def entry_point(text: str, program: Path) -> str | None:
@@ -218,8 +251,25 @@ def task_name(folder: Path, name: str | None) -> str:
     return clean or "task"
 
 
+STDOUT_METRICS = [
+    "stdout_metrics = true  # the metrics are the last line the command prints",
+    "# Risk: the candidate's code runs inside this command, so it can print a forged",
+    "# metrics line. A grade step cannot be forged: have the command write its result to",
+    '# a file (outputs = [...]) and score that in [evaluate.grade] (README: "The grade',
+    '# step"; `revtree init` without --evaluator writes such an evaluate.py).',
+]
+
+
 def task_toml(
-    folder: Path, program: str, metric: str, direction: str, evaluator: str | None, name: str | None
+    folder: Path,
+    program: str,
+    metric: str,
+    direction: str,
+    evaluator: str | None,
+    name: str | None,
+    knobs: tuple[Knob, ...] = (),
+    *,
+    stdout_metrics: bool = False,
 ) -> str:
     q = json.dumps  # a JSON string is a TOML basic string
     head = [
@@ -245,6 +295,7 @@ def task_toml(
             '# no grade step: the score is as trustworthy as this command (README: "The grade',
             '# step" splits it in a run step and a trusted grader)',
             f"command = {q(evaluator)}",
+            *(STDOUT_METRICS if stdout_metrics else []),
         ]
     head += [
         f"metric = {q(metric)}",
@@ -262,9 +313,24 @@ def task_toml(
         "max_nodes = 30",
         "",
         '# [agents] mode = "auto" (the default): LLM agents where OPENAI_API_KEY or',
-        "# ANTHROPIC_API_KEY is set (or with --model), else offline random mutations of the",
-        "# editable file's numbers and operators; [[knobs]] tune named values instead.",
+        "# ANTHROPIC_API_KEY is set (or with --model), else offline: "
+        + (
+            "an Optuna proposer tunes",
+            "seeded mutations of the",
+        )[not knobs],
+        (
+            "# the [[knobs]] below (with no knobs: seeded mutations of the code).",
+            "# editable file's numbers and operators; [[knobs]] tune named values instead.",
+        )[not knobs],
     ]
+    if knobs:
+        head += [
+            "",
+            f"# The module-level constants of {program}, found by `revtree init`, with ranges",
+            "# around their values: remove any that is part of the problem, not of the",
+            "# solution (a capacity, a size), and widen or narrow the ranges as you know them.",
+            *knobs_toml(knobs),
+        ]
     return "\n".join(head) + "\n"
 
 
