@@ -32,7 +32,7 @@ from typing import Any
 
 from revtree.agents import Evaluator
 from revtree.agents.evaluator import Outcome
-from revtree.agents.llm import Prompt, Usage, detect_model, make_llm, split_model
+from revtree.agents.llm import LLMError, Prompt, Usage, detect_model, make_llm, split_model
 from revtree.agents.llm.pricing import Rate, cost, rate_for
 from revtree.errors import RevtreeError
 from revtree.memory import GitStore
@@ -46,6 +46,7 @@ OK, FAIL, SKIP, WARN = "ok", "fail", "skip", "warn"
 DEFAULT_URLS = {"openai": "https://api.openai.com/v1", "anthropic": "https://api.anthropic.com"}
 PING = Prompt(system="Answer with the one word: ok.", prefix="", user="ping")
 CHECK_TIMEOUT = 30.0  # seconds, at most, for one model's check call
+START_TIMEOUT = 15.0  # the same call before `run` / `resume` starts: kept short
 TAIL_LINES = 15
 
 
@@ -274,7 +275,20 @@ def model_url(model: str, base_url: str | None) -> str:
     return (base_url or DEFAULT_URLS.get(provider, "(no base URL)")).rstrip("/")
 
 
-def _models(spec: TaskSpec, report: Report) -> None:
+def require_models(spec: TaskSpec, timeout: float = START_TIMEOUT) -> None:
+    """The model check of ``preflight`` (one call of one token to each model, no retry)
+    for ``run`` and ``resume`` before they create or evaluate anything: raises
+    ``LLMError`` naming each model and URL that did not answer. Nothing for an offline
+    run."""
+    if not uses_llm(spec):
+        return
+    report = Report(spec)
+    _models(spec, report, timeout)
+    if failed := report.failures:
+        raise LLMError("; ".join(f"model {i.message}" for i in failed))
+
+
+def _models(spec: TaskSpec, report: Report, timeout: float = CHECK_TIMEOUT) -> None:
     if not uses_llm(spec):
         mode = spec.agents.mode
         why = (
@@ -302,7 +316,7 @@ def _models(spec: TaskSpec, report: Report) -> None:
                 model,
                 base_url=a.base_url,
                 api_key_env=a.api_key_env,
-                timeout=min(a.timeout, CHECK_TIMEOUT),
+                timeout=min(a.timeout, timeout),
                 max_retries=0,
                 stream=False,
             )
