@@ -285,16 +285,34 @@ class Settings:
     """The settings of config.yaml, type-checked on access; keys never read are ignored."""
 
     def __init__(
-        self, data: dict[str, Any], file: Path, sections: tuple[str, ...] = (), llm: str = ""
+        self,
+        data: dict[str, Any],
+        file: Path,
+        sections: tuple[str, ...] = (),
+        llm: str = "",
+        aliases: Mapping[str, str] | None = None,
     ) -> None:
         self.data, self.file = data, file
         self.llm = llm  # the section of LLM settings, whose API keys are never read
         self.used: set[str] = set()
         self.mapped: list[str] = []  # "key -> revtree setting"
         self.unmapped: list[str] = []  # parts of used keys that have no counterpart
+        # section -> the other name the file gives it (ShinkaEvolve's evo for evo_config):
+        # keys are read, and named, as the file writes them
+        self.rename = {
+            name: alias
+            for name, alias in (aliases or {}).items()
+            if alias in data and name not in data
+        }
         for section in sections:
+            section = self.rename.get(section, section)
             if data.get(section) is not None and not isinstance(data[section], dict):
                 raise TaskSpecError(f"{file}: key '{section}': expected a mapping of settings")
+
+    def key(self, key: str) -> str:
+        """``key`` as the file names it (its section renamed where the file uses an alias)."""
+        section, dot, rest = key.partition(".")
+        return self.rename.get(section, section) + dot + rest
 
     def get(
         self,
@@ -306,6 +324,7 @@ class Settings:
         """The value at dotted ``key``, None when absent; raises when it fails ``check``,
         unless ``accepts`` (what the other system takes) allows it: then the key is
         named in the warning, with revtree's range, and None is returned."""
+        key = self.key(key)
         self.used.add(key)
         value: Any = self.data
         for part in key.split("."):
@@ -333,8 +352,12 @@ class Settings:
             self.note(key, target)
         return value
 
+    def drop(self, key: str) -> None:
+        """Count a key that was read as not carried over (it is named in the warning)."""
+        self.used.discard(self.key(key))
+
     def note(self, key: str, target: str) -> None:
-        self.mapped.append(f"{key} -> {target}")
+        self.mapped.append(f"{self.key(key)} -> {target}")
 
     def _read(self, key: str) -> bool:
         """Whether ``key`` or a table holding it was read (a table is read whole)."""

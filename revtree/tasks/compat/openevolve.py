@@ -40,9 +40,26 @@ the root), ``random_seed`` / ``database.random_seed`` (``search.seed``), ``langu
 ``evaluator.timeout`` (default 300 s, OpenEvolve's), ``parallel_evaluations``
 (``search.parallel``), ``cascade_evaluation`` and ``cascade_thresholds``;
 ``database.num_islands``, ``migration_interval``, ``migration_rate``, ``archive_size``,
-``exploration_ratio``, ``exploitation_ratio``, ``feature_bins`` and
-``feature_dimensions`` (``diversity`` as revtree's ``lineage``; the others have no
-counterpart) set ``[search] policy = "evolution"``. API keys are never read.
+``exploration_ratio`` and ``exploitation_ratio`` (floats in [0, 1]; exploitation gets at
+most what exploration leaves, as OpenEvolve's single draw gives it),
+``feature_dimensions`` and ``feature_bins`` set ``[search] policy = "evolution"``. API
+keys are never read.
+
+MAP-Elites features: each of ``feature_dimensions`` becomes one of the evolution
+policy's features, with its own bins (``feature_bins``: one number, or a table per
+dimension; OpenEvolve's 10 for a dimension the table leaves out; OpenEvolve's default
+dimensions ``complexity`` and ``diversity`` when only the bins are given):
+``complexity`` is ``code_size`` (characters of the program, OpenEvolve's ``len(code)``),
+``diversity`` is ``drift`` (lines changed from the baseline: the nearest cheap measure
+of OpenEvolve's edit distance to a reference set of programs), ``score`` is the node's
+score, and any other name the evaluator metric ``metric:NAME``; like OpenEvolve's, they
+are scaled between the lowest and highest value seen so far. Unlike OpenEvolve, an
+evaluator metric named ``complexity`` or ``diversity`` does not replace the built-in one.
+
+Every key of OpenEvolve's ``Config`` is in :mod:`~revtree.tasks.compat.keys`, mapped or
+named in a warning; a value OpenEvolve's schema takes but outside revtree's range (a
+temperature of 3, ``max_tokens: 8``, ``parallel_evaluations: 0``) is named in the
+warning with revtree's range, not refused.
 """
 
 from __future__ import annotations
@@ -67,7 +84,6 @@ from revtree.tasks.compat._common import (
     is_max_tokens,
     is_model_list,
     is_number,
-    is_number_min0,
     is_parallel,
     is_positive,
     is_positive_int,
@@ -158,7 +174,11 @@ def load_openevolve(path: str | Path) -> Loaded:
             "metric": "combined_score",
             "direction": "maximize",
             "timeout": config.take(
-                "evaluator.timeout", is_positive, "a positive number of seconds", "evaluate.timeout"
+                "evaluator.timeout",
+                is_positive,
+                "a positive number of seconds",
+                "evaluate.timeout",
+                is_number,
             )
             or DEFAULT_TIMEOUT,
             "stages": stages,
@@ -170,7 +190,11 @@ def load_openevolve(path: str | Path) -> Loaded:
     if search := _search(config):
         data["search"] = search
     iterations = config.take(
-        "max_iterations", is_count, "a non-negative integer", "budget.max_nodes (plus the root)"
+        "max_iterations",
+        is_count,
+        "a non-negative integer",
+        "budget.max_nodes (plus the root)",
+        is_int,
     )
     if iterations is not None:
         data["budget"] = {"max_nodes": iterations + 1}
@@ -179,7 +203,9 @@ def load_openevolve(path: str | Path) -> Loaded:
 
 
 def _program(folder: Path, config: Settings) -> str:
-    suffix = config.take("file_suffix", is_suffix, "a file suffix such as '.rs'", "the program")
+    suffix = config.take(
+        "file_suffix", is_suffix, "a file suffix such as '.rs'", "the program", is_str
+    )
     program = find_program(folder, STEM, suffix)
     if program is not None:
         return program
@@ -211,13 +237,13 @@ def _artifacts(config: Settings) -> bool:
 def _agents(config: Settings) -> dict[str, Any]:
     """``[agents]`` settings from ``llm.*`` and ``diff_based_evolution``."""
     agents: dict[str, Any] = {}
-    for key, field, check, expected in (
-        ("llm.temperature", "temperature", is_temperature, "a number in [0, 2]"),
-        ("llm.max_tokens", "max_tokens", is_max_tokens, "an integer of at least 16"),
-        ("llm.timeout", "timeout", is_positive, "a positive number of seconds"),
-        ("llm.retries", "max_retries", is_retries, "an integer 0..20"),
+    for key, field, check, expected, accepts in (
+        ("llm.temperature", "temperature", is_temperature, "a number in [0, 2]", is_number),
+        ("llm.max_tokens", "max_tokens", is_max_tokens, "an integer of at least 16", is_int),
+        ("llm.timeout", "timeout", is_positive, "a positive number of seconds", is_number),
+        ("llm.retries", "max_retries", is_retries, "an integer 0..20", is_int),
     ):
-        value = config.take(key, check, expected, f"agents.{field}")
+        value = config.take(key, check, expected, f"agents.{field}", accepts)
         if value is not None:
             agents[field] = value
     base = config.get("llm.api_base", is_str, "a URL")
@@ -246,10 +272,9 @@ def _models(config: Settings, base: str | None) -> list[tuple[str, float]]:
     for i, m in enumerate(models or []):
         where = f"llm.models[{i}]"
         weight = m.get("weight", 1.0)
-        if not is_number(weight) or weight < 0:
+        if not is_number(weight):
             raise TaskSpecError(
-                f"{config.file}: key '{where}.weight': expected a non-negative number, "
-                f"got {weight!r:.80}"
+                f"{config.file}: key '{where}.weight': expected a number, got {weight!r:.80}"
             )
         own_base = m.get("api_base")
         extra = sorted(set(m) - {"name", "weight", "api_base"})
@@ -262,11 +287,18 @@ def _models(config: Settings, base: str | None) -> list[tuple[str, float]]:
         config.note("llm.models", "agents.model and the coder's ensemble")
     for key, default in (("primary_model", 1.0), ("secondary_model", 0.2)):
         name = config.get(f"llm.{key}", is_str, "a model name")
-        weight = config.get(f"llm.{key}_weight", is_number_min0, "a non-negative number")
+        weight = config.get(f"llm.{key}_weight", is_number, "a number")
         if name is None:
+            if weight is not None:  # the weight of no model
+                config.unmapped.append(f"llm.{key}_weight (no llm.{key})")
             continue
         config.note(f"llm.{key}", "agents.model and the coder's ensemble")
-        w = default if weight is None else float(weight)
+        if weight is not None:
+            config.note(f"llm.{key}_weight", "its weight in the coder's ensemble")
+        if key == "primary_model":  # OpenEvolve: `primary_model_weight or 1.0`
+            w = float(weight or default)
+        else:
+            w = default if weight is None else float(weight)
         if w > 0 and name not in (n for n, _ in out):
             out.append((name, w))
     return out
@@ -281,7 +313,11 @@ def _search(config: Settings) -> dict[str, Any]:
     search = {
         "seed": db_seed if seed is None else seed,
         "parallel": config.take(
-            "evaluator.parallel_evaluations", is_parallel, "an integer 1..256", "search.parallel"
+            "evaluator.parallel_evaluations",
+            is_parallel,
+            "an integer 1..256",
+            "search.parallel",
+            is_int,
         ),
     }
     evolution: dict[str, Any] = {}
@@ -343,7 +379,7 @@ def _goal(config: Settings, folder: Path, program: str) -> str:
         goal = str(message).strip()
     else:
         if message:  # the name of a prompt template, not a text
-            config.used.discard("prompt.system_message")
+            config.drop("prompt.system_message")
         goal = default_goal(folder, program, EVALUATOR)
     return goal + language_note(program, named)
 
@@ -363,6 +399,7 @@ def _stages(
         is_thresholds,
         "a non-empty list of numbers",
         "evaluate.stages thresholds",
+        lambda v: v == [],
     ) or list(DEFAULT_THRESHOLDS)
     if cascade is False or "evaluate_stage1" not in functions:
         return [], []

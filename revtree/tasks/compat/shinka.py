@@ -11,17 +11,24 @@ Shinka's error message). Evaluators that import ``shinka.core.run_shinka_eval`` 
 without ShinkaEvolve installed: a small shim stands in for it. One model call per
 candidate (``agents.calls = "one"``), as Shinka makes.
 
-Run configuration: when the folder holds exactly one ``shinka*.yaml``, its keys with a
-revtree counterpart are mapped (the loader lists them): ``evo_config.task_sys_msg``
-(goal), ``language``, ``init_program_path``, ``num_generations`` (``budget.max_nodes``,
-plus the root), ``max_parallel_jobs`` and the top-level ``max_evaluation_jobs``
-(``search.parallel``), ``max_api_costs`` (``budget.max_usd``), ``patch_types`` (only
-``full``: whole-file rewrites; only ``diff``: SEARCH/REPLACE), ``llm_models`` (OpenAI
-and Anthropic names, and ``local-NAME-URL``; several make the coder's ensemble),
-``llm_kwargs.max_tokens`` and a single ``llm_kwargs.temperatures``; ``db_config.num_islands``,
-``archive_size``, ``migration_interval`` and ``migration_rate`` set the evolution policy.
-Every other key is named in a warning. Several ``shinka*.yaml`` files, and ``run_evo*.py``
-scripts, are not read (named in a warning). All of them stay out of the repository.
+Run configuration: when the folder holds exactly one ``shinka*.yaml`` (``shinka_run``'s
+``--config-fname`` format: sections ``evo_config``/``db_config``/``job_config`` or their
+short names ``evo``/``db``/``job``, keys named as the file writes them, and runner keys
+at the top), its keys with a revtree counterpart are mapped (the loader lists them):
+``evo_config.task_sys_msg`` (goal), ``language``, ``init_program_path``,
+``num_generations`` (``budget.max_nodes``, plus the root), ``max_parallel_jobs`` (older
+releases) and the top-level ``max_evaluation_jobs`` (``search.parallel``),
+``max_api_costs`` (``budget.max_usd``), ``patch_types`` (only ``full``: whole-file
+rewrites; only ``diff``: SEARCH/REPLACE), ``llm_models`` (OpenAI and Anthropic names,
+and ``local-NAME-URL``; several make the coder's ensemble), ``llm_kwargs.max_tokens``
+and a single ``llm_kwargs.temperatures``; ``db_config.num_islands``, ``archive_size``,
+``migration_interval``, ``migration_rate`` and ``exploitation_ratio`` (the chance the
+parent comes from the archive; exploration then gets at most what it leaves) set the
+evolution policy; ``job_config.eval_program_path`` when it is ``evaluate.py``. Every
+other key is named in a warning (:mod:`~revtree.tasks.compat.keys` lists them all); a
+value ShinkaEvolve takes but outside revtree's range is named there too, not refused.
+Several ``shinka*.yaml`` files, and ``run_evo*.py`` scripts, are not read (named in a
+warning). All of them stay out of the repository.
 """
 
 from __future__ import annotations
@@ -38,7 +45,9 @@ from revtree.tasks.compat._common import (
     default_goal,
     find_program,
     is_count,
+    is_int,
     is_max_tokens,
+    is_number,
     is_parallel,
     is_positive,
     is_positive_int,
@@ -66,7 +75,16 @@ SUPPORT = {
 YAML_CONFIGS = ("shinka*.yaml", "shinka*.yml")
 RUN_CONFIGS = (*YAML_CONFIGS, "run_evo*.py")
 LOCAL_MODEL = re.compile(r"^local-(.+)-(https?://.+)$")
-DB_KEYS = ("num_islands", "archive_size", "migration_interval", "migration_rate")
+DB_KEYS = (
+    "num_islands",
+    "archive_size",
+    "migration_interval",
+    "migration_rate",
+    "exploitation_ratio",
+)
+SECTIONS = ("evo_config", "db_config", "job_config")
+#: shinka_run's shorter names of the sections (evo/db/job), read as the file writes them
+ALIASES = {"evo_config": "evo", "db_config": "db", "job_config": "job"}
 
 
 def is_shinka(folder: Path) -> bool:
@@ -87,9 +105,17 @@ def load_shinka(path: str | Path) -> Loaded:
     yamls = [f for f in files if f.endswith((".yaml", ".yml"))]
     read = folder / yamls[0] if len(yamls) == 1 else None
     config = Settings(
-        read_yaml(read) if read else {}, read or folder / "shinka.yaml", ("evo_config", "db_config")
+        read_yaml(read) if read else {},
+        read or folder / "shinka.yaml",
+        SECTIONS,
+        aliases=ALIASES,
     )
     program = _program(folder, config)
+    evaluator_named = config.get("job_config.eval_program_path", is_str, "a file name")
+    if evaluator_named == EVALUATOR:
+        config.note("job_config.eval_program_path", "the evaluator (protected)")
+    elif evaluator_named is not None:
+        config.drop("job_config.eval_program_path")  # revtree runs evaluate.py
     data: dict[str, Any] = {
         "name": task_name(folder),
         "goal": _goal(config, folder, program),
@@ -153,16 +179,22 @@ def _goal(config: Settings, folder: Path, program: str) -> str:
 def _agents(config: Settings) -> dict[str, Any]:
     agents: dict[str, Any] = {}
     tokens = config.take(
-        "evo_config.llm_kwargs.max_tokens", is_max_tokens, "an integer >= 16", "agents.max_tokens"
+        "evo_config.llm_kwargs.max_tokens",
+        is_max_tokens,
+        "an integer >= 16",
+        "agents.max_tokens",
+        is_int,
     )
     if tokens is not None:
         agents["max_tokens"] = tokens
-    temps = config.get("evo_config.llm_kwargs.temperatures", _temperatures, "a list of numbers")
+    temps = config.get(
+        "evo_config.llm_kwargs.temperatures", _temperatures, "numbers in [0, 2]", _numbers
+    )
     if temps is not None and len(temps) == 1:
         config.note("evo_config.llm_kwargs.temperatures", "agents.temperature")
         agents["temperature"] = temps[0]
     elif temps is not None:
-        config.used.discard("evo_config.llm_kwargs.temperatures")  # sampled per call: none
+        config.drop("evo_config.llm_kwargs.temperatures")  # sampled per call: none
     kinds = config.get("evo_config.patch_types", is_str_list, "a list of patch types")
     if kinds:
         formats = {"diff": "search_replace", "full": "whole_file"}
@@ -191,7 +223,7 @@ def _models(config: Settings) -> dict[str, Any]:
             unknown.append(name)
     mixed = urls and any(not m.startswith("openai-compatible:") for m in models)
     if unknown or len(urls) > 1 or mixed:
-        config.used.discard("evo_config.llm_models")  # no one revtree endpoint serves them all
+        config.drop("evo_config.llm_models")  # no one revtree endpoint serves them all
         return {}
     config.note("evo_config.llm_models", "agents.model and the coder's ensemble")
     agents: dict[str, Any] = {"model": models[0]}
@@ -205,30 +237,32 @@ def _models(config: Settings) -> dict[str, Any]:
 def _search(config: Settings) -> dict[str, Any]:
     search: dict[str, Any] = {}
     for key in ("max_evaluation_jobs", "evo_config.max_parallel_jobs"):
-        value = config.take(key, is_parallel, "an integer 1..256", "search.parallel")
+        value = config.take(key, is_parallel, "an integer 1..256", "search.parallel", is_int)
         if value is not None:
             search["parallel"] = value
     for key in DB_KEYS:
-        check, expected = (
-            (is_ratio, "a number in [0, 1]")
-            if key.endswith("_rate")
-            else (is_positive_int, "an integer >= 1")
+        check, expected, accepts = (
+            (is_ratio, "a number in [0, 1]", is_number)
+            if key.endswith(("_rate", "_ratio"))
+            else (is_positive_int, "an integer >= 1", is_int)
         )
-        value = config.take(f"db_config.{key}", check, expected, f"search.{key}")
+        value = config.take(f"db_config.{key}", check, expected, f"search.{key}", accepts)
         if value is not None:
             search.update(policy="evolution", **{key: value})
+    if search.get("exploitation_ratio", 0) > 0.8:  # Shinka has no exploration ratio:
+        search["exploration_ratio"] = round(1 - search["exploitation_ratio"], 12)  # leave room
     return search
 
 
 def _budget(config: Settings) -> dict[str, Any]:
     budget: dict[str, Any] = {}
     generations = config.take(
-        "evo_config.num_generations", is_count, "a non-negative integer", "budget.max_nodes"
+        "evo_config.num_generations", is_count, "a non-negative integer", "budget.max_nodes", is_int
     )
     if generations is not None:
         budget["max_nodes"] = generations + 1
     usd = config.take(
-        "evo_config.max_api_costs", is_positive, "a positive number", "budget.max_usd"
+        "evo_config.max_api_costs", is_positive, "a positive number", "budget.max_usd", is_number
     )
     if usd is not None:
         budget["max_usd"] = usd
@@ -239,6 +273,10 @@ def _temperatures(v: Any) -> bool:
     return isinstance(v, list) and all(
         isinstance(x, int | float) and not isinstance(x, bool) and 0 <= x <= 2 for x in v
     )
+
+
+def _numbers(v: Any) -> bool:
+    return isinstance(v, list) and all(is_number(x) for x in v)
 
 
 def _names(v: Any) -> bool:

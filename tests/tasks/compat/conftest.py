@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from revtree.tasks import code_files
 from revtree.tasks.load import source_dir
 from revtree.tasks.spec import TaskSpec
@@ -76,3 +78,24 @@ def run(ws: Path, command: str, env: Mapping[str, str] | None = None, timeout: f
     text = out.read_text() if out.is_file() else ""
     metrics = json.loads(text) if text.strip() else None
     return Ran(proc.returncode, proc.stdout, proc.stderr, metrics)
+
+
+#: lines for the end of the session: the compat group's counts of keys mapped / warned /
+#: refused (test_schemas.py), so that CI's log shows them
+COUNTS = pytest.StashKey[list[str]]()
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    for line in config.stash.get(COUNTS, []):
+        terminalreporter.write_line(f"compat: {line}")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: Any) -> Any:
+    """A test of this folder is in the ``compat`` group only when it carries the marker:
+    the folder's name is a keyword of every test in it, which the group summary would
+    read as the group."""
+    report = yield
+    if item.get_closest_marker("compat") is None:
+        report.keywords.pop("compat", None)
+    return report

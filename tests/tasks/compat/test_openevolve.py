@@ -225,27 +225,6 @@ MALFORMED = [
     ),
     pytest.param(
         EVALUATOR,
-        "evaluator:\n  cascade_thresholds: []\n",
-        "config.yaml",
-        ["key 'evaluator.cascade_thresholds'", "non-empty list"],
-        id="empty-thresholds",
-    ),
-    pytest.param(
-        EVALUATOR,
-        "max_iterations: -1\n",
-        "config.yaml",
-        ["key 'max_iterations'", "non-negative integer"],
-        id="negative-iterations",
-    ),
-    pytest.param(
-        EVALUATOR,
-        "evaluator:\n  parallel_evaluations: 0\n",
-        "config.yaml",
-        ["key 'evaluator.parallel_evaluations'"],
-        id="zero-parallel",
-    ),
-    pytest.param(
-        EVALUATOR,
         "random_seed: seven\n",
         "config.yaml",
         ["key 'random_seed'", "integer"],
@@ -268,6 +247,24 @@ def test_malformed_folder_names_the_file(
     assert message.startswith(str(root.resolve() / named)), message
     for fragment in expected:
         assert fragment in message, f"{fragment!r} not in {message!r}"
+
+
+@pytest.mark.parametrize(
+    ("config", "named"),
+    [
+        ("evaluator:\n  cascade_thresholds: []\n", "evaluator.cascade_thresholds"),
+        ("max_iterations: -1\n", "max_iterations"),
+        ("evaluator:\n  parallel_evaluations: 0\n", "evaluator.parallel_evaluations"),
+        ("llm:\n  temperature: 3.5\n", "llm.temperature"),
+        ("database:\n  exploration_ratio: 1.5\n", "database.exploration_ratio"),
+    ],
+)
+def test_a_value_openevolve_takes_outside_revtrees_range_is_warned_not_refused(
+    tmp_path: Path, config: str, named: str
+) -> None:
+    _, warnings, mapped = load_openevolve(folder(tmp_path, config=config))
+    assert any(f"{named} (= " in w and "revtree takes" in w for w in warnings), warnings
+    assert not any(m.startswith(f"{named} ->") for m in mapped)
 
 
 # -- the runner, run for real in a workspace -------------------------------------------
