@@ -23,11 +23,31 @@ mirror=$(grep -hoE '^\s*(URIs:|deb( \[[^]]*\])?)\s+\S+' /etc/apt/sources.list /e
 mirror=${mirror:-http://deb.debian.org/debian}
 dir=$(mktemp -d /tmp/revtree-rootfs-XXXXXX)
 trap 'rm -rf "$dir"' EXIT
-echo "debootstrap $suite from $mirror ..."
-debootstrap --variant=minbase --include=python3,python3-pip,python3-venv "$suite" "$dir/rootfs" "$mirror" >"$dir/log" 2>&1 \
-    || { tail -n 30 "$dir/log"; echo "debootstrap failed" >&2; exit 1; }
+echo "building $tag: debootstrap $suite from $mirror, then docker import (1 to 4 min, once)"
+# debootstrap's stages as they pass, with the seconds spent (its full output: $dir/log)
+stages() {
+    local line stage last=""
+    while IFS= read -r line; do
+        printf '%s\n' "$line" >>"$dir/log"
+        case "$line" in
+            "I: Retrieving InRelease"* | "I: Checking component"* | "I: Extracting"* | \
+            "I: Installing core"* | "I: Unpacking required"* | "I: Configuring required"* | \
+            "I: Unpacking the base"* | "I: Configuring the base"* | "I: Base system"*)
+                stage=$(cut -d' ' -f2-3 <<<"$line")
+                [[ $stage == Extracting* ]] && stage=Extracting
+                if [[ $stage != "$last" ]]; then
+                    printf '[%4d s] %s\n' "$SECONDS" "${line#I: }"
+                    last=$stage
+                fi ;;
+        esac
+    done
+}
+SECONDS=0
+debootstrap --variant=minbase --include=python3,python3-pip,python3-venv "$suite" "$dir/rootfs" "$mirror" 2>&1 \
+    | stages || { tail -n 30 "$dir/log"; echo "debootstrap failed" >&2; exit 1; }
+echo "[$(printf '%4d' "$SECONDS") s] docker import"
 mkdir -p "$dir/rootfs/usr/local/bin"
 ln -sf /usr/bin/python3 "$dir/rootfs/usr/local/bin/python"
 rm -f "$dir"/rootfs/var/cache/apt/archives/*.deb
 tar --numeric-owner -C "$dir/rootfs" -c . | docker import --change 'CMD ["python3"]' - "$tag" >/dev/null
-echo "built $tag"
+echo "built $tag in $SECONDS s"

@@ -31,7 +31,7 @@ from revtree.cli.app import (
     open_store,
 )
 from revtree.cli.render import LiveLog, fmt, format_event, print_summary
-from revtree.errors import RevtreeError, RunBusy
+from revtree.errors import RevtreeError, RunBusy, SandboxError
 from revtree.memory import RunInfo, RunStatus, Store
 from revtree.memory.db import revtree_home
 from revtree.orchestrator import Orchestrator, RunPaths, create_run
@@ -39,6 +39,7 @@ from revtree.orchestrator.commands.check import require_models
 from revtree.orchestrator.commands.reload import reload_task
 from revtree.orchestrator.llm_team import role_models, uses_llm
 from revtree.orchestrator.run import alive
+from revtree.orchestrator.wiring import sandbox_choice
 from revtree.tasks import TaskSpec, load_task
 from revtree.tasks.spec import POLICIES
 
@@ -265,6 +266,10 @@ def run(
     except ValueError as e:
         raise typer.BadParameter(str(e)) from e
     check_models(spec, f"no run was created (`revtree check {task}` tells more)")
+    try:  # refused (code a model writes, no Docker) or the base image built: before a run
+        sandbox_choice(spec)
+    except SandboxError as e:
+        raise SandboxError(f"{e}; no run was created") from None
     home = revtree_home()
     store = open_store(db, create=True)
     dash = _bind_dashboard(store.url, dashboard_port, home) if dashboard else None

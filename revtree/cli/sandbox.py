@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from revtree.cli.app import app
+from revtree.cli.app import app, console
 from revtree.errors import RevtreeError
 
 sandbox_app = typer.Typer(
@@ -33,15 +33,26 @@ def bootstrap_base(
     ] = None,
     force: Annotated[bool, typer.Option(help="Rebuild even if the tag exists.")] = False,
 ) -> None:
-    """Build the base image from Debian packages (debootstrap + docker import), no registry."""
+    """Build the base image from Debian packages (debootstrap + docker import), no registry.
+
+    Progress goes to stderr (a bar on a terminal, one line per phase when piped); the
+    tag, and only the tag, to stdout."""
     from revtree.sandboxes import docker as sd
     from revtree.sandboxes import images
+    from revtree.sandboxes.progress import BuildProgress
 
     try:
         client = sd.connect()
-        typer.echo(images.bootstrap_base(client, tag=tag, suite=suite, mirror=mirror, force=force))
+        suite = suite or images.host_suite()
+        tag = tag or images.base_tag(suite)
+        if not force and images.image_exists(client, tag):
+            typer.echo(f"{tag} exists (--force rebuilds it)", err=True)
+        else:
+            with BuildProgress(tag) as progress:
+                images.bootstrap_base(client, tag, suite, mirror, force=force, progress=progress)
     except RevtreeError as e:
         _fail(e)
+    console.print(tag, markup=False, soft_wrap=True)  # pipe-safe: `| head -0` is fine
 
 
 @sandbox_app.command("build-image")

@@ -17,7 +17,7 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
-from revtree.agents import Evaluator, KnobProposer, StaticReviewer, read_knobs
+from revtree.agents import Evaluator, KnobCoder, KnobProposer, StaticReviewer, read_knobs
 from revtree.agents.base import Agents
 from revtree.agents.llm import BudgetExhausted
 from revtree.agents.mutate import MutationProposer, offline_agents
@@ -182,9 +182,7 @@ def wire(
     choice = (
         BackendChoice(sandbox.name, "given by the caller")
         if sandbox is not None
-        else ray_choice(spec)
-        if ray
-        else choose_backend(spec.sandbox.backend, spec.sandbox)
+        else sandbox_choice(spec)
     )
     if ray:
         sandbox = make_sandbox(
@@ -248,6 +246,31 @@ def wire(
         threading.Lock(),
         follower,
     )
+
+
+def sandbox_choice(spec: TaskSpec, build: bool = True) -> BackendChoice:
+    """The backend the task's candidates get (``choose_backend``, told who writes them:
+    ``writers``; ``build``: the base image is built where it is missing and this machine
+    can). The Ray runner: ``ray_choice``."""
+    if spec.runner.kind == "ray":
+        return ray_choice(spec)
+    return choose_backend(spec.sandbox.backend, spec.sandbox, build=build, **writers(spec))
+
+
+def writers(spec: TaskSpec) -> dict[str, Any]:
+    """Who writes the candidates, for ``choose_backend``: ``knob_only`` where only the
+    offline knob proposer sets the task's knobs in the user's own code (it may run
+    locally where Docker cannot take it), else ``writer`` (LLM agents, or random code
+    mutations: never run outside Docker unless the task or ``--sandbox local`` says)."""
+    if uses_llm(spec):
+        return {"writer": "LLM agents write this run's candidates"}
+    proposer, coder = offline_agents(spec)
+    if isinstance(proposer, KnobProposer) and isinstance(coder, KnobCoder):
+        return {"knob_only": True}
+    return {
+        "writer": "random code mutations (the offline agents without [[knobs]]) write "
+        "this run's candidates"
+    }
 
 
 def ray_choice(spec: TaskSpec) -> BackendChoice:

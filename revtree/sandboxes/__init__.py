@@ -1,9 +1,13 @@
 """Sandboxes: where evaluations run (a local subprocess, or a Docker container).
 
 ``choose_backend`` says which backend a run gets and why; ``make_sandbox`` builds it.
-``auto`` never downgrades silently: an engine that answers without the evaluation
-image is an error naming the image and how to make it; only where no engine answers
-does ``auto`` run locally, with a warning of what that does not protect against.
+``auto`` never runs code that a model wrote (or that random mutations changed) outside
+Docker: without an engine, or on an engine without the evaluation image that cannot
+build it, it refuses, naming ``revtree sandbox bootstrap-base`` and ``--sandbox local``;
+an engine without the image that can build it (root, debootstrap) builds it first, with
+progress. The offline knob proposer's candidates only set the task's ``[[knobs]]``
+constants in the user's own code: those run locally where Docker cannot take them,
+with one line saying why.
 """
 
 from __future__ import annotations
@@ -37,6 +41,12 @@ LOCAL_WARNING = (
     "(`revtree sandbox bootstrap-base` makes the image) with an [evaluate.grade] step."
 )
 
+KNOB_WARNING = (
+    "sandbox local without Docker's isolation ({cause}): the offline knob proposer only "
+    "sets the task's [[knobs]] constants in your own code; code that a model writes (or "
+    "random mutations change) runs only in Docker, or with --sandbox local"
+)
+
 
 @dataclass(frozen=True)
 class BackendChoice:
@@ -49,13 +59,24 @@ class BackendChoice:
 
 
 def choose_backend(
-    backend: str = "auto", config: Any = None, base_url: str | None = None
+    backend: str = "auto",
+    config: Any = None,
+    base_url: str | None = None,
+    *,
+    knob_only: bool = False,
+    writer: str = "a model writes this run's candidates",
+    build: bool = False,
 ) -> BackendChoice:
     """The backend for ``backend`` (the task's or ``--sandbox``'s): as asked, unless
     ``auto``; ``auto`` is forced by ``$REVTREE_SANDBOX``, else ``docker`` where an
-    engine answers and has the evaluation image (``config.image``, or the default),
-    ``local`` where no engine answers. An engine without the image raises a
-    :class:`SandboxError` naming the image and how to build it."""
+    engine answers and has the evaluation image (``config.image``, or the default).
+
+    ``knob_only``: the candidates only change the task's knobs (the offline knob
+    proposer), so where no engine answers, or the engine lacks the default image, they
+    run locally. Other code (``writer``: who writes it, a sentence) never does: an
+    engine without the default image builds it when ``build`` and this machine can
+    (``images.cannot_bootstrap``), else a :class:`SandboxError` names the ways on, as
+    does a missing ``config.image``."""
     forced = os.environ.get(AUTO_ENV, "").strip()
     forced = "" if forced == "auto" else forced
     if backend != "auto":
@@ -69,6 +90,8 @@ def choose_backend(
         return _choice("local", f"auto: the Docker backend cannot be loaded ({e})")
     url = engine_url(base_url)
     client = engine_answers(base_url)
+    if client is None and knob_only:
+        return _knob_choice(f"no Docker engine answers at {url}")
     if client is None and _engine_configured(base_url):
         # a socket or DOCKER_HOST is there: an engine that is slow or refuses us is an
         # error, never a reason to run untrusted code unisolated
@@ -82,19 +105,62 @@ def choose_backend(
                 raise SandboxError(
                     f"{e}; the engine is configured here (a socket or DOCKER_HOST) but does "
                     "not answer, so `auto` will not fall back to the unisolated local "
-                    "backend: start the engine, or set sandbox.backend = 'local' (or "
-                    "--sandbox local) to accept it"
+                    "backend: start the engine, or pass --sandbox local (or set "
+                    'sandbox.backend = "local" in task.toml) to accept it'
                 ) from e
     if client is None:
-        return _choice("local", f"auto: no Docker engine answers at {url}")
+        raise SandboxError(_refusal(writer, f"no Docker engine answers at {url}"))
     try:
         asked = getattr(config, "image", None)
         image = asked or default_image(client)
         if not image_exists(client, image):
-            raise SandboxError(missing_image(image, url, asked))
+            if asked:
+                raise SandboxError(missing_image(image, url, asked))
+            if knob_only:
+                return _knob_choice(
+                    f"the Docker engine at {url} has no evaluation image; "
+                    "`revtree sandbox bootstrap-base` makes one"
+                )
+            image = _build_base(client, url, writer, build)
     finally:
         client.close()
     return _choice("docker", f"auto: the Docker engine at {url} answers and has image {image}")
+
+
+def _build_base(client: Any, url: str, writer: str, build: bool) -> str:
+    """The base image, built now with progress on stderr, or the refusal saying why not."""
+    from revtree.sandboxes.images import base_tag, bootstrap_base, cannot_bootstrap
+    from revtree.sandboxes.progress import ESTIMATE_S, BuildProgress, fmt_seconds
+
+    tag, why = base_tag(), cannot_bootstrap()
+    what = f"the Docker engine at {url} has no evaluation image ({tag})"
+    if why is not None:
+        raise SandboxError(_refusal(writer, f"{what}, and this machine cannot build it: {why}"))
+    if not build:
+        raise SandboxError(
+            f"{what}; `revtree run` builds it on first use (about {fmt_seconds(ESTIMATE_S)}, "
+            "once), `revtree sandbox bootstrap-base` builds it now, and --sandbox local runs "
+            "without Docker's isolation"
+        )
+    with BuildProgress(tag) as progress:
+        return bootstrap_base(client, tag, progress=progress)
+
+
+def _refusal(writer: str, what: str) -> str:
+    """Why code that ``writer`` wrote does not run, and the two ways on."""
+    return (
+        f"{what}. {writer[0].upper()}{writer[1:]}, and those run only in an isolating "
+        "sandbox: make the base image with `revtree sandbox bootstrap-base` (from Debian "
+        "packages, as root, about 2-4 min, once; or `docker pull python:3.11-slim` where "
+        "a registry answers), "
+        "or pass --sandbox local to run them unisolated as this user (or set "
+        'sandbox.backend = "local" in task.toml)'
+    )
+
+
+def _knob_choice(cause: str) -> BackendChoice:
+    """Local, for candidates that only set the task's knobs: one line says why."""
+    return BackendChoice("local", f"auto: {cause}", KNOB_WARNING.format(cause=cause))
 
 
 def _engine_configured(base_url: str | None) -> bool:
@@ -116,9 +182,9 @@ def _choice(name: str, reason: str) -> BackendChoice:
     return BackendChoice(name, reason, LOCAL_WARNING.format(user=user))
 
 
-def resolve_auto(config: Any = None) -> str:
-    """The name ``choose_backend("auto", config)`` picks."""
-    return choose_backend("auto", config).name
+def resolve_auto(config: Any = None, **how: Any) -> str:
+    """The name ``choose_backend("auto", config, **how)`` picks."""
+    return choose_backend("auto", config, **how).name
 
 
 def make_sandbox(backend: str, **kwargs: object) -> Sandbox:
@@ -155,6 +221,7 @@ def make_sandbox(backend: str, **kwargs: object) -> Sandbox:
 __all__ = [
     "AUTO_ENV",
     "BACKENDS",
+    "KNOB_WARNING",
     "LOCAL_WARNING",
     "BackendChoice",
     "ExecRequest",

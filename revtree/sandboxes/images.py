@@ -15,6 +15,7 @@ reachable).
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import hashlib
 import io
@@ -24,11 +25,12 @@ import shutil
 import subprocess
 import tarfile
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from revtree.errors import SandboxError
+from revtree.sandboxes.progress import BuildProgress
 
 BASE_REPO = "revtree-base"
 RECIPE_VERSION = 2  # bump when the bootstrap recipe changes: the tag caches the image
@@ -84,36 +86,27 @@ def default_image(client: Any) -> str:
     return tag if image_exists(client, tag) else FALLBACK_IMAGE
 
 
-def _run(step: str, argv: Sequence[str], **kw: Any) -> None:
-    try:
-        proc = subprocess.run(argv, capture_output=True, text=True, check=False, **kw)
-    except OSError as e:
-        raise SandboxError(f"{step}: cannot run {argv[0]}: {e}") from e
-    if proc.returncode != 0:
-        tail = (proc.stderr or proc.stdout).strip()[-2000:]
-        raise SandboxError(f"{step} failed (exit {proc.returncode}): {tail}")
-
-
 def bootstrap_base(
     client: Any,
     tag: str | None = None,
     suite: str | None = None,
     mirror: str | None = None,
     force: bool = False,
+    progress: BuildProgress | None = None,
 ) -> str:
-    """Build the base image from Debian packages; returns its tag. Cached by tag."""
+    """Build the base image from Debian packages; returns its tag. Cached by tag.
+    ``progress`` is told debootstrap's stages and the import's bytes as they pass."""
     suite = suite or host_suite()
     tag = tag or base_tag(suite)
     if not force and image_exists(client, tag):
         return tag
-    if shutil.which("debootstrap") is None:
-        raise SandboxError(
-            f"building {tag}: debootstrap is not installed (apt-get install debootstrap)"
-        )
+    if (why := cannot_bootstrap()) is not None:
+        raise SandboxError(f"building {tag}: {why}")
     with tempfile.TemporaryDirectory(prefix="revtree-rootfs-") as tmp:
         root = Path(tmp) / "rootfs"
         argv = ["debootstrap", "--variant=minbase", f"--include={PACKAGES}", suite, str(root)]
-        _run(f"building {tag}: debootstrap {suite}", [*argv, mirror or apt_mirror()])
+        step = f"building {tag}: debootstrap {suite}"
+        _debootstrap(step, [*argv, mirror or apt_mirror()], progress)
         link = root / "usr/local/bin/python"
         link.parent.mkdir(parents=True, exist_ok=True)
         link.unlink(missing_ok=True)
@@ -121,11 +114,60 @@ def bootstrap_base(
         for cache in ("var/cache/apt/archives", "var/lib/apt/lists"):
             for p in (root / cache).glob("*.deb"):
                 p.unlink()
-        _import(client, root, tag)
+        _import(client, root, tag, progress)
     return tag
 
 
-def _import(client: Any, root: Path, tag: str) -> None:
+def cannot_bootstrap() -> str | None:
+    """Why this machine cannot build the base image (None: it can): debootstrap is
+    missing, or this process is not root (debootstrap needs it)."""
+    if shutil.which("debootstrap") is None:
+        return "debootstrap is not installed (apt-get install debootstrap)"
+    if os.geteuid() != 0:
+        return "debootstrap needs root (run `sudo revtree sandbox bootstrap-base`)"
+    return None
+
+
+def _debootstrap(step: str, argv: Sequence[str], progress: BuildProgress | None) -> None:
+    """Run debootstrap, its output line by line to ``progress``; a failure ends with the
+    last lines it printed."""
+    try:
+        proc = subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace"
+        )
+    except OSError as e:
+        raise SandboxError(f"{step}: cannot run {argv[0]}: {e}") from e
+    assert proc.stdout is not None
+    tail: collections.deque[str] = collections.deque(maxlen=30)
+    with proc:
+        for line in proc.stdout:
+            tail.append(line)
+            if progress is not None:
+                progress.line(line)
+    if proc.returncode != 0:
+        raise SandboxError(f"{step} failed (exit {proc.returncode}): {''.join(tail).strip()}")
+
+
+def _counted(raw: IO[bytes], total: int, progress: BuildProgress) -> Iterator[bytes]:
+    """``raw`` in chunks (a chunked upload), telling ``progress`` how much of about
+    ``total`` bytes has passed."""
+    done = 0
+    while data := raw.read(1 << 20):
+        done += len(data)
+        progress.importing(done, total)
+        yield data
+
+
+def _tree_size(root: Path) -> int:
+    total = 0
+    for path in root.rglob("*"):
+        with contextlib.suppress(OSError):
+            if path.is_file() and not path.is_symlink():
+                total += path.stat().st_size
+    return total
+
+
+def _import(client: Any, root: Path, tag: str, progress: BuildProgress | None = None) -> None:
     """``tar -C root -c . | docker import - tag``, streamed."""
     import docker.errors
 
@@ -133,10 +175,14 @@ def _import(client: Any, root: Path, tag: str) -> None:
         ["tar", "--numeric-owner", "-C", str(root), "-c", "."], stdout=subprocess.PIPE
     )
     assert tar.stdout is not None
+    stream: IO[bytes] | Iterator[bytes] = tar.stdout
+    if progress is not None:
+        progress.importing(0, 1)
+        stream = _counted(tar.stdout, _tree_size(root), progress)
     repo, _, version = tag.rpartition(":")
     try:
         client.api.import_image_from_stream(
-            tar.stdout, repository=repo, tag=version, changes=['CMD ["python3"]']
+            stream, repository=repo, tag=version, changes=['CMD ["python3"]']
         )
     except docker.errors.DockerException as e:
         raise SandboxError(f"building {tag}: docker import failed: {e}") from e

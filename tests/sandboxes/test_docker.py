@@ -35,7 +35,6 @@ from revtree.sandboxes.docker import (
     runner_script,
 )
 from revtree.sandboxes.images import PACKAGES, apt_mirror, base_tag, build_image, host_suite
-from revtree.sandboxes.local import LocalSandbox
 from revtree.tasks.spec import SandboxConfig
 from tests.conftest import TASK_TOML
 
@@ -304,16 +303,30 @@ def test_globs_match_within_segments_and_across_with_double_star():
     assert glob_match("r1.csv", "r[0-9].csv") and not glob_match("../a", "*/a")
 
 
-def test_auto_without_an_engine_runs_locally_with_a_warning(monkeypatch):
+def test_auto_without_an_engine_runs_only_knob_candidates_locally(monkeypatch):
+    """No engine: the knob proposer's candidates (constants of the user's own code) run
+    locally with one line saying why; code a model writes is refused, naming both ways
+    on; ``--sandbox local`` (asked) runs it with the full warning."""
     monkeypatch.delenv(AUTO_ENV, raising=False)
     monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
-    choice = choose_backend("auto", SandboxConfig())
+    choice = choose_backend("auto", SandboxConfig(), knob_only=True)
     assert choice.name == "local"
     assert choice.reason == "auto: no Docker engine answers at unix:///nonexistent/docker.sock"
-    assert choice.warning is not None
+    assert choice.warning is not None and "\n" not in choice.warning
+    assert "[[knobs]]" in choice.warning and "--sandbox local" in choice.warning
+    for make in (
+        lambda: choose_backend("auto", SandboxConfig(), writer="LLM agents write them"),
+        lambda: make_sandbox("auto", config=SandboxConfig()),
+    ):
+        with pytest.raises(SandboxError) as caught:
+            make()
+        message = str(caught.value)
+        assert "no Docker engine answers at unix:///nonexistent/docker.sock" in message
+        assert "`revtree sandbox bootstrap-base`" in message and "--sandbox local" in message
+    asked = choose_backend("local", SandboxConfig())
+    assert asked.warning is not None
     for word in ("same file system", "network", "database", "forge"):
-        assert word in choice.warning
-    assert isinstance(make_sandbox("auto", config=SandboxConfig()), LocalSandbox)
+        assert word in asked.warning
 
 
 def test_forced_and_asked_choices_say_so(monkeypatch):
@@ -349,6 +362,7 @@ def test_auto_with_a_missing_image_stops_instead_of_going_local(docker_client, m
         assert "revtree sandbox bootstrap-base" in message
         assert "revtree sandbox build-image TASK" in message
         assert "docker pull python:3.11-slim" in message
+        assert "--sandbox local" in message
 
 
 MARKER_EVALUATE = """\

@@ -39,6 +39,7 @@ from revtree.memory import GitStore
 from revtree.memory.records import EvalResult
 from revtree.orchestrator.llm_team import offline_reason, uses_llm
 from revtree.orchestrator.run import read_source
+from revtree.orchestrator.wiring import writers
 from revtree.sandboxes import BackendChoice, Sandbox, choose_backend, make_sandbox
 from revtree.tasks import TaskSpec, code_files, load_task, matches
 
@@ -146,7 +147,7 @@ def preflight(
 
 def _sandbox(spec: TaskSpec, report: Report, tmp: Path) -> Sandbox | None:
     try:
-        choice = choose_backend(spec.sandbox.backend, spec.sandbox)
+        choice = choose_backend(spec.sandbox.backend, spec.sandbox, **writers(spec))
     except RevtreeError as e:
         report.add("sandbox", FAIL, f"no sandbox: {e}")
         return None

@@ -123,5 +123,6 @@ def missing_image(image: str, url: str, asked: str | None) -> str:
         "bootstrap-base` (from Debian packages, no registry needed), or `docker pull "
         f"{FALLBACK_IMAGE}` on a machine with a registry, or build the task's own image "
         "with `revtree sandbox build-image TASK` (and name it in sandbox.image). To "
-        'run without Docker\'s isolation instead, set sandbox.backend = "local".'
+        "run without Docker's isolation instead, pass --sandbox local (or set "
+        'sandbox.backend = "local" in task.toml).'
     )
