@@ -108,7 +108,11 @@ class MutateAgent(Section):
         0.5, gt=0, description="Std of the log-factor that multiplies a float literal."
     )
     p_number: float = Field(
-        0.6, ge=0, le=1, description="Chance a mutation changes a number, else swaps a token."
+        0.9,
+        ge=0,
+        le=1,
+        description="Chance a mutation changes a number, else swaps a token (before the "
+        "run learns which kinds break the program).",
     )
     swaps: tuple[tuple[str, ...], ...] = Field(
         DEFAULT_SWAPS,
