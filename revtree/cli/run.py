@@ -337,8 +337,12 @@ def resume(
         changed = ", ".join(f"agents.{k}={v}" for k, v in agents.items())
         console.print(f"run [bold]{found.id}[/bold]: {escape(changed)} stored")
     elif not detach and found.status is not RunStatus.COMPLETED:
-        then = f"run {found.id} unchanged: `revtree resume {found.id}` once it answers"
-        check_models(TaskSpec.model_validate(found.spec), then + " (or --base-url/--model)")
+        try:
+            check_models(TaskSpec.model_validate(found.spec))
+        except LLMError as e:  # a run that never started is failed, not left `running`
+            _failed_to_start(store, found.id, e)
+            then = f"`revtree resume {found.id}` once it answers (or with --base-url/--model)"
+            raise LLMError(f"{e}; nothing was evaluated: {then}") from None
     if detach:
         _detach(found, db, revtree_home(), parallel)
         return

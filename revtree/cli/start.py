@@ -324,7 +324,7 @@ def show_answers(responder: DemoResponder, n: int = 3) -> None:
     console.print(f"\nthe simulated model answered {len(answers)} call(s); the first of each role:")
     seen: set[str] = set()
     for role, text in answers:
-        if role in seen or len(seen) >= n:
+        if role in seen or role == "other" or len(seen) >= n:  # other: run's model check
             continue
         seen.add(role)
         console.print(f"[bold]{role}:[/bold]")

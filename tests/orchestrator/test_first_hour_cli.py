@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from revtree.agents.llm.fake_server import FakeLLMServer
 from revtree.memory import RunStatus, Store
 from revtree.orchestrator import create_run
 from revtree.tasks import load_task
@@ -68,8 +69,10 @@ def test_a_run_that_fails_at_start_is_failed_and_resume_takes_a_base_url(
     assert failed.status is RunStatus.FAILED, failed  # not `running` forever
     assert failed.reason and "needs a base_url" in failed.reason
 
-    url = "http://127.0.0.1:9/v1"  # never called: the budget is the baseline alone
-    out = revtree(home, "resume", run_id, "--base-url", url, check=False)
+    with FakeLLMServer(lambda req: "ok") as srv:  # the budget is the baseline alone:
+        url = srv.openai_url
+        out = revtree(home, "resume", run_id, "--base-url", url, check=False)
+    assert [r.user for r in srv.requests] == ["ping"]  # only the check before the resume
     assert out.returncode == 0, out.stdout + out.stderr
     done = store.get_run(run_id)
     assert done.status is RunStatus.COMPLETED, done
