@@ -162,6 +162,8 @@ def _session_results(reporter: Any) -> list[tuple[str, str, set[str], str]]:
         for rep in reporter.stats.get(outcome, []):
             nodeid = getattr(rep, "nodeid", "")
             keywords = set(getattr(rep, "keywords", {}))
+            if isinstance(rep, pytest.Item):  # deselected: its markers, not its folders' names
+                keywords = {m.name for m in rep.iter_markers()}
             why = ""
             if outcome == "skipped" and isinstance(rep.longrepr, tuple):
                 why = str(rep.longrepr[2]).removeprefix("Skipped: ")
