@@ -36,7 +36,7 @@ from typing import Any
 from .conftest import REPO
 
 SOURCE = Path(os.environ.get("REVTREE_TEST_COMPAT") or REPO / ".compat")
-HOW = "scripts/test installs them (pip install --no-deps --target .compat)"
+HOW = "scripts/test installs them with pip install --no-deps --target .compat"
 
 
 def missing() -> str | None:
