@@ -89,6 +89,64 @@ EXAMPLES = {  # as OpenEvolve's examples write them, one per kind its documentat
           timeout: 120
         """,
 }
+SHINKA_EXAMPLES = {  # as ShinkaEvolve's examples write their shinka*.yaml
+    "circle packing": """\
+        max_evaluation_jobs: 2
+        max_proposal_jobs: 2
+        max_db_workers: 2
+        db_config:
+          num_islands: 1
+          archive_size: 40
+          elite_selection_ratio: 0.3
+          num_archive_inspirations: 4
+          num_top_k_inspirations: 2
+          migration_interval: 10
+          migration_rate: 0.1
+          island_elitism: true
+          parent_selection_strategy: weighted
+          parent_selection_lambda: 10
+          archive_selection_strategy: "crowding"
+          archive_criteria: {combined_score: 1.0, loc: -0.3}
+          enable_dynamic_islands: true
+          stagnation_threshold: 10
+          island_spawn_strategy: "best"
+        evo_config:
+          patch_types: [diff, full, cross]
+          patch_type_probs: [0.6, 0.3, 0.1]
+          num_generations: 100
+          max_api_costs: 0.5
+          language: python
+          llm_models: ["gemini-2.5-flash", "gpt-5-mini", "gpt-5-nano"]
+          llm_kwargs:
+            temperatures: [0, 0.5, 1.0]
+            reasoning_efforts: [low, medium, high]
+            max_tokens: 32768
+          meta_rec_interval: 5
+          meta_llm_models: [gpt-5-mini]
+          init_program_path: initial.py
+          llm_dynamic_selection: ucb1
+          llm_dynamic_selection_kwargs: {exploration_coef: 1.0, cost_aware_coef: 0.7}
+          evolve_prompts: True
+          prompt_epsilon: 0.25
+        """,
+    "one model, short names": """\
+        max_evaluation_jobs: 4
+        evo:
+          num_generations: 30
+          max_api_costs: 3.0
+          llm_models: [gpt-4.1]
+          llm_kwargs: {temperatures: [0.3], max_tokens: 6144}
+          use_text_feedback: true
+          meta_rec_interval: null
+        db:
+          num_islands: 2
+          migration_rate: 0.0
+          exploitation_ratio: 0.9
+        job:
+          eval_program_path: evaluate.py
+          time: "00:10:00"
+        """,
+}
 
 
 class Tally:
@@ -182,7 +240,11 @@ def shinka_tally(tmp_path_factory: pytest.TempPathFactory) -> tuple[Tally, dict[
         tmp_path_factory.mktemp("shinka") / "task",
         {"initial.py": PROGRAM, "evaluate.py": SHINKA_EVALUATE},
     )
-    for name, data in schemas.shinka_configs(fields):
+    configs = [
+        *schemas.shinka_configs(fields),
+        *((k, yaml.safe_load(textwrap.dedent(v))) for k, v in SHINKA_EXAMPLES.items()),
+    ]
+    for name, data in configs:
         (folder / "shinka.yaml").write_text(yaml.safe_dump(data))
         try:  # shinka_run's own reading of the file
             runner.load_optional_yaml_config(
