@@ -33,7 +33,7 @@ from sqlalchemy.pool import StaticPool
 from revtree.errors import StoreError
 
 MIGRATIONS = Path(__file__).parent / "migrations"
-HEAD = "0005"
+HEAD = "0006"
 MIGRATE_TRIES = 6
 MIGRATION_LOCK = 0x72657674  # PostgreSQL advisory lock key ("revt") held while migrating
 CONNECT_TIMEOUT = 10  # seconds for a PostgreSQL server to answer (the OS default is minutes)
