@@ -146,12 +146,14 @@ def test_the_first_command_is_the_one_this_file_runs():
 @pytest.mark.docker
 @pytest.mark.timeout(1500)
 def test_the_readme_first_command_on_a_fresh_machine(docker_client, repo_copy, tmp_path):
-    """No engine at all, then Docker with no evaluation image: the README's first
-    command exits 0 with a best better than the baseline, on the local sandbox, saying
+    """No engine at all, then Docker with no evaluation image (and no bubblewrap, as on
+    a fresh machine; with it, auto takes bwrap): the README's first command exits 0
+    with a best better than the baseline, on the local sandbox, saying
     why in one line; no image is built for the knob proposer. (No engine first: its
     venv and install make the second, with the images aside, short.)"""
     out, summary = readme_command(
-        repo_copy, fresh_env(tmp_path / "home-no-engine", DOCKER_HOST=NO_ENGINE)
+        repo_copy,
+        fresh_env(tmp_path / "home-no-engine", DOCKER_HOST=NO_ENGINE, REVTREE_BWRAP=NO_BWRAP),
     )
     said = out.stdout + out.stderr
     assert out.returncode == 0, said[-3000:]
@@ -162,7 +164,8 @@ def test_the_readme_first_command_on_a_fresh_machine(docker_client, repo_copy, t
 
     with images_aside(docker_client) as aside:
         assert base_tag() in aside
-        out, summary = readme_command(repo_copy, fresh_env(tmp_path / "home-no-image"))
+        env = fresh_env(tmp_path / "home-no-image", REVTREE_BWRAP=NO_BWRAP)
+        out, summary = readme_command(repo_copy, env)
         said = out.stdout + out.stderr
         assert out.returncode == 0, said[-3000:]
         assert not image_exists(docker_client, base_tag())  # nothing was built
