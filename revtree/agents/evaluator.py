@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from revtree.memory.records import EvalResult
+from revtree.memory.records import EvalResult, finite_mean, score_problem
 from revtree.sandboxes.base import METRICS_FD, ExecRequest, ExecResult, Limits, Sandbox, archive_of
 from revtree.tasks.load import matches
 from revtree.tasks.spec import TaskSpec
@@ -77,9 +77,17 @@ def mean_metrics(results: list[EvalResult]) -> dict[str, float]:
     values: dict[str, list[float]] = {}
     for r in results:
         for k, v in r.metrics.items():
-            if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v):
+            if isinstance(v, int | float) and not isinstance(v, bool) and _finite(v):
                 values.setdefault(k, []).append(float(v))
-    return {k: statistics.fmean(v) for k, v in values.items()}
+    means = {k: finite_mean(v) for k, v in values.items()}  # huge values do not overflow
+    return {k: m for k, m in means.items() if m is not None}
+
+
+def _finite(v: float) -> bool:
+    try:
+        return math.isfinite(v)
+    except OverflowError:  # an integer beyond the largest double
+        return False
 
 
 def parse_metrics(
@@ -102,7 +110,7 @@ def parse_metrics(
         text, source = (lines[-1] if lines else ""), "the last stdout line"
     try:
         metrics = json.loads(text)
-    except (json.JSONDecodeError, RecursionError):
+    except (ValueError, RecursionError):  # ValueError: also an integer of 4,300+ digits
         hint = f"; {HOW_TO_REPORT}" if not text.strip() else ""
         return {}, None, f"no metrics: {source} is not JSON ({text[-120:]!r}){hint}"
     if not isinstance(metrics, dict):
@@ -116,8 +124,12 @@ def parse_metrics(
     value = metrics[metric]
     if isinstance(value, bool) or not isinstance(value, int | float):
         return metrics, None, f"metric {metric!r} is not a number: {value!r:.80}"
-    if not math.isfinite(value):
-        return metrics, None, f"metric {metric!r} is {value} (not finite)"
+    try:
+        value = float(value)  # an integer beyond the largest double does not convert
+    except OverflowError:
+        value = math.inf if value > 0 else -math.inf
+    if (problem := score_problem(metric, value)) is not None:
+        return metrics, None, problem
     return metrics, float(value), None
 
 

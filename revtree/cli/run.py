@@ -186,7 +186,7 @@ def run(
     budget_nodes: Annotated[int | None, typer.Option(help="Nodes, root included.")] = None,
     budget_time: Annotated[str | None, typer.Option(help="Wall time, e.g. 600, '10m'.")] = None,
     budget_sandbox: Annotated[str | None, typer.Option(help="Sandbox-seconds, e.g. '1h'.")] = None,
-    sandbox: Annotated[str | None, typer.Option(help="local, bwrap, docker or auto.")] = None,
+    sandbox: Annotated[str | None, typer.Option(help="local, docker or auto.")] = None,
     runner: Annotated[
         str | None, typer.Option(help="Where evaluations run: local, or ray (a Ray cluster).")
     ] = None,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import enum
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import total_ordering
 from typing import Any
@@ -37,6 +38,35 @@ class RunStatus(enum.StrEnum):
 
     def is_finished(self) -> bool:
         return self is not RunStatus.RUNNING
+
+
+# The largest magnitude a score may have: a candidate's metric beyond it is refused (its
+# node fails, naming the limit), so sums of scores, their differences and the gain's
+# statistics stay finite. Readers still go through finite_mean, since a store written
+# before the limit may hold any finite double.
+SCORE_LIMIT = 1e300
+
+
+def score_problem(name: str, value: float) -> str | None:
+    """Why ``value`` cannot be the score ``name``: not finite, or beyond SCORE_LIMIT."""
+    if not math.isfinite(value):
+        return f"metric {name!r} is {value} (not finite)"
+    if abs(value) > SCORE_LIMIT:
+        return f"metric {name!r} is {value:.6g}, beyond the limit of +/-{SCORE_LIMIT:g} on scores"
+    return None
+
+
+def finite_mean(values: Sequence[float]) -> float | None:
+    """The mean of ``values`` computed without overflow (each divided by the count before
+    the exact sum); None when there are none or one is not finite."""
+    if not values or not all(math.isfinite(v) for v in values):
+        return None
+    n = len(values)
+    try:
+        mean = math.fsum(v / n for v in values)
+    except OverflowError:  # rounding of values next to the largest double
+        return None
+    return mean if math.isfinite(mean) else None
 
 
 @total_ordering

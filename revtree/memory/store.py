@@ -24,8 +24,8 @@ from sqlalchemy.exc import IntegrityError
 
 from revtree.errors import RunNotFound, StoreError
 from revtree.memory.db import default_url, make_engine, migrate, probe, transaction
+from revtree.memory.decisions import Decisions
 from revtree.memory.records import (
-    Decision,
     EvalResult,
     Event,
     LLMCall,
@@ -49,7 +49,7 @@ from revtree.memory.rows import (
 EventSpec = tuple[str, str, dict[str, Any] | None]  # (kind, message, data)
 
 
-class Store:
+class Store(Decisions):
     """Runs, nodes, evaluations and events in one SQL database."""
 
     def __init__(
@@ -141,37 +141,7 @@ class Store:
         with self._write() as conn:
             return self._event(conn, run_id, (kind, message, data), node_id)
 
-    # -- approval decisions (events of kind "decision", written by another process) ----
-    def decide(
-        self, run_id: str, node_id: int, attempt: int, accepted: bool, why: str = ""
-    ) -> Event:
-        verb = "approved" if accepted else "rejected"
-        message = f"node {node_id} {verb} by the user" + (f": {why}" if why else "")
-        data = {"attempt": attempt, "accepted": accepted, "why": why}
-        return self.add_event(run_id, "decision", message, node_id, data)
-
-    def decisions(self, run_id: str, nodes: dict[int, int]) -> dict[int, Decision]:
-        """The latest decision on each of ``nodes`` (node -> attempt), for that attempt."""
-        if not nodes:
-            return {}
-        with transaction(self.engine) as conn:
-            rows = conn.execute(
-                select(EVENTS.c.node_id, EVENTS.c.data)
-                .where(
-                    EVENTS.c.run_id == run_id,
-                    EVENTS.c.kind == "decision",
-                    EVENTS.c.node_id.in_(list(nodes)),
-                )
-                .order_by(EVENTS.c.seq)
-            ).all()
-        out = {}
-        for node_id, data in rows:
-            if data and data.get("attempt") == nodes[node_id]:
-                out[node_id] = Decision(bool(data["accepted"]), data.get("why") or "")
-        return out
-
-    def decision(self, run_id: str, node_id: int, attempt: int) -> Decision | None:
-        return self.decisions(run_id, {node_id: attempt}).get(node_id)
+    # -- approval decisions: memory/decisions.py (the Decisions base) ------------------
 
     def events_since(self, run_id: str, after: int = 0, limit: int = 1000) -> list[Event]:
         with transaction(self.engine) as conn:

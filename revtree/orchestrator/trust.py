@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import errno
 import math
-import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -45,7 +44,7 @@ from revtree.errors import (
     StoreError,
     TaskSpecError,
 )
-from revtree.memory.records import Score
+from revtree.memory.records import Score, finite_mean
 
 DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS}
 DISK_TEXTS = ("No space left on device", "database or disk is full", "Disk quota exceeded")
@@ -248,18 +247,31 @@ class Gain:
 
 
 def gain(best: Sequence[float], base: Sequence[float], maximize: bool) -> Gain | None:
-    """Welch-style comparison of the best's post-selection repeats with the baseline's."""
+    """Welch-style comparison of the best's post-selection repeats with the baseline's;
+    None also where a mean, the difference or the noise would not be a finite number
+    (scores next to the largest double: no gain is claimed, and nothing raises)."""
     if not best or not base:
         return None
+    m_best, m_base = finite_mean(best), finite_mean(base)
+    if m_best is None or m_base is None:
+        return None
     sign = 1.0 if maximize else -1.0
-    delta = sign * (statistics.fmean(best) - statistics.fmean(base))
+    delta = sign * (m_best - m_base)
+    if not math.isfinite(delta):
+        return None
     if len(best) < 2 or len(base) < 2:  # the noise of one side is unmeasured: no verdict
         return Gain(delta, None, len(best), len(base), None)
-    # the evaluator's noise is pooled over both samples (it rarely depends on the code)
-    resid = [x - statistics.fmean(best) for x in best] + [x - statistics.fmean(base) for x in base]
+    # the evaluator's noise is pooled over both samples (it rarely depends on the code);
+    # residuals are scaled by the largest before squaring, so huge scores do not overflow
+    resid = [x - m_best for x in best] + [x - m_base for x in base]
+    if not all(math.isfinite(r) for r in resid):
+        return None
     dof = len(best) + len(base) - 2
-    var = sum(r * r for r in resid) / dof if dof > 0 else 0.0
-    se = math.sqrt(var / len(best) + var / len(base))
+    scale = max(abs(r) for r in resid)
+    var = math.fsum((r / scale) ** 2 for r in resid) / dof if dof > 0 and scale else 0.0
+    se = scale * math.sqrt(var / len(best) + var / len(base))
+    if not math.isfinite(se):
+        return None
     if se == 0.0:
         return Gain(delta, 0.0, len(best), len(base), delta > 0)
     return Gain(delta, se, len(best), len(base), delta / se > t_critical(dof))

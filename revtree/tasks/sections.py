@@ -37,6 +37,11 @@ def is_secret(name: str) -> bool:
     return SECRET_NAME.search(name) is not None
 
 
+# The longest duration a setting takes: beyond it a timeout means nothing, and
+# a clock or a thread's wait given it overflows (threading.TIMEOUT_MAX, Docker's API).
+MAX_SECONDS = 365 * 86400.0
+
+
 def parse_duration(value: Any) -> float:
     """Seconds from a number or a string like ``"90s"``, ``"10m"``, ``"2h"``."""
     if isinstance(value, bool):
@@ -49,6 +54,8 @@ def parse_duration(value: Any) -> float:
         raise ValueError(f"expected a duration such as 60, '90s', '10m' or '2h', got {value!r}")
     if not math.isfinite(seconds) or seconds <= 0:
         raise ValueError(f"expected a positive duration, got {value!r}")
+    if seconds > MAX_SECONDS:
+        raise ValueError(f"expected a duration of at most 365 days ('365d'), got {value!r}")
     return seconds
 
 
@@ -236,10 +243,8 @@ class Holdout(Section):
 class SandboxConfig(Section):
     """Where and under which limits evaluations run."""
 
-    backend: Literal["auto", "local", "bwrap", "docker"] = Field(
-        "auto",
-        description="'auto' uses docker when an engine answers and has the image, else "
-        "bwrap (Linux namespaces) where bubblewrap works, else refuses code a model writes.",
+    backend: Literal["auto", "local", "docker"] = Field(
+        "auto", description="'auto' uses docker when an engine answers, else local."
     )
     memory: Size = Field(4 * 2**30, description="Address-space / memory limit per evaluation.")
     cpu_seconds: Duration | None = Field(None, description="CPU-time limit per evaluation.")
