@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
+from collections.abc import Iterable
 from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.markup import escape
+from rich.segment import Segment
+from rich.text import Text
 
 from revtree.errors import RevtreeError
 from revtree.memory import RunInfo, Store
@@ -50,11 +54,50 @@ app = typer.Typer(
 )
 
 
+# What a terminal would act on rather than show: C0 controls but newline and tab, DEL, C1
+# controls (the 8-bit CSI and OSC too) and the bidirectional overrides ("Trojan Source").
+CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def visible(text: str) -> str:
+    """``text`` with every control character written as a visible escape (``\\x1b[2J``,
+    ``\\r``, ``\\u202e``): what a candidate, a model or a task wrote can neither clear the
+    screen, move the cursor, set a hyperlink or the clipboard, nor fake a line."""
+
+    def one(m: re.Match[str]) -> str:
+        c = ord(m.group())
+        return "\\r" if c == 13 else f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
+
+    return CONTROL.sub(one, text)
+
+
+def plain(value: object) -> Text:
+    """Candidate text for a table cell or a line: no markup is read in it (``[red]``,
+    ``[link=...]`` show as written), and control characters show as escapes."""
+    return Text(visible(str(value)))
+
+
 class PipeConsole(Console):
     """A console that goes quiet when its reader goes away (``revtree run ... | head``):
     rich's default raises ``SystemExit(1)`` from whatever thread printed, which would
     fail a run half-way. Its stream is pointed at /dev/null, as the Python docs advise
-    for SIGPIPE, so that nothing later (the exit's flush included) hits the pipe."""
+    for SIGPIPE, so that nothing later (the exit's flush included) hits the pipe.
+
+    It is also where candidate text is made safe for a terminal, whatever the path to it:
+    strings are made :func:`visible` before their markup is read (so a table keeps its
+    widths), and every segment of text is again just before it is written; only rich's own
+    control segments (a progress bar's cursor moves) and the styles of our own markup
+    reach the terminal as escape sequences. Markup in candidate text is the caller's to
+    escape (``escape()`` or :func:`plain`)."""
+
+    def render_str(self, text: str, **kwargs: Any) -> Text:
+        return super().render_str(visible(text), **kwargs)
+
+    def _render_buffer(self, buffer: Iterable[Segment]) -> str:
+        return super()._render_buffer(
+            seg if seg.control else Segment(visible(seg.text), seg.style, seg.control)
+            for seg in buffer
+        )
 
     def on_broken_pipe(self) -> None:
         self.quiet = True

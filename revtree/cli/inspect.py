@@ -13,7 +13,17 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from revtree.cli.app import DbOpt, RunArg, app, console, err, node_or_best, open_store
+from revtree.cli.app import (
+    DbOpt,
+    RunArg,
+    app,
+    console,
+    err,
+    node_or_best,
+    open_store,
+    plain,
+    visible,
+)
 from revtree.cli.render import (
     family_tree,
     fmt,
@@ -57,7 +67,7 @@ def watch(
         if not events:
             current = store.get_run(found.id)
             if current.status.is_finished() and not store.events_since(found.id, last):
-                console.print(f"run {current.status.value}: {current.reason}")
+                console.print(plain(f"run {current.status.value}: {current.reason}"))
                 return
             if time.monotonic() - checked >= LIVENESS_EVERY:
                 checked = time.monotonic()
@@ -136,20 +146,20 @@ def show(
     table = Table(show_header=False, title=f"run {found.id}" + (f" node {node}" if node else ""))
     for k, v in data.items():
         if k not in ("nodes", "evaluations"):
-            table.add_row(k, escape(fmt_value(k, v)))
+            table.add_row(plain(k), plain(fmt_value(k, v)))
     console.print(table)
     if data.get("evaluations"):
         et = Table("stage", "repeat", "attempt", "ok", "score", "seconds", "host", "gpus")
         for e in data["evaluations"]:
             et.add_row(
-                e["stage"],
+                plain(e["stage"]),
                 str(e["repeat"]),
                 str(e["attempt"]),
                 "yes" if e["ok"] else "no",
                 fmt(e["score"]),
                 f"{e['duration']:.2f}",
-                escape(e["host"] or "-"),
-                ",".join(e["gpus"]) or "-",
+                plain(e["host"] or "-"),
+                plain(",".join(e["gpus"]) or "-"),
             )
         console.print(et)
     if nodes and "nodes" in data:
@@ -158,11 +168,11 @@ def show(
             nt.add_row(
                 str(n["id"]),
                 str(n["parent"]),
-                n["operator"],
+                plain(n["operator"]),
                 n["status"],
                 fmt(n["score"]),
                 (n["commit"] or "")[:10],
-                (n["error"] or n["hypothesis"] or "")[:70],
+                plain((n["error"] or n["hypothesis"] or "")[:70]),
             )
         console.print(nt)
 
@@ -181,9 +191,9 @@ def compare(
         data = {r.id: {k: v[i] for k, v in rows} for i, r in enumerate(runs)}
         print(json.dumps(data, indent=2, default=str))
         return
-    table = Table("", *(r.id for r in runs), title="runs compared")
+    table = Table("", *(escape(r.id) for r in runs), title="runs compared")
     for key, values in rows:
-        table.add_row(key, *(fmt(v) if isinstance(v, float) else str(v) for v in values))
+        table.add_row(plain(key), *(plain(fmt(v) if isinstance(v, float) else v) for v in values))
     console.print(table)
 
 
@@ -209,7 +219,8 @@ def diff(
     base = store.node(found.id, base_id)
     if not (base.commit and target.commit):
         raise RevtreeError(f"node {node} or {base_id} of run {found.id} has no commit yet")
-    sys.stdout.write(_git(found).diff(base.commit, target.commit))
+    text = _git(found).diff(base.commit, target.commit)
+    sys.stdout.write(visible(text) if sys.stdout.isatty() else text)  # a file: byte-exact
 
 
 @app.command()

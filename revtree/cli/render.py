@@ -19,7 +19,7 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree as RichTree
 
-from revtree.cli.app import console
+from revtree.cli.app import console, plain, visible
 from revtree.memory import Event, RunInfo, RunStatus, Store
 from revtree.orchestrator.commands.report import gain_text, recommendation_note, summarize
 
@@ -85,14 +85,14 @@ def format_event(ev: Event) -> Text:
     if ev.kind == "node" and (ev.data or {}).get("status") in ("failed", "rejected"):
         style = "red"
     line = Text(f"{stamp} {ev.seq:>5} {ev.kind:<8} ", style="dim")
-    line.append(ev.message, style=style)
+    line.append(visible(ev.message), style=style)
     return line
 
 
 def print_summary(store: Store, run: RunInfo) -> None:
     s = summarize(store, run)
     table = Table(title=f"run {run.id}", show_header=False, title_style="bold")
-    table.add_row("status", f"{s['status']} ({s['reason']})")
+    table.add_row("status", plain(f"{s['status']} ({s['reason']})"))
     table.add_row(
         "nodes",
         f"{s['n_nodes']} ({s['n_succeeded']} ok, {s['n_failed']} failed, "
@@ -101,7 +101,9 @@ def print_summary(store: Store, run: RunInfo) -> None:
     table.add_row("baseline", fmt(s["baseline_score"]))
     table.add_row("best", f"{fmt(s['best_score'])} at node {s['best_node']}{gain_text(s)}")
     for h in s["holdout"]:
-        table.add_row("holdout", f"node {h['node']}: {fmt(h['score']) if h['ok'] else h['error']}")
+        table.add_row(
+            "holdout", plain(f"node {h['node']}: {fmt(h['score']) if h['ok'] else h['error']}")
+        )
     if s["guard"]["runs"]:
         table.add_row("guard", f"{s['guard']['runs']} guard holdouts, {s['guard']['seconds']:.1f}s")
     for a in s["alarms"]:
@@ -153,11 +155,11 @@ def _runs_table(rows: list[dict[str, Any]], compact: bool) -> Table:
         table.add_column(name, overflow="fold")
     when = "%m-%d %H:%M" if compact else "%Y-%m-%d %H:%M"
     for r in rows:
-        cells = [r["run_id"], escape(r["task"])] if with_task else [r["run_id"]]
+        cells = [plain(r["run_id"]), plain(r["task"])] if with_task else [plain(r["run_id"])]
         table.add_row(
             *cells,
             r["status"],
-            r["policy"],
+            plain(r["policy"]),
             str(r["n_nodes"]),
             fmt(r["baseline_score"]),
             fmt(r["best_score"]),
@@ -178,8 +180,8 @@ def family_tree(rows: list[dict[str, Any]]) -> RichTree:
         for r in by_parent.get(parent, []):
             where = f" (from node {r['parent_node']})" if r["parent_run"] else ""
             sub = branch.add(
-                f"[bold]{r['run_id']}[/bold]{where} · {r['status']} · "
-                f"{r['policy']} · {r['n_nodes']} nodes · best {fmt(r['best_score'])}"
+                f"[bold]{escape(r['run_id'])}[/bold]{where} · {r['status']} · "
+                f"{escape(r['policy'])} · {r['n_nodes']} nodes · best {fmt(r['best_score'])}"
             )
             add(sub, r["run_id"])
 

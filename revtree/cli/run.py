@@ -186,7 +186,7 @@ def run(
     budget_nodes: Annotated[int | None, typer.Option(help="Nodes, root included.")] = None,
     budget_time: Annotated[str | None, typer.Option(help="Wall time, e.g. 600, '10m'.")] = None,
     budget_sandbox: Annotated[str | None, typer.Option(help="Sandbox-seconds, e.g. '1h'.")] = None,
-    sandbox: Annotated[str | None, typer.Option(help="local, docker or auto.")] = None,
+    sandbox: Annotated[str | None, typer.Option(help="local, bwrap, docker or auto.")] = None,
     runner: Annotated[
         str | None, typer.Option(help="Where evaluations run: local, or ray (a Ray cluster).")
     ] = None,
@@ -406,7 +406,7 @@ def pilot(
         driver=driver_of(spec),
     )
     for line in format_report(report):
-        console.print(line)
+        console.print(line, markup=False)
 
 
 @app.command()
@@ -472,4 +472,4 @@ def retry(
         if done.status.value == "succeeded"
         else f"{done.status.value} ({done.error_kind}): {done.error}"
     )
-    console.print(f"node {node} of run {found.id}, attempt {done.attempt}: {what}")
+    console.print(f"node {node} of run {found.id}, attempt {done.attempt}: {what}", markup=False)
