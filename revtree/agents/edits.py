@@ -37,8 +37,10 @@ Not guaranteed: that a fuzzy match is the place the model meant (it is unique an
 from __future__ import annotations
 
 import difflib
+import io
 import posixpath
 import re
+import tokenize
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -429,6 +431,13 @@ def _in_regions(old: str, new: str, regions: list[tuple[int, int]], what: str) -
         ending = line[len(line.rstrip("\r\n")) :]
         lines[i] = kept if kept.endswith("\n") and ending else kept.rstrip("\r\n") + ending
     new = "".join(lines)
+    was, now = _comment_rows(old), _comment_rows(new)
+    pairs = zip(before, after, strict=True)  # same markers, in order (checked above)
+    if any(a + 1 in was and b + 1 not in now for (a, _), (b, _) in pairs):
+        raise EditError(  # e.g. a string opened in the region swallows the code after it
+            f"{what} turns an EVOLVE-BLOCK marker line into string text (a string left "
+            "open in the region swallows the code after it); close it inside the region"
+        )
     if _outside(new, evolve_regions(new)) == _outside(old, regions):
         return new
     raise EditError(
@@ -437,6 +446,18 @@ def _in_regions(old: str, new: str, regions: list[tuple[int, int]], what: str) -
         else f"{what} changes text outside the EVOLVE-BLOCK regions; only code between "
         "the markers may change"
     )
+
+
+def _comment_rows(text: str) -> set[int]:
+    """The rows (1-based) where Python's tokenizer reads a comment, up to where it stops."""
+    rows: set[int] = set()
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+            if tok.type == tokenize.COMMENT:
+                rows.add(tok.start[0])
+    except (tokenize.TokenError, SyntaxError):
+        pass
+    return rows
 
 
 def _crossed(old: str, new: str) -> bool:

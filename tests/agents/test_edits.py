@@ -160,3 +160,33 @@ def test_proposals_are_read_loosely(text: str, hypothesis: str, plan: str | None
 def test_verdicts_are_read_loosely(text: str, verdict: bool | None) -> None:
     got = parse_verdict(text)
     assert (got[0] if got else None) is verdict
+
+
+_GUARDED = (
+    b"# EVOLVE-BLOCK-START\nA = 2.25\n# EVOLVE-BLOCK-END\ndef check():\n    raise SystemExit(1)\n"
+)
+
+
+@pytest.mark.parametrize(
+    "replace",
+    [
+        'A = 2.25\n_ = """\n',  # the code after the region becomes the string's text
+        "A = 2.25\n_ = '''\n",
+    ],
+)
+def test_a_string_left_open_in_the_region_cannot_swallow_the_code_after_it(replace: str) -> None:
+    answer = f"<<<<<<< SEARCH\nA = 2.25\n=======\n{replace}>>>>>>> REPLACE"
+    with pytest.raises(EditError, match="string left open"):
+        apply_edits(parse_edits(answer), {"p.py": _GUARDED}, ["p.py"])
+
+
+def test_a_string_opened_and_closed_in_the_region_lands() -> None:
+    answer = '<<<<<<< SEARCH\nA = 2.25\n=======\nA = float("""\n3.5""")\n>>>>>>> REPLACE'
+    out = apply_edits(parse_edits(answer), {"p.py": _GUARDED}, ["p.py"])
+    assert b'A = float("""\n3.5""")\n# EVOLVE-BLOCK-END\ndef check' in out["p.py"]
+
+
+def test_markers_in_a_file_python_cannot_read_are_checked_as_text() -> None:
+    c = b"int a;\n// EVOLVE-BLOCK-START\nint b = 1;\n// EVOLVE-BLOCK-END\nint c;\n"
+    answer = "<<<<<<< SEARCH\nint b = 1;\n=======\nint b = 2; /* '''\n>>>>>>> REPLACE"
+    assert apply_edits(parse_edits(answer), {"m.c": c}, ["m.c"])["m.c"].count(b"EVOLVE") == 2
