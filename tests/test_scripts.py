@@ -31,7 +31,7 @@ def test_ci_runs_exactly_the_readme_test_command() -> None:
     assert code[-1] == readme_test_command()
     assert code[:2] == ["set -euo pipefail", 'cd "$(dirname "$0")/.."']
     # at most the line that makes the groups required, between the cd and the command
-    assert code[2:-1] in ([], ["export REVTREE_REQUIRE=docker,postgres,browser,ray,compat"])
+    assert code[2:-1] in ([], ["export REVTREE_REQUIRE=docker,postgres,browser,ray,compat,bwrap"])
     script = ROOT / readme_test_command().split()[0]
     assert script.is_file() and os.access(script, os.X_OK)
     assert subprocess.run(["bash", "-n", str(script)]).returncode == 0

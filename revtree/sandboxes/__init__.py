@@ -1,9 +1,11 @@
-"""Sandboxes: where evaluations run (a local subprocess, or a Docker container).
+"""Sandboxes: where evaluations run (a local subprocess, the same in Linux namespaces
+through bubblewrap, or a Docker container).
 
 ``choose_backend`` says which backend a run gets and why; ``make_sandbox`` builds it.
-``auto`` never runs code that a model wrote (or that random mutations changed) outside
-Docker: without an engine, or on an engine without the evaluation image that cannot
-build it, it refuses, naming ``revtree sandbox bootstrap-base`` and ``--sandbox local``;
+``auto`` never runs code that a model wrote (or that random mutations changed) without
+isolation: without an engine, or on an engine without the evaluation image that cannot
+build it, it takes ``bwrap`` where bubblewrap can make namespaces here, else refuses,
+naming ``revtree sandbox bootstrap-base`` and ``--sandbox local``;
 an engine without the image that can build it (root, debootstrap) builds it first, with
 progress. The offline knob proposer's candidates only set the task's ``[[knobs]]``
 constants in the user's own code: those run locally where Docker cannot take them,
@@ -24,10 +26,11 @@ from revtree.sandboxes.base import ExecRequest, ExecResult, Limits, Sandbox
 
 BACKENDS = {
     "local": "revtree.sandboxes.local.LocalSandbox",
+    "bwrap": "revtree.sandboxes.bwrap.BwrapSandbox",  # local, in Linux namespaces
     "docker": "revtree.sandboxes.docker.DockerSandbox",
     "ray": "revtree.sandboxes.ray.RaySandbox",  # the Ray runner ([runner] kind = "ray")
 }
-AUTO_ENV = "REVTREE_SANDBOX"  # forces what "auto" picks: "local" or "docker"
+AUTO_ENV = "REVTREE_SANDBOX"  # forces what "auto" picks: "local", "bwrap" or "docker"
 LOCAL_WARNING = (
     "the local sandbox does not isolate: evaluations run as this user ({user}), on the "
     "same file system, processes and network as revtree, with only resource limits, a "
@@ -90,6 +93,8 @@ def choose_backend(
         return _choice("local", f"auto: the Docker backend cannot be loaded ({e})")
     url = engine_url(base_url)
     client = engine_answers(base_url)
+    if client is None and (isolated := _bwrap_choice(f"no Docker engine answers at {url}")):
+        return isolated
     if client is None and knob_only:
         return _knob_choice(f"no Docker engine answers at {url}")
     if client is None and _engine_configured(base_url):
@@ -116,6 +121,11 @@ def choose_backend(
         if not image_exists(client, image):
             if asked:
                 raise SandboxError(missing_image(image, url, asked))
+            if (why := _cannot_build()) or knob_only:
+                cause = f"the Docker engine at {url} has no evaluation image"
+                cause += f", and {why}" if why else "; `revtree sandbox bootstrap-base` makes one"
+                if isolated := _bwrap_choice(cause):
+                    return isolated
             if knob_only:
                 return _knob_choice(
                     f"the Docker engine at {url} has no evaluation image; "
@@ -146,6 +156,29 @@ def _build_base(client: Any, url: str, writer: str, build: bool) -> str:
         return bootstrap_base(client, tag, progress=progress)
 
 
+def _cannot_build() -> str | None:
+    """Why this machine cannot build the base image (None: it can)."""
+    from revtree.sandboxes.images import cannot_bootstrap
+
+    return cannot_bootstrap()
+
+
+def _bwrap_choice(cause: str) -> BackendChoice | None:
+    """``bwrap``, where bubblewrap can make namespaces here, saying what it enforces."""
+    from revtree.sandboxes.bwrap import enforced, usable
+
+    if usable() is not None:
+        return None
+    return BackendChoice("bwrap", f"auto: {cause}; {enforced()}")
+
+
+def _bwrap_missing() -> str:
+    from revtree.sandboxes.bwrap import usable
+
+    why = usable()
+    return f" ({why}: --sandbox bwrap, which isolates without Docker, cannot run)" if why else ""
+
+
 def _refusal(writer: str, what: str) -> str:
     """Why code that ``writer`` wrote does not run, and the two ways on."""
     return (
@@ -154,7 +187,7 @@ def _refusal(writer: str, what: str) -> str:
         "packages, as root, about 2-4 min, once; or `docker pull python:3.11-slim` where "
         "a registry answers), "
         "or pass --sandbox local to run them unisolated as this user (or set "
-        'sandbox.backend = "local" in task.toml)'
+        f'sandbox.backend = "local" in task.toml){_bwrap_missing()}'
     )
 
 
@@ -173,13 +206,17 @@ def _engine_configured(base_url: str | None) -> bool:
 
 
 def _choice(name: str, reason: str) -> BackendChoice:
+    if name == "bwrap":
+        from revtree.sandboxes.bwrap import enforced
+
+        return BackendChoice(name, f"{reason}; {enforced()}")
     if name != "local":
         return BackendChoice(name, reason)
     try:
         user = getpass.getuser()
     except (KeyError, OSError):
         user = f"uid {os.getuid()}"
-    return BackendChoice(name, reason, LOCAL_WARNING.format(user=user))
+    return BackendChoice(name, reason, LOCAL_WARNING.format(user=user) + _bwrap_missing())
 
 
 def resolve_auto(config: Any = None, **how: Any) -> str:
@@ -198,7 +235,7 @@ def make_sandbox(backend: str, **kwargs: object) -> Sandbox:
         url = kwargs.get("base_url")
         config = kwargs.get("config")
         backend = choose_backend(backend, config, url if isinstance(url, str) else None).name
-        if backend == "local":
+        if backend in ("local", "bwrap"):
             kwargs.pop("base_url", None)  # it served the choice: no engine answers there
     path = BACKENDS.get(backend, backend)
     if "." not in path:

@@ -1,4 +1,5 @@
 """The local sandbox: a subprocess in a throw-away folder, for machines with no Docker.
+``bwrap.py`` runs the same supervisor inside Linux namespaces (``--sandbox bwrap``).
 
 What is covered:
 - a fresh workspace per execution, extracted from the request's tar (path traversal
@@ -7,39 +8,28 @@ What is covered:
   processes that leave the process group (``setsid``, a double fork) are reparented to
   it, and when the command ends, on timeout and on cancel every descendant is SIGKILLed
   before the result is returned; the process group is killed as well;
-- the supervisor dies with the thread that started it (``PR_SET_PDEATHSIG``, SIGTERM,
-  on which it kills its descendants), so a killed orchestrator leaves nothing running;
-  ``reap`` kills the groups and removes the folders that a killed one left;
-- ``RLIMIT_AS`` and ``RLIMIT_CPU`` on the command; stdout and stderr kept up to a byte
-  cap (the tail is kept);
-- metrics come on descriptor ``METRICS_FD`` (3) from an unlinked file of the sandbox's
-  own folder (no path in the environment, none in the workspace), read back up to 1 MiB;
-- declared outputs copied out without following links (see ``collect_outputs``);
-- an allow-listed environment: no API keys, tokens or database URLs (``env.py``);
+- the supervisor dies with the thread that started it (``PR_SET_PDEATHSIG``, SIGTERM);
+  ``reap`` kills the groups and removes the folders that a killed orchestrator left;
+- ``RLIMIT_AS`` and ``RLIMIT_CPU`` on the command; the tail of stdout and stderr kept;
+- metrics come on descriptor 3 from an unlinked file (no path anywhere), up to 1 MiB;
+- declared outputs copied out, links not followed; an allow-listed environment (env.py);
 - entries of ``/dev/shm`` owned by our uid that appeared while evaluations ran are
   removed once this process has no evaluation in flight (``ShmJanitor``);
-- ``protect_orchestrator`` makes the orchestrator's ``/proc/<pid>/environ`` unreadable
-  to the sandbox (non-root users only);
-- the workspace removed afterwards.
+- ``protect_orchestrator``: the orchestrator's ``/proc/<pid>/environ`` unreadable to
+  the sandbox (non-root users only); the workspace removed afterwards.
 
-What is not covered (use the docker backend for untrusted code):
-- the code runs as the same user on the same file system: it can read and write what
-  that user can, including the run's repository and database under ``REVTREE_HOME``,
-  ``~/.ssh`` and other credentials, and leave files anywhere outside ``/dev/shm``;
-- network access is unrestricted;
+What is not covered (use the bwrap or docker backend for untrusted code):
+- the code runs as the same user on the same file system and network: it can read and
+  write what that user can (``REVTREE_HOME``'s database and repositories, ``~/.ssh``,
+  the Python installation: a ``.pth`` file), and leave files anywhere;
 - the metrics descriptor is inherited by everything the shell starts, so a
   single-step evaluator that runs candidate code can be forged: use a grade step;
-- ``/proc`` of other processes of the same user: their command lines (a password
-  given in ``--db``), and their environments unless non-dumpable (the shell that
-  exported an API key is readable); running as root, everything is readable and
-  ``protect_orchestrator`` does not help;
-- a candidate can SIGKILL its own supervisor (same user); then only the process group
-  is killed and a ``setsid`` daemon may survive;
-- ``/dev/shm``: with evaluations in flight back to back, their files stay until none is,
-  and if the orchestrator is killed they stay (``reap`` does not know what was new);
-  an entry that another program of the same user (or another revtree process) creates
-  meanwhile and holds by no open descriptor or mapping at the sweep is removed too;
-  other shared places (``/tmp``, ``/var/tmp``, SysV IPC, abstract sockets) are not swept.
+- ``/proc`` of the same user's processes: command lines, environments unless
+  non-dumpable (as root, all of them: ``protect_orchestrator`` does not help);
+- a candidate can SIGKILL its supervisor: then a ``setsid`` daemon may survive;
+- ``/dev/shm``: files stay while evaluations run back to back, and after a killed
+  orchestrator; another program's new unheld entry is swept too; ``/tmp``, SysV IPC
+  and abstract sockets are not swept.
 """
 
 from __future__ import annotations
@@ -59,7 +49,7 @@ import tarfile
 import tempfile
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import IO
 
@@ -129,18 +119,28 @@ class LocalSandbox:
             ws, out = tmp / "ws", tmp / "out"
             out.mkdir()
             _extract(request.archive, ws)
-            env = sandbox_env(request.env, home=ws, tmp=out)
-            with tempfile.TemporaryFile(dir=tmp) as metrics, SHM.window():
+            with (
+                tempfile.TemporaryFile(dir=tmp) as metrics,
+                SHM.window(),
+                self._launch(request, tmp, metrics.fileno()) as how,
+            ):
                 setup = time.monotonic() - t0
-                fd = metrics.fileno()
-                result = _run(request.command, ws, env, request.limits, cancel, tmp / "pgid", fd)
-                text = _read_metrics(fd)
-            files, refused = collect_outputs(ws, request.outputs)
+                result = _run(how, request.command, request.limits, cancel, tmp / "pgid")
+                text = _read_metrics(metrics.fileno())
+            files, refused = collect_outputs(how.outputs, request.outputs)
             return dataclasses.replace(
                 result, metrics_text=text, setup_seconds=setup, files=files, refused=refused
             )
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+
+    @contextlib.contextmanager
+    def _launch(self, request: ExecRequest, tmp: Path, fd: int) -> Iterator[Launch]:
+        """How to start ``request`` in ``tmp`` (its ``ws`` and ``out`` made), metrics on ``fd``."""
+        ws = tmp / "ws"
+        env = sandbox_env(request.env, home=ws, tmp=tmp / "out")
+        argv = supervised(request.command, fd, request.limits)
+        yield Launch(argv, env, ws, ws, (fd,), as_supervisor)
 
     def close(self) -> None:
         """Nothing is held between executions."""
@@ -377,13 +377,13 @@ SHM = ShmJanitor()
 # ---------------------------------------------------------------- the process
 
 
-def _as_supervisor() -> None:  # runs in the child, before exec
+def as_supervisor() -> None:  # runs in the child, before exec
     if _prctl is not None:
         _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
         _prctl(_PR_SET_CHILD_SUBREAPER, 1)
 
 
-def _supervised(command: str, fd: int, limits: Limits) -> list[str]:
+def supervised(command: str, fd: int, limits: Limits) -> list[str]:
     """The command line that runs ``command`` under the supervisor."""
     memory = limits.memory_bytes or 0
     cpu = max(1, int(limits.cpu_seconds)) if limits.cpu_seconds else 0
@@ -432,27 +432,38 @@ def _stop(pid: int, done: threading.Event) -> None:
         _kill_group(pid)
 
 
+@dataclasses.dataclass(frozen=True)
+class Launch:
+    """How a backend starts one command: the command line, its environment and folder,
+    where its outputs are collected from, the descriptors passed, what runs before exec."""
+
+    argv: list[str]
+    env: dict[str, str]
+    cwd: Path
+    outputs: Path
+    pass_fds: tuple[int, ...]
+    preexec: Callable[[], None]
+
+
 def _run(
+    how: Launch,
     command: str,
-    cwd: Path,
-    env: dict[str, str],
     limits: Limits,
     cancel: threading.Event | None,
     pgid_file: Path,
-    metrics_fd: int,
 ) -> ExecResult:
     start = time.monotonic()
     try:
         proc = subprocess.Popen(
-            _supervised(command, metrics_fd, limits),
-            cwd=cwd,
-            env=env,
+            how.argv,
+            cwd=how.cwd,
+            env=how.env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,
-            pass_fds=(metrics_fd,),
-            preexec_fn=_as_supervisor,
+            pass_fds=how.pass_fds,
+            preexec_fn=how.preexec,
         )
     except (OSError, subprocess.SubprocessError) as e:
         raise SandboxError(f"cannot start {command!r}: {e}") from e

@@ -1,4 +1,5 @@
-"""The supervisor of one local execution: ``python -I -S supervise.py FD MEMORY CPU COMMAND``.
+"""The supervisor of one local execution:
+``python -I -S supervise.py FD MEMORY CPU COMMAND [SEED BACK FSIZE]``.
 
 The local sandbox starts it as a child subreaper (``PR_SET_CHILD_SUBREAPER``, set before
 the exec and kept across it), so whatever the command leaves behind (a background job,
@@ -13,6 +14,14 @@ a ``setsid`` double-forked daemon) is reparented to it, never to init. It:
   child left means no descendant left;
 - then exits as the command did: the same exit code, or killed by the same signal
   (SIGKILL when it was told to stop).
+
+Inside the namespace sandbox (``bwrap.py``) it is given SEED and BACK, descriptors of
+the host's workspace folder and of an empty host folder, and FSIZE: it makes itself
+non-dumpable (so the command cannot open them through ``/proc/<pid>/fd``), copies SEED
+into its working folder (a size-capped tmpfs) and closes it before the command starts,
+sets ``RLIMIT_FSIZE`` = FSIZE on the command (descriptor 3 included), and once every
+descendant is dead copies the working folder into BACK (``cp -a``: links and fifos
+copied as such, never followed or read), from where the sandbox collects the outputs.
 
 What it does not cover: a descendant that kills this process (same user) escapes it;
 the sandbox then kills the process group, which a ``setsid`` leaves. Without ``/proc``
@@ -39,12 +48,15 @@ def _on_stop(signum: int, frame: object) -> None:
     raise Stop(signum)
 
 
-def _child(command: str, memory: int, cpu: int) -> None:  # after fork, never returns
+def _child(command: str, memory: int, cpu: int, fsize: int = 0) -> None:  # never returns
     try:
         for sig in RESET:
             _signal.signal(sig, _signal.SIG_DFL)
-        if memory or cpu:
+        if memory or cpu or fsize:
             import resource
+
+            if fsize:
+                resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
 
             if memory:
                 resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
@@ -95,6 +107,26 @@ def kill_all() -> None:
         pause = min(2 * pause, 0.01)
 
 
+def _copy(src: str, dst: str, keep: int) -> bool:
+    """``cp -a src/. dst`` with descriptor ``keep`` open in cp; True if it succeeded."""
+    pid = posix.fork()
+    if pid == 0:
+        try:
+            posix.set_inheritable(keep, True)
+            posix.execv("/bin/cp", ["/bin/cp", "-a", "--", src + "/.", dst])
+        finally:
+            posix._exit(127)
+    _, status = posix.waitpid(pid, 0)
+    return posix.WIFEXITED(status) and posix.WEXITSTATUS(status) == 0
+
+
+def _undumpable() -> None:
+    import ctypes
+
+    if ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0) != 0:  # PR_SET_DUMPABLE
+        raise OSError("cannot make the supervisor non-dumpable")
+
+
 def _exit_as(status: int | None) -> None:
     if status is not None and posix.WIFEXITED(status):
         posix._exit(posix.WEXITSTATUS(status))
@@ -111,17 +143,24 @@ def _exit_as(status: int | None) -> None:
 
 def main(argv: list[str]) -> None:
     fd, memory, cpu, command = int(argv[1]), int(argv[2]), int(argv[3]), argv[4]
+    seed, back, fsize = (int(a) for a in argv[5:8]) if len(argv) > 7 else (-1, -1, 0)
     status = None
     try:
         for sig in STOP:
             _signal.signal(sig, _on_stop)
+        if seed >= 0:
+            _undumpable()
+            posix.set_inheritable(back, False)
+            if not _copy(f"/proc/self/fd/{seed}", ".", seed):
+                raise OSError("cannot copy the workspace in")
+            posix.close(seed)
         if fd != METRICS_FD:
             posix.dup2(fd, METRICS_FD)
             posix.close(fd)
         posix.set_inheritable(METRICS_FD, True)
         pid = posix.fork()
         if pid == 0:
-            _child(command, memory, cpu)
+            _child(command, memory, cpu, fsize)
         while status is None:
             reaped, st = posix.waitpid(-1, 0)
             if reaped == pid:
@@ -138,6 +177,8 @@ def main(argv: list[str]) -> None:
             break
         except Stop:
             continue
+    if back >= 0 and status is not None and not _copy(".", f"/proc/self/fd/{back}", back):
+        posix.write(2, b"revtree supervisor: cannot copy the workspace out\n")
     _exit_as(status)
 
 

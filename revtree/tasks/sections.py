@@ -243,8 +243,10 @@ class Holdout(Section):
 class SandboxConfig(Section):
     """Where and under which limits evaluations run."""
 
-    backend: Literal["auto", "local", "docker"] = Field(
-        "auto", description="'auto' uses docker when an engine answers, else local."
+    backend: Literal["auto", "local", "bwrap", "docker"] = Field(
+        "auto",
+        description="'auto' uses docker when an engine answers and has the image, else "
+        "bwrap (Linux namespaces) where bubblewrap works, else refuses code a model writes.",
     )
     memory: Size = Field(4 * 2**30, description="Address-space / memory limit per evaluation.")
     cpu_seconds: Duration | None = Field(None, description="CPU-time limit per evaluation.")

@@ -12,7 +12,21 @@ import pytest
 from revtree.sandboxes import Sandbox, make_sandbox
 from revtree.tasks.spec import SandboxConfig
 
-BACKENDS = ["local", pytest.param("docker", marks=pytest.mark.docker)]
+BACKENDS = [
+    "local",
+    pytest.param("bwrap", marks=pytest.mark.bwrap),
+    pytest.param("docker", marks=pytest.mark.docker),
+]
+LOCAL_KINDS = ("local", "bwrap")  # backends whose workspaces are folders under base_dir
+
+
+@pytest.fixture(scope="session")
+def bwrap_usable() -> None:
+    """Nothing, or a skip saying why the namespace sandbox cannot run here."""
+    from revtree.sandboxes.bwrap import usable
+
+    if (why := usable()) is not None:
+        pytest.skip(why)
 
 
 @pytest.fixture(scope="session")
@@ -44,6 +58,8 @@ def docker_sandbox(client: Any, **config: Any) -> Sandbox:
 def sandbox(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Sandbox]:
     if request.param == "docker":
         request.getfixturevalue("docker_client")
+    if request.param == "bwrap":
+        request.getfixturevalue("bwrap_usable")
     box = make_sandbox(request.param, base_dir=tmp_path / "sandboxes")
     yield box
     box.close()
@@ -53,7 +69,7 @@ def leftovers(sandbox: Sandbox, tmp_path: Path) -> list[str]:
     """What this sandbox left behind: workspace folders, or containers and volumes once
     the background removals handed over so far are done, less the warm pool's unused
     containers (alive by design until ``close``)."""
-    if sandbox.name == "local":
+    if sandbox.name in LOCAL_KINDS:
         base = tmp_path / "sandboxes"
         return [p.name for p in base.iterdir()] if base.is_dir() else []
     from revtree.sandboxes.docker import LABEL, OWNER, owner_id

@@ -309,6 +309,7 @@ def test_auto_without_an_engine_runs_only_knob_candidates_locally(monkeypatch):
     on; ``--sandbox local`` (asked) runs it with the full warning."""
     monkeypatch.delenv(AUTO_ENV, raising=False)
     monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+    monkeypatch.setenv("REVTREE_BWRAP", "/nonexistent/bwrap")  # and no bubblewrap
     choice = choose_backend("auto", SandboxConfig(), knob_only=True)
     assert choice.name == "local"
     assert choice.reason == "auto: no Docker engine answers at unix:///nonexistent/docker.sock"
@@ -327,6 +328,20 @@ def test_auto_without_an_engine_runs_only_knob_candidates_locally(monkeypatch):
     assert asked.warning is not None
     for word in ("same file system", "network", "database", "forge"):
         assert word in asked.warning
+
+
+@pytest.mark.bwrap
+def test_auto_without_an_engine_takes_bwrap_for_any_code(monkeypatch, bwrap_usable):
+    """No engine, bubblewrap here: code a model writes runs in the namespace sandbox,
+    the reason saying what it enforces; no warning (it isolates)."""
+    monkeypatch.delenv(AUTO_ENV, raising=False)
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+    for how in ({"writer": "LLM agents write them"}, {"knob_only": True}):
+        choice = choose_backend("auto", SandboxConfig(), **how)  # type: ignore[arg-type]
+        assert (choice.name, choice.warning) == ("bwrap", None)
+        assert choice.reason.startswith("auto: no Docker engine answers at unix:///nonexistent")
+        assert "no network" in choice.reason and "memory" in choice.reason
+    assert make_sandbox("auto", config=SandboxConfig()).name == "bwrap"
 
 
 def test_forced_and_asked_choices_say_so(monkeypatch):

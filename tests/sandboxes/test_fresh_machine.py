@@ -41,6 +41,17 @@ os.write(3, json.dumps({{"score": 1.0}}).encode())
 """
 
 
+NO_BWRAP = "/nonexistent/bwrap"  # REVTREE_BWRAP: a machine without bubblewrap
+HOST_WRITE_EVALUATE = """\
+import json, os, pathlib
+try:
+    pathlib.Path({marker!r}).write_text("evaluated here")
+except OSError:
+    pass
+os.write(3, json.dumps({{"score": 1.0}}).encode())
+"""
+
+
 def first_command() -> str:
     """The first command of the README's "Two commands" section, as it is written."""
     section = (ROOT / "README.md").read_text().split("## Two commands", 1)[1]
@@ -135,12 +146,14 @@ def test_the_first_command_is_the_one_this_file_runs():
 @pytest.mark.docker
 @pytest.mark.timeout(1500)
 def test_the_readme_first_command_on_a_fresh_machine(docker_client, repo_copy, tmp_path):
-    """No engine at all, then Docker with no evaluation image: the README's first
-    command exits 0 with a best better than the baseline, on the local sandbox, saying
+    """No engine at all, then Docker with no evaluation image (and no bubblewrap, as on
+    a fresh machine; with it, auto takes bwrap): the README's first command exits 0
+    with a best better than the baseline, on the local sandbox, saying
     why in one line; no image is built for the knob proposer. (No engine first: its
     venv and install make the second, with the images aside, short.)"""
     out, summary = readme_command(
-        repo_copy, fresh_env(tmp_path / "home-no-engine", DOCKER_HOST=NO_ENGINE)
+        repo_copy,
+        fresh_env(tmp_path / "home-no-engine", DOCKER_HOST=NO_ENGINE, REVTREE_BWRAP=NO_BWRAP),
     )
     said = out.stdout + out.stderr
     assert out.returncode == 0, said[-3000:]
@@ -151,7 +164,8 @@ def test_the_readme_first_command_on_a_fresh_machine(docker_client, repo_copy, t
 
     with images_aside(docker_client) as aside:
         assert base_tag() in aside
-        out, summary = readme_command(repo_copy, fresh_env(tmp_path / "home-no-image"))
+        env = fresh_env(tmp_path / "home-no-image", REVTREE_BWRAP=NO_BWRAP)
+        out, summary = readme_command(repo_copy, env)
         said = out.stdout + out.stderr
         assert out.returncode == 0, said[-3000:]
         assert not image_exists(docker_client, base_tag())  # nothing was built
@@ -206,10 +220,11 @@ def test_llm_code_without_an_engine_runs_only_with_sandbox_local(tmp_path):
     task = write_task_folder(
         tmp_path / "task", TASK_TOML, {"evaluate.py": MARKER_EVALUATE.format(marker=str(marker))}
     )
-    env = fresh_env(tmp_path / "home", DOCKER_HOST=NO_ENGINE)
+    env = fresh_env(tmp_path / "home", DOCKER_HOST=NO_ENGINE, REVTREE_BWRAP=NO_BWRAP)
     with FakeLLMServer(DemoResponder()) as srv:
         said = run_llm_task(task, srv.openai_url, env)
         refused(said)
+        assert "--sandbox bwrap, which isolates without Docker, cannot run" in said
         assert f"no Docker engine answers at {NO_ENGINE}" in said
         assert not marker.exists() and runs_in(env) == []
         said = run_llm_task(task, srv.openai_url, env, "--sandbox", "local")
@@ -228,9 +243,44 @@ def test_llm_code_on_an_engine_without_the_image_is_refused(docker_client, tmp_p
     path = os.pathsep.join(
         d for d in os.environ["PATH"].split(os.pathsep) if not (Path(d) / "debootstrap").exists()
     )
-    env = fresh_env(tmp_path / "home", PATH=path)
+    env = fresh_env(tmp_path / "home", PATH=path, REVTREE_BWRAP=NO_BWRAP)
     with FakeLLMServer(DemoResponder()) as srv, images_aside(docker_client):
         said = run_llm_task(task, srv.openai_url, env)
     refused(said)
     assert "has no evaluation image" in said and "debootstrap is not installed" in said
     assert not marker.exists() and runs_in(env) == []
+
+
+@pytest.mark.slow
+@pytest.mark.bwrap
+def test_llm_code_without_an_engine_runs_in_the_namespace_sandbox(tmp_path):
+    """No engine, bubblewrap here: a run whose candidates a model writes runs under
+    bwrap, whose start line says what it enforces, and its evaluator cannot write on
+    the host (the marker, beside the task, stays absent)."""
+    from revtree.sandboxes.bwrap import usable
+
+    if (why := usable()) is not None:
+        pytest.skip(why)
+    marker = tmp_path / "evaluated-on-the-host"
+    task = write_task_folder(
+        tmp_path / "task",
+        TASK_TOML,
+        {"evaluate.py": HOST_WRITE_EVALUATE.format(marker=str(marker))},
+    )
+    env = fresh_env(tmp_path / "home", DOCKER_HOST=NO_ENGINE)
+    with FakeLLMServer(DemoResponder()) as srv:
+        said = run_llm_task(task, srv.openai_url, env)
+    assert said.startswith("exit 0\n"), said
+    assert not marker.exists()
+    assert len(runs_in(env)) == 1
+    shown = subprocess.run(
+        [sys.executable, "-m", "revtree", "watch", "last"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    assert "sandbox bwrap (auto: no Docker engine answers" in " ".join(shown.split()), shown
+    assert "no network" in shown

@@ -16,6 +16,7 @@ import pytest
 
 from revtree.errors import Cancelled, SandboxError
 from revtree.sandboxes import make_sandbox, resolve_auto
+from revtree.sandboxes.bwrap import usable
 from revtree.sandboxes.local import LocalSandbox, ShmJanitor
 from tests.sandboxes.test_contract import BOUND, execute
 
@@ -59,7 +60,7 @@ def test_make_sandbox_by_name_and_dotted_path(monkeypatch):
     monkeypatch.setenv("REVTREE_SANDBOX", "local")
     assert isinstance(make_sandbox("auto"), LocalSandbox)
     monkeypatch.delenv("REVTREE_SANDBOX")
-    assert resolve_auto(knob_only=True) in ("local", "docker")
+    assert resolve_auto(knob_only=True) in ("local", "bwrap", "docker")
     with pytest.raises(ValueError, match="unknown sandbox backend"):
         make_sandbox("vm")
 
@@ -72,8 +73,12 @@ def test_make_sandbox_refuses_an_argument_the_backend_does_not_take(monkeypatch)
     # "auto" asks the engine at base_url; where none answers, code that is not the knob
     # proposer's is refused (never run unisolated), before base_url reaches a backend
     monkeypatch.delenv("REVTREE_SANDBOX", raising=False)
+    monkeypatch.setenv("REVTREE_BWRAP", "/nonexistent/bwrap")  # and no bubblewrap
     with pytest.raises(SandboxError, match="no Docker engine answers at unix:///nonexistent"):
         make_sandbox("auto", base_url="unix:///nonexistent/docker.sock")
+    monkeypatch.delenv("REVTREE_BWRAP")  # with it, base_url served the choice and is dropped
+    if usable() is None:
+        assert make_sandbox("auto", base_url="unix:///nonexistent/docker.sock").name == "bwrap"
 
 
 def test_background_child_dies_when_the_command_exits(local, workspace):
