@@ -27,7 +27,7 @@ from typing import Any
 
 from sqlalchemy import Engine, create_engine, event, inspect
 from sqlalchemy.engine import URL, Connection, make_url
-from sqlalchemy.exc import ArgumentError, OperationalError, SQLAlchemyError
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError, OperationalError, SQLAlchemyError
 from sqlalchemy.pool import StaticPool
 
 from revtree.errors import StoreError
@@ -71,22 +71,38 @@ def normalize_url(url: str) -> URL:
         if "://" not in url and not re.search(r"\w@", url):  # a path: say its URL
             hint = f"for a SQLite file: sqlite:///{Path(url).expanduser().absolute()}"
         raise StoreError(f"--db {_mask(url)!r} is not a database URL ({hint})") from None
+    except ValueError as e:  # a port that is no number
+        raise StoreError(f"--db {_mask(url)!r} is not a database URL ({e})") from None
     if parsed.drivername == "postgresql":
         parsed = parsed.set(drivername="postgresql+psycopg")
     return parsed
 
 
 def _mask(text: str) -> str:
-    """``text`` with anything like a password (``:secret@``) replaced by ``***``."""
-    return re.sub(r":[^:@/]*@", ":***@", text)
+    """``text`` with anything like a password replaced by ``***``: ``user:secret@``, up to
+    the last ``@`` before the host (an unescaped ``@`` in a password), and a ``password=``
+    query parameter."""
+    text = re.sub(r"((?:^|/|[\s'\"])[^:/@?#\s'\"]*):[^/?#\s'\"]*@", r"\1:***@", text)
+    return re.sub(r"(?i)(password=)[^&\s'\"]*", r"\1***", text)
+
+
+def hide(text: str, url: URL) -> str:
+    """``text`` (a message about ``url``) with the URL's secrets hidden: its password, a
+    ``password`` query parameter, and the part of a host before an ``@`` (what a password
+    with an unescaped ``@`` leaves there, which the driver's own message quotes)."""
+    host = url.host or ""
+    if "@" in host:
+        text = text.replace(host, "***@" + host.rpartition("@")[2])
+    return _mask(text)
 
 
 def display_url(url: str) -> str:
     """The URL to show a person: its password hidden."""
     try:
-        return make_url(url).render_as_string(hide_password=True)
-    except ArgumentError:
+        parsed = make_url(url)
+    except (ArgumentError, ValueError):
         return _mask(url)
+    return hide(parsed.render_as_string(hide_password=True), parsed)
 
 
 def make_engine(url: str, create: bool = True) -> Engine:
@@ -96,9 +112,15 @@ def make_engine(url: str, create: bool = True) -> Engine:
     if parsed.get_backend_name() != "sqlite":
         psycopg = parsed.get_driver_name() == "psycopg"
         connect = {"connect_timeout": CONNECT_TIMEOUT} if psycopg else {}
-        return create_engine(
-            parsed, pool_pre_ping=True, pool_size=10, max_overflow=20, connect_args=connect
-        )
+        try:
+            return create_engine(
+                parsed, pool_pre_ping=True, pool_size=10, max_overflow=20, connect_args=connect
+            )
+        except (ImportError, NoSuchModuleError):  # e.g. mysql://: no driver installed
+            raise StoreError(
+                f"--db {display_url(url)!r}: revtree stores runs in SQLite or PostgreSQL "
+                "(sqlite:///PATH or postgresql://USER@HOST/DB)"
+            ) from None
     memory = not parsed.database or parsed.database == ":memory:"
     if not memory:
         path = Path(parsed.database or "").expanduser()
@@ -127,6 +149,7 @@ def probe(engine: Engine) -> None:
         cause = str(getattr(e, "orig", None) or e).strip().splitlines()
         first = cause[0] if cause else type(e).__name__
         shown = engine.url.render_as_string(hide_password=True)
+        shown, first = hide(shown, engine.url), hide(first, engine.url)
         raise StoreError(f"cannot open the database {shown}: {first}") from None
 
 

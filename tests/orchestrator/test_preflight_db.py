@@ -109,3 +109,23 @@ def test_a_read_into_a_missing_folder_creates_nothing(
 def test_ls_on_a_fresh_machine_lists_none_and_creates_nothing(home: Path) -> None:
     assert json.loads(revtree(home, "ls", "--json").stdout) == []
     assert not home.exists()
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://u@127.0.0.1:1/x?password=S3CRET",  # libpq's query parameter
+        "postgresql://u:p@S3CRET@127.0.0.1:1/x",  # an unescaped @: the driver names the host
+        "postgresql://u:S3:CRET@127.0.0.1:1/x",
+        "postgresql://u:S3CRET@127.0.0.1:notaport/x",  # a port that is no number
+        "mysql://u:S3CRET@127.0.0.1:1/x",  # a database revtree does not store runs in
+        "postgresql//u:S3CRET@127.0.0.1:1/x",  # a typo in the scheme
+        "u:S3CRET@127.0.0.1/x",
+    ],
+)
+def test_every_db_mistake_hides_the_password(home: Path, url: str) -> None:
+    proc = revtree(home, "ls", "--db", url, check=False)
+    line = _one_error_line(proc)
+    assert "S3CRET" not in proc.stdout + proc.stderr and "CRET" not in line, line
+    assert "***" in line, line
+    assert not home.exists()
