@@ -191,6 +191,13 @@ def test_constants_become_knobs_with_ranges_around_their_values() -> None:
     assert find_knobs("def broken(:\n", "p.py") == []
 
 
+def test_constants_a_search_cannot_use_are_left_out() -> None:
+    text = "DEBUG = True\nVERBOSE = 1\nQUIET = False\nHUGE = 1e308\nTINY = 1e-12\nBIG = 10**30\n"
+    knobs = {k.name: k for k in find_knobs(text, "p.py")}
+    assert list(knobs) == ["TINY"]  # 1e308's range would end at inf, written back as `inf`
+    assert (knobs["TINY"].low, knobs["TINY"].high, knobs["TINY"].log) == (1e-13, 1e-11, True)
+
+
 def test_init_writes_the_knobs_and_the_task_loads(tmp_path: Path) -> None:
     made = scaffold(tmp_path / "t", DATA / "planner.py", "fill", "maximize")
     spec = load_task(made.folder)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import ast
 import json
+import math
 import re
 from collections import Counter
 from collections.abc import Iterable
@@ -35,7 +36,7 @@ from revtree.tasks.load import knob_regex
 from revtree.tasks.spec import Knob
 
 CONSTANT = re.compile(r"^[A-Z][A-Z0-9_]*$")
-SKIPPED = re.compile(r"SEED|VERSION")
+SKIPPED = re.compile(r"SEED|VERSION|DEBUG|VERBOSE|QUIET")  # not what a search tunes
 FRACTION = re.compile(r"PROB|FRAC|RATIO|SHARE|FILL|PCT|PERCENT")
 
 
@@ -128,6 +129,8 @@ def _knob(name: str, value: Any, file: str, compared: list[str]) -> Knob | None:
         return Knob(name=name, type="int", low=low, high=high, log=log, file=file)
     if isinstance(value, float) and value == value and abs(value) != float("inf"):
         low_f, high_f, log = _float_range(name, value)
+        if not math.isfinite(low_f) or not math.isfinite(high_f):  # 1e308 * 10: `inf`
+            return None
         return Knob(name=name, type="float", low=low_f, high=high_f, log=log, file=file)
     return None
 
