@@ -95,6 +95,9 @@ class Context:
 @functools.lru_cache(maxsize=64)
 def load_template(role: str, override: str | None, root: str) -> tuple[Template, Template]:
     path = Path(root) / override if override else PROMPTS / f"{role}.md"
+    if override and not path.resolve().is_relative_to(Path(root).resolve()):
+        # a link out of the task folder (the task's loader refuses other paths)
+        raise LLMError(f"the {role} prompt template {override} leads out of the task folder")
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as e:

@@ -147,7 +147,11 @@ class Role(Section):
     ensemble: tuple[EnsembleMember, ...] = Field(
         (), description="Weighted models (instead of model)."
     )
-    prompt: str | None = Field(None, description="Template file overriding the built-in prompt.")
+    prompt: str | None = Field(
+        None,
+        description="Template file overriding the built-in prompt, relative to the task "
+        "folder and inside it (no absolute path, no '..').",
+    )
     enabled: bool = Field(
         True,
         description="Off: the role is skipped (reviewer, analyst); a disabled proposer "
@@ -156,6 +160,20 @@ class Role(Section):
     structured: Structured | None = Field(
         None, description="Structured answers for this role (default: agents.structured)."
     )
+
+    @field_validator("prompt")
+    @classmethod
+    def _inside_task(cls, value: str | None) -> str | None:
+        """A template is read and sent to the model: only one of the task's own files."""
+        if value is None:
+            return None
+        parts = value.replace("\\", "/").split("/")
+        if value.startswith(("/", "~")) or re.match(r"^[A-Za-z]:", value) or ".." in parts:
+            raise ValueError(
+                f"the prompt template must be a file inside the task folder, given relative "
+                f"to it (such as 'prompts/coder.md'), got {value!r}"
+            )
+        return value
     tools: Literal["auto", "on", "off"] | None = Field(
         None,
         description="Work in steps with tools (search_code, read_file, list_files, run, "
