@@ -68,9 +68,14 @@ def run(instances):
 
 
 def instances_for(argv):
-    """The dev instances, or with ``--holdout`` the hidden ones of holdout.py: its guard
-    half when ``$REVTREE_STAGE`` is ``guard``, else its final half."""
+    """The dev instances, or with ``--holdout`` the hidden ones: in the run step, those
+    prepare.py wrote to instances.json (it sees neither holdout.py nor the stage); in
+    the trusted steps, holdout.py's guard half when ``$REVTREE_STAGE`` is ``guard``,
+    else its final half."""
     if "--holdout" in argv:
+        if os.path.exists("instances.json"):
+            with open("instances.json", encoding="utf-8") as f:
+                return [tuple(pair) for pair in json.load(f)]
         import holdout
 
         return holdout.GUARD if os.environ.get("REVTREE_STAGE") == "guard" else holdout.FINAL

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from revtree.agents.stage_inputs import GradeStep, Prepared, grade_step, rewrite_archive, run_env
 from revtree.memory.records import EvalResult, finite_mean, score_problem
 from revtree.sandboxes.base import METRICS_FD, ExecRequest, ExecResult, Limits, Sandbox, archive_of
 from revtree.tasks.load import matches
@@ -143,15 +144,6 @@ def _failure(result: ExecResult, timeout: float) -> tuple[str, str] | None:
 
 
 @dataclass(frozen=True)
-class GradeStep:
-    """The trusted step that scores one stage: its command, timeout and output globs."""
-
-    command: str
-    timeout: float
-    outputs: tuple[str, ...]
-
-
-@dataclass(frozen=True)
 class _Step:
     label: str
     command: str
@@ -207,6 +199,7 @@ class Evaluator:
     ) -> None:
         self.spec, self.sandbox, self.log_dir = spec, sandbox, log_dir
         self.protected = dict(protected or {})
+        self.prepared = Prepared()
         sb = spec.sandbox
         self.base_env = {**{k: os.environ[k] for k in sb.pass_env if k in os.environ}, **sb.env}
         graded = spec.evaluate.grade or (spec.holdout and spec.holdout.grade)
@@ -223,16 +216,7 @@ class Evaluator:
 
     def grade_step(self, stage: str) -> GradeStep | None:
         """The grade step of a stage (``full``, ``holdout`` or a cascade stage), if any."""
-        ev, h = self.spec.evaluate, self.spec.holdout
-        if stage in (HOLDOUT, GUARD):
-            if h is None or h.grade is None:
-                return None
-            timeout = h.grade.timeout or h.timeout or ev.timeout
-            return GradeStep(h.grade.command, timeout, self.spec.holdout_outputs)
-        if ev.grade is None:
-            return None
-        own = next((st.grade for st in ev.stages if st.name == stage), None)
-        return GradeStep(own or ev.grade.command, ev.grade_timeout, ev.outputs)
+        return grade_step(self.spec, stage, holdout=stage in (HOLDOUT, GUARD))
 
     def run_one(
         self,
@@ -258,9 +242,18 @@ class Evaluator:
         }
         grade = self.grade_step(stage)
         outputs = grade.outputs if grade else ()
+        protected = self.protected if protected is None else protected
+        if grade is not None and (grade.hidden or grade.prepare):
+            prep = self._limits(grade.timeout)
+            inputs = self.prepared.of(
+                stage, repeat, grade, protected, env, prep, self.sandbox, cancel
+            )
+            archive = rewrite_archive(archive, grade.hidden, inputs)
+        hides = grade is not None and grade.hides_stage
         request = ExecRequest(
-            archive, command, self._limits(timeout), env, dict(labels or {}), outputs
-        )
+            archive, command, self._limits(timeout), run_env(env, hides), dict(labels or {}),
+            outputs,
+        )  # fmt: skip
         run = self.sandbox.execute(request, cancel)
         steps = [_Step("run step" if grade else "", command, run)]
         if grade is None:
@@ -276,7 +269,7 @@ class Evaluator:
             return self._result(node_id, stage, repeat, steps, {}, None, problem, "outputs")
         request = ExecRequest(
             grade_archive(
-                self.protected if protected is None else protected,
+                protected,
                 {p: d for p, d in run.files.items() if matches(p, grade.outputs)},
             ),
             grade.command,

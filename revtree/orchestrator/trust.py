@@ -11,6 +11,9 @@ set once. Two rules raise an alarm on a guarded node:
 - ``holdout-worse``: better than the baseline on dev, but worse than the baseline on
   the guard holdout by more than ``tolerance`` times the baseline's holdout (a hack
   that hard-codes the dev answers scores perfectly on dev and badly on held-out data);
+- ``dev-only``: a dev gain over the baseline of more than ``DEV_ONLY`` times the
+  tolerance (relative), while the guard's gain is within the tolerance of zero (a
+  table of the dev inputs' answers, with the honest code elsewhere, gains on dev only);
 - ``rank``: over the guarded nodes (at least 4), Kendall's tau between dev and guard
   scores falls below ``min_rank_agreement`` while the node is the best on dev and in
   the worse half on the guard (the dev metric stopped tracking the held-out one).
@@ -172,6 +175,42 @@ def holdout_alarm(
             f"guard holdout ({holdout:.6g} vs {base_holdout:.6g}, tolerance {tolerance:.0%})"
         )
     return None
+
+
+DEV_ONLY = 5.0  # a dev gain this many tolerances large must show on the guard
+
+
+def relative_gain(value: float, base: float, maximize: bool) -> float:
+    """How much better ``value`` is than ``base``, relative to ``base``'s size."""
+    return (1.0 if maximize else -1.0) * (value - base) / max(abs(base), 1e-12)
+
+
+def dev_only_alarm(
+    dev: float,
+    guard: float,
+    base_dev: float,
+    base_guard: float,
+    maximize: bool,
+    tolerance: float,
+) -> str | None:
+    """The ``dev-only`` rule: a large dev gain with a guard gain within noise of zero."""
+    dev_gain, guard_gain = (
+        relative_gain(dev, base_dev, maximize),
+        relative_gain(guard, base_guard, maximize),
+    )
+    if dev_gain > DEV_ONLY * max(tolerance, 0.01) and guard_gain <= tolerance:
+        return (
+            f"a gain on the dev inputs only: {dev_gain:+.1%} on dev ({dev:.6g} vs "
+            f"{base_dev:.6g}) but {guard_gain:+.1%} on the guard holdout ({guard:.6g} vs "
+            f"{base_guard:.6g}, within the {tolerance:.0%} tolerance of no gain)"
+        )
+    return None
+
+
+def final_better(best: float, base: float, maximize: bool, tolerance: float) -> bool:
+    """Whether the recommended node's final holdout beats the baseline's beyond the
+    tolerance (the only gain a recommendation may be called an improvement for)."""
+    return relative_gain(best, base, maximize) > tolerance
 
 
 def kendall_tau(xs: Sequence[float], ys: Sequence[float]) -> float:

@@ -13,14 +13,15 @@ from __future__ import annotations
 import dataclasses
 import statistics
 import threading
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 
 from revtree.agents.evaluator import FULL, GUARD, HOLDOUT
 from revtree.errors import StoreError
 from revtree.memory import EvalResult, Node, NodeStatus
 from revtree.memory.gitstore import HOLDOUT_REF
 from revtree.orchestrator.mirror import subtree_alarm
-from revtree.orchestrator.trust import holdout_alarm, rank_alarm
+from revtree.orchestrator.trust import dev_only_alarm, holdout_alarm, rank_alarm
 from revtree.orchestrator.wiring import Parts
 
 FINAL_TRIES = 10  # new bests verified and guarded at the end, at most
@@ -175,13 +176,16 @@ class Trust:
             return
         if root.score is None or node.alarm is not None:
             return
-        kind = "holdout-worse"
-        msg = holdout_alarm(node.score, h, root.score, base_h, maximize, t.tolerance)
+        kind, rule = "holdout-worse", cast(Callable[..., str | None], holdout_alarm)
+        msg = rule(node.score, h, root.score, base_h, maximize, t.tolerance)
+        if msg is None:
+            kind, rule = "dev-only", dev_only_alarm
+            msg = rule(node.score, h, root.score, base_h, maximize, t.tolerance)
         if msg is not None:  # confirm on a second guard run of both before alarming
             self._guard_repeat(0, 1, slot)
             self._guard_repeat(node_id, 1, slot)
             h, base_h = self.guarded[node_id], self.guarded[0]
-            msg = holdout_alarm(node.score, h, root.score, base_h, maximize, t.tolerance)
+            msg = rule(node.score, h, root.score, base_h, maximize, t.tolerance)
         if msg is None:
             with self.mirror.lock:
                 nodes = self.mirror.nodes
@@ -213,14 +217,18 @@ class Trust:
         self.mirror.rebest(f"node {node_id} carries a drift alarm")
 
     def final_holdout(self) -> None:
-        """The hidden holdout of the recommended node, once per attempt."""
+        """The hidden holdout of the recommended node, and of the baseline as its
+        reference (a recommendation no better there is not called an improvement),
+        each once per attempt."""
         best = self.mirror.best_id
         if self.spec.holdout is None or best is None:
             return
-        attempt = self.mirror.get(best).attempt
-        done = {e.stage for e in self.store.evaluations(self.run_id, best) if e.attempt == attempt}
-        if HOLDOUT not in done:
-            self.holdout(best)
+        nodes = [best] if best == 0 or self.mirror.get(0).score is None else [0, best]
+        for node_id in nodes:
+            attempt = self.mirror.get(node_id).attempt
+            evals = self.store.evaluations(self.run_id, node_id)
+            if not any(e.stage == HOLDOUT and e.attempt == attempt for e in evals):
+                self.holdout(node_id)
 
     def for_policy(self, node_id: int) -> None:
         """The policy asked for more repeats of a promising node before exploiting it."""

@@ -112,6 +112,41 @@ class Grade(Section):
     timeout: Duration | None = Field(
         None, description="Wall timeout of the grader; defaults to the run step's timeout."
     )
+    files: Globs = Field(
+        (),
+        description="Globs of protected (or holdout) files only this grade step sees, such as "
+        "the labels: they are left out of the run step's workspace.",
+    )
+    prepare: str | None = Field(
+        None,
+        min_length=1,
+        description="Trusted command that writes the stage's inputs (the files of 'inputs') "
+        "for the run step; it runs with no candidate code, sees what the grader sees, and is "
+        "told the stage ($REVTREE_STAGE), which the run step then is not.",
+    )
+    inputs: Globs = Field(
+        (), description="Globs of the files 'prepare' writes, copied into the run step's workspace."
+    )
+
+    @field_validator("files", "inputs")
+    @classmethod
+    def _relative(cls, value: Any) -> Any:
+        return _output_globs(value)
+
+    @model_validator(mode="after")
+    def _prepare_needs_inputs(self) -> Grade:
+        if (self.prepare is None) != (not self.inputs):
+            raise ValueError(
+                "prepare and inputs go together: prepare writes the files that inputs names, "
+                'e.g. prepare = "python3 prepare.py" and inputs = ["inputs.json"]'
+            )
+        return self
+
+    @property
+    def hides_stage(self) -> bool:
+        """Whether the run step is laid out without the stage's labels: it is then not
+        told the stage either (only the trusted steps are)."""
+        return bool(self.files) or self.prepare is not None
 
 
 class Stage(Section):

@@ -34,6 +34,7 @@ from revtree.agents import Evaluator
 from revtree.agents.evaluator import Outcome
 from revtree.agents.llm import LLMError, Prompt, Usage, detect_model, make_llm, split_model
 from revtree.agents.llm.pricing import Rate, cost, rate_for
+from revtree.agents.stage_inputs import labels_visible
 from revtree.errors import RevtreeError
 from revtree.memory import GitStore
 from revtree.memory.records import EvalResult
@@ -125,6 +126,8 @@ def preflight(
         OK,
         f"{spec.name}: {spec.evaluate.metric} ({spec.evaluate.direction}), editable {names}",
     )
+    for why in labels_visible(spec):
+        report.add("labels", WARN, "a grader's labels are visible to the run step", why)
     with tempfile.TemporaryDirectory(prefix="revtree-check-") as tmp:
         own = sandbox is None
         if sandbox is None:

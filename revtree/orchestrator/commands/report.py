@@ -10,7 +10,7 @@ from revtree.memory import Node, NodeStatus, RunInfo, Store
 from revtree.memory.records import EvalResult, LLMCall
 from revtree.orchestrator.policies import make_policy
 from revtree.orchestrator.tree import Tree
-from revtree.orchestrator.trust import gain
+from revtree.orchestrator.trust import final_better, gain
 from revtree.tasks.spec import TaskSpec
 
 
@@ -54,6 +54,7 @@ def summarize(store: Store, run: RunInfo, with_nodes: bool = False) -> dict[str,
         },
         "alarms": [{"node": n.id, **(n.alarm or {})} for n in nodes if n.alarm is not None],
         "gain": _gain(evals, nodes, root, best, run),
+        "final_holdout": final_holdout(holdout, nodes, best, run),
         "wall_seconds": round(run.wall_used, 3),
         "sandbox_seconds": round(store.sandbox_seconds(run.id), 3),
         "created_at": run.created_at,
@@ -203,11 +204,42 @@ def recommendation_note(s: dict[str, Any]) -> str | None:
     )
 
 
+def final_holdout(
+    holdout: list[EvalResult], nodes: list[Node], best: Node | None, run: RunInfo
+) -> dict[str, Any] | None:
+    """The recommended node's final holdout against the baseline's (their current
+    attempts): ``better`` is False where it is no better beyond ``[trust] tolerance``,
+    and the recommendation is then not an improvement; None where either is missing."""
+    if best is None or best.id == 0:
+        return None
+    attempts = {n.id: n.attempt for n in nodes}
+
+    def score(node_id: int) -> float | None:
+        runs = [e for e in holdout if e.node_id == node_id and e.attempt == attempts[node_id]]
+        return runs[-1].score if runs and runs[-1].ok else None
+
+    mine, base = score(best.id), score(0)
+    if mine is None or base is None:
+        return None
+    tolerance = float(run.spec.get("trust", {}).get("tolerance", 0.02))
+    better = final_better(mine, base, run.maximize, tolerance)
+    out: dict[str, Any] = {"node": best.id, "score": mine, "baseline": base, "better": better}
+    if not better:
+        out["message"] = (
+            f"node {best.id}'s final holdout ({mine:.6g}) is no better than the baseline's "
+            f"({base:.6g}, tolerance {tolerance:.0%}): not an improvement"
+        )
+    return out
+
+
 def gain_text(s: dict[str, Any]) -> str:
-    """The improvement of the best, with its noise, in words."""
+    """The improvement of the best, with its noise, in words; never "better" where the
+    final holdout says it is not."""
     g, imp = s.get("gain"), s["improvement"]
     if s["best_node"] == 0:
         return " (the baseline: no candidate beat it)"
+    if (final := s.get("final_holdout")) is not None and not final["better"]:
+        return f", on dev only: {final['message']}"
     pct = f"{imp:+.2%} " if imp is not None else ""
     if g is None or g["beyond_noise"] is None:
         return f" ({pct}better, noise not measured)" if imp is not None else ""

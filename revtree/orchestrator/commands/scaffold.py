@@ -303,7 +303,13 @@ def task_toml(
         'timeout = "60s"',
     ]
     if evaluator is None:
-        head += ["", "[evaluate.grade]", 'command = "python evaluate.py grade"   # trusted']
+        head += [
+            "",
+            "[evaluate.grade]",
+            'command = "python evaluate.py grade"   # trusted',
+            "# Labels (expected answers) for score(): protected files only this step sees,",
+            '# never in the run step\'s workspace. files = ["expected.json"]',
+        ]
     head += [
         "",
         "[search]",

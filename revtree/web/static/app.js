@@ -720,8 +720,10 @@
       } else if (r.improvement != null) {
         put(l2, kv("gain", (r.improvement * 100).toFixed(1) + "%"));
       }
-      const hold = (r.holdout || []).filter((x) => x.score != null);
+      const hold = (r.holdout || []).filter((x) => x.score != null && x.node === r.best_node);
       if (hold.length) put(l2, kv("holdout", fmtNum(hold[hold.length - 1].score)));
+      const fin = r.final_holdout;
+      if (fin && fin.better === false) put(l2, el("span", { class: "kv", id: "final-no-better", style: "color:#b91c1c" }, fin.message));
       if (r.llm && r.llm.calls) put(l2, kv("LLM", r.llm.calls + " calls, " + fmtUsd(r.llm.usd)));
       const waiting = r.waiting || [];
       if (waiting.length) put(l2, el("span", { class: "kv waiting" }, "waiting for approval: ", waiting.map((n, j) => [j ? ", " : "", el("a", { href: "#/run/" + encodeURIComponent(this.id) + "/node/" + n }, "#" + n)])));
