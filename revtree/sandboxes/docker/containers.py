@@ -73,6 +73,10 @@ def bind_mounts(mounts: Mapping[str, str], task_root: str | Path | None) -> list
     return out
 
 
+WAIT_TIMEOUT = 30.0  # seconds of one engine wait for a resident box's exit
+WAIT_TRIES = 4  # waits before the engine counts as not answering (a SandboxError)
+
+
 class Containers:
     """Makes and removes the boxes of one sandbox: ``image`` run hardened per ``config``,
     as the sandbox user, with ``labels`` (revtree's and the owner's) and ``mounts``.
@@ -91,6 +95,7 @@ class Containers:
         self.api, self.image, self.config = api, image, config
         self.labels, self.mounts = labels, list(mounts)
         self.pids_limit, self.host_volumes = pids_limit, host_volumes
+        self.wait_timeout = WAIT_TIMEOUT
 
     def create(self, limits: Limits, labels: Mapping[str, str], gpus: Sequence[str]) -> Box:
         """A created (not started) box: its volume, and its container of the image."""
@@ -226,24 +231,42 @@ class Containers:
         with contextlib.suppress(Exception):
             self.api.kill(box.cid)
 
-    def exit_code(self, box: Box, eid: str, default: int) -> int:
-        """The command's exit code, or ``default`` when the engine has none (the
-        container was killed): a resident box's container status (it exits with its
-        runner), else the exec's (polled: recorded just after the stream ends)."""
+    def exit_code(self, box: Box, eid: str) -> int | None:
+        """The command's exit code, or None when the engine has none (the container was
+        killed or is gone): a resident box's container status (it exits with its runner;
+        a wait that times out, as a busy engine's does after a large output, is asked
+        again: WAIT_TRIES waits of WAIT_TIMEOUT s), else the exec's (polled: recorded
+        just after the stream ends). An engine that never answers is a SandboxError,
+        never the candidate's exit code."""
+        import docker.errors
+        import tenacity
+
         if box.resident:
             try:
-                return int(self.api.wait(box.cid, timeout=30)["StatusCode"])
-            except Exception:
-                return default
+                for attempt in tenacity.Retrying(
+                    stop=tenacity.stop_after_attempt(WAIT_TRIES),
+                    wait=tenacity.wait_exponential(multiplier=0.2, max=2),
+                    retry=tenacity.retry_if_not_exception_type(docker.errors.NotFound),
+                    reraise=True,
+                ):
+                    with attempt:
+                        answer = self.api.wait(box.cid, timeout=self.wait_timeout)
+                return int(answer["StatusCode"])
+            except docker.errors.NotFound:
+                return None
+            except Exception as e:
+                raise engine_error(f"waiting for {box.cid[:12]} to exit", e) from e
         for _ in range(100):
             try:
                 info = self.api.exec_inspect(eid)
-            except Exception:
-                return default
+            except docker.errors.NotFound:
+                return None
+            except Exception as e:
+                raise engine_error(f"reading the exit code in {box.cid[:12]}", e) from e
             if not info.get("Running") and info.get("ExitCode") is not None:
                 return int(info["ExitCode"])
             time.sleep(0.01)
-        return default
+        return None
 
     def oom_killed(self, cid: str, since_monotonic: float) -> bool:
         """Whether the engine reported an ``oom`` event for the container since the

@@ -226,8 +226,12 @@ class DockerSandbox:
             raise engine_error(f"waiting for the command in {box.cid[:12]}", TimeoutError())
         if why == ["cancel"]:
             raise Cancelled("the evaluation was cancelled")
-        default = 137 if why else -1
-        code = 137 if why and box.resident else self.containers.exit_code(box, eid, default)
+        # killed by the watcher: 137; an exit code the engine cannot give for a command
+        # nobody killed is the engine's failure, never recorded as the candidate's crash
+        code = 137 if why and box.resident else self.containers.exit_code(box, eid)
+        if code is None and not why:
+            raise engine_error(f"reading the exit code in {box.cid[:12]}", LookupError("none"))
+        code = 137 if code is None else code
         return self._result(box, request, tails, code, why, start, duration, setup)
 
     def _result(
