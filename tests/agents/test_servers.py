@@ -209,3 +209,20 @@ def test_a_connection_dropped_after_the_finish_reason_still_completes_the_answer
     server = FakeLLMServer(lambda req: FakeReply(raw=cut, headers=short))
     with server as srv, pytest.raises(LLMError, match="cut off: the connection closed before"):
         ask(srv, api)
+
+
+@pytest.mark.parametrize("api", APIS)
+@pytest.mark.parametrize("status", [401, 500])
+def test_an_error_body_echoing_the_key_is_shown_short_without_it_or_escapes(
+    api: str, status: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    key = "sk-test-0123456789abcdef"  # a proxy that echoes the request's headers back
+    monkeypatch.setenv("OPENAI_API_KEY" if api == "openai" else "ANTHROPIC_API_KEY", key)
+    said = f"you sent Authorization: Bearer {key} \x1b[2J\x1b]0;owned\x07" + "x" * 100_000
+    server = FakeLLMServer(lambda req: FakeReply(status=status, message=said), stream=False)
+    with server as srv, notices(), pytest.raises(Exception) as err:
+        ask(srv, api)
+    message = str(err.value)
+    assert key not in message and "***" in message, message
+    assert "\x1b" not in message and "\x07" not in message, message
+    assert len(message) < 2_000, len(message)

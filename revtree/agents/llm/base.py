@@ -158,6 +158,29 @@ def bad_answer(
     )
 
 
+SAID_CHARS = 300  # of an SDK error's own text (the anthropic SDK's holds the whole body)
+
+
+def scrubbed(e: LLMError | LLMUnreachable, key: str | None) -> LLMError | LLMUnreachable:
+    """``e`` with its message fit to show and store: the API key (which a proxy echoing
+    the request puts in its error body) replaced by ``***``, control characters (a body's
+    terminal escapes) escaped."""
+    if not e.args:
+        return e
+    text = str(e.args[0])
+    if key and len(key) >= 6:
+        text = text.replace(key, "***")
+    text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    e.args = (text, *e.args[1:])
+    return e
+
+
+def _said(e: Exception) -> str:
+    """An SDK error's own text, cut to ``SAID_CHARS``."""
+    text = str(e)
+    return text if len(text) <= SAID_CHARS else text[:SAID_CHARS] + "…"
+
+
 def sdk_error(
     sdk: Any, e: Exception, *, model: str, url: str, key_env: str, structured: bool = False
 ) -> LLMError | LLMUnreachable:
@@ -172,23 +195,25 @@ def sdk_error(
     with an HTTP status names what came back (``came_back``)."""
     name, where = type(e).__name__, f"{url} (model {model})"
     if structured and refuses_structure(sdk, e):
-        return StructureRefused(f"{model}: {url} refused the structured request: {name}: {e}")
+        return StructureRefused(
+            f"{model}: {url} refused the structured request: {name}: {_said(e)}"
+        )
     if isinstance(e, sdk.APITimeoutError) and not _named(e.__cause__, "ConnectTimeout"):
-        return LLMError(f"{model}: no answer from {url} in time: {name}: {e}")
+        return LLMError(f"{model}: no answer from {url} in time: {name}: {_said(e)}")
     if isinstance(e, sdk.APIConnectionError):
-        return LLMUnreachable(f"cannot reach the model endpoint {where}: {name}: {e}")
+        return LLMUnreachable(f"cannot reach the model endpoint {where}: {name}: {_said(e)}")
     if isinstance(e, sdk.AuthenticationError | sdk.PermissionDeniedError):
         return LLMUnreachable(
-            f"the model endpoint {where} refused the key in ${key_env}: {name}: {e}"
+            f"the model endpoint {where} refused the key in ${key_env}: {name}: {_said(e)}"
         )
     if isinstance(e, sdk.NotFoundError):
         return LLMUnreachable(
             f"the model endpoint {where} answered 404: no such model, or a base URL "
-            f"without its path (e.g. /v1): {name}: {e}"
+            f"without its path (e.g. /v1): {name}: {_said(e)}"
         )
     if isinstance(e, sdk.APIStatusError):
-        return LLMError(f"{model}: {name}: {e}; the server answered {came_back(e.response)}")
-    return LLMError(f"{model}: {name}: {e}")
+        return LLMError(f"{model}: {name}: {_said(e)}; the server answered {came_back(e.response)}")
+    return LLMError(f"{model}: {name}: {_said(e)}")
 
 
 _STRUCTURE_WORDS = re.compile(r"tool|function|response_format|json_schema|structured", re.I)

@@ -41,12 +41,14 @@ from revtree.agents.llm.base import (
     dropped,
     estimate_tokens,
     notice,
+    scrubbed,
     sdk_error,
     stream_timeout,
     streams_off,
     tool_call,
     whole_answer,
 )
+from revtree.errors import LLMUnreachable
 
 
 class OpenAIChat:
@@ -70,6 +72,12 @@ class OpenAIChat:
         self.url = str(self.client.base_url).rstrip("/")
 
     def complete(self, prompt: Prompt, *, max_tokens: int, temperature: float) -> Completion:
+        try:
+            return self._complete(prompt, max_tokens, temperature)
+        except (LLMError, LLMUnreachable) as e:
+            raise scrubbed(e, self.client.api_key) from e.__cause__
+
+    def _complete(self, prompt: Prompt, max_tokens: int, temperature: float) -> Completion:
         t0 = time.monotonic()
         args: dict[str, Any] = {
             "model": self.model,
