@@ -155,3 +155,13 @@ def test_gain_and_means_stay_finite_next_to_the_largest_double() -> None:
     assert g is not None and g.stderr is not None and g.stderr > 0
     assert gain([1.7e308], [-1.7e308], maximize=True) is None  # the difference overflows
     assert gain([1.7e308, 1.7e308], [1.0, 2.0], maximize=True) is not None
+
+
+def test_a_huge_timeout_is_a_one_line_task_error(tmp_path: Path, home: Path) -> None:
+    task = huge_task(tmp_path / "task")
+    toml = task / "task.toml"
+    toml.write_text(toml.read_text().replace("timeout = 20", "timeout = 1e308"))
+    out = revtree(home, "check", str(task), "--sandbox", "docker", check=False)
+    text = out.stdout + out.stderr
+    assert out.returncode != 0 and "Traceback" not in text, text
+    assert "key 'evaluate.timeout': expected a duration of at most 365 days" in text, text
