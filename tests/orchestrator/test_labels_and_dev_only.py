@@ -14,6 +14,7 @@ is recommended, and the summary says its final holdout is no better than the
 baseline's and never calls it better.
 
 The candidate is a knob (``MODE``) the offline proposer sets, so no model is needed.
+Each test runs on the local backend and on Docker (marker ``docker``).
 """
 
 from __future__ import annotations
@@ -30,6 +31,9 @@ import pytest
 from tests.orchestrator.conftest import revtree
 
 pytestmark = pytest.mark.slow
+BACKENDS = pytest.mark.parametrize(
+    "backend", ["local", pytest.param("docker", marks=pytest.mark.docker)]
+)
 
 
 def truth(x: float) -> float:
@@ -181,8 +185,8 @@ file = "model.py"
     return root
 
 
-def run_and_show(home: Path, folder: Path) -> tuple[dict[str, Any], str]:
-    out = revtree(home, "run", str(folder), "--sandbox", "local")
+def run_and_show(home: Path, folder: Path, backend: str) -> tuple[dict[str, Any], str]:
+    out = revtree(home, "run", str(folder), "--sandbox", backend)
     s = json.loads(revtree(home, "show", "last", "--json", "--nodes").stdout)
     return s, out.stdout
 
@@ -198,26 +202,28 @@ def holdouts(s: dict[str, Any], node: int) -> list[float | None]:
     return [h["score"] for h in runs if h["node"] == node]
 
 
+@BACKENDS
 def test_the_labels_attack_scores_perfectly_in_the_old_layout_and_check_warns(
-    tmp_path: Path, home: Path
+    tmp_path: Path, home: Path, backend: str
 ) -> None:
     folder = task(tmp_path / "t", "labels", "old")
-    check = revtree(home, "check", str(folder), "--sandbox", "local", check=False)
+    check = revtree(home, "check", str(folder), "--sandbox", backend, check=False)
     assert "labels are visible to the run step" in check.stdout + check.stderr
-    s, _ = run_and_show(home, folder)
+    s, _ = run_and_show(home, folder, backend)
     node = attack_node(s, "labels")
     assert node["score"] == 0.0  # before: dev perfect...
     assert s["best_node"] == node["id"]
     assert holdouts(s, node["id"]) and all(h == 0.0 for h in holdouts(s, node["id"]))
 
 
+@BACKENDS
 def test_the_labels_attack_finds_no_labels_when_the_grader_owns_them(
-    tmp_path: Path, home: Path
+    tmp_path: Path, home: Path, backend: str
 ) -> None:
     folder = task(tmp_path / "t", "labels", "new")
-    check = revtree(home, "check", str(folder), "--sandbox", "local", check=False)
+    check = revtree(home, "check", str(folder), "--sandbox", backend, check=False)
     assert "labels are visible" not in check.stdout + check.stderr
-    s, out = run_and_show(home, folder)
+    s, out = run_and_show(home, folder, backend)
     node, base = attack_node(s, "labels"), s["baseline_score"]
     assert node["score"] == pytest.approx(base) and base > 0.01  # the honest code's score
     assert s["best_node"] != node["id"] or s["final_holdout"] is None
@@ -226,8 +232,9 @@ def test_the_labels_attack_finds_no_labels_when_the_grader_owns_them(
     assert "+" not in out.split("best", 1)[-1].split("\n", 1)[0]
 
 
-def test_the_hash_attack_is_alarmed_dev_only(tmp_path: Path, home: Path) -> None:
-    s, out = run_and_show(home, task(tmp_path / "t", "hash", "new"))
+@BACKENDS
+def test_the_hash_attack_is_alarmed_dev_only(tmp_path: Path, home: Path, backend: str) -> None:
+    s, out = run_and_show(home, task(tmp_path / "t", "hash", "new"), backend)
     node = attack_node(s, "hash")
     assert node["score"] == 0.0
     assert (node["alarm"] or {}).get("kind") == "dev-only", node["alarm"]
@@ -235,10 +242,11 @@ def test_the_hash_attack_is_alarmed_dev_only(tmp_path: Path, home: Path) -> None
     assert "dev-only" in out and "better:" not in out
 
 
+@BACKENDS
 def test_the_hash_attack_without_the_guard_is_not_called_an_improvement(
-    tmp_path: Path, home: Path
+    tmp_path: Path, home: Path, backend: str
 ) -> None:
-    s, out = run_and_show(home, task(tmp_path / "t", "hash", "new", guard=False))
+    s, out = run_and_show(home, task(tmp_path / "t", "hash", "new", guard=False), backend)
     node = attack_node(s, "hash")
     assert s["best_node"] == node["id"]  # recommended on dev...
     final = s["final_holdout"]
