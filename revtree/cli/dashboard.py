@@ -29,13 +29,21 @@ def dashboard(
     read_only: Annotated[
         bool, typer.Option("--read-only", help="Refuse every action (stop, fork...).")
     ] = False,
+    allow_host: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allow-host",
+            help="A name requests may give in their Host header besides the bind address "
+            "(and localhost for a loopback one); repeatable.",
+        ),
+    ] = None,
 ) -> None:
     """Serve a browser view of every run, with actions (token-protected) and a live log."""
     from revtree.web import Dashboard, PortBusy
 
     open_store(db).close()  # a missing or unreadable database: one line, nothing created
     try:
-        dash = Dashboard(db, host, port, read_only=read_only)
+        dash = Dashboard(db, host, port, read_only=read_only, allow_hosts=allow_host)
     except PortBusy as e:
         err.print(f"[red]error:[/red] {escape(str(e))}")
         raise typer.Exit(1) from None
@@ -64,7 +72,8 @@ def exposure_warning(host: str, read_only: bool) -> str | None:
     what = "every run's data" if read_only else "every run's data and its actions (token-protected)"
     return (
         f"--host {host} serves {what} beyond this machine, over plain HTTP; "
-        "anyone who can reach the port can read it"
+        "anyone who can reach the port can read it; requests must name it in their Host "
+        f"header as {host} (or an --allow-host name)"
     )
 
 

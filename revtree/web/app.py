@@ -7,6 +7,7 @@ dashboard. Files come only from the packaged ``static`` folder."""
 
 from __future__ import annotations
 
+import json
 import re
 import secrets
 from collections.abc import Awaitable, Callable
@@ -42,6 +43,8 @@ EVERY = {  # on every answer, static files included
 }
 HEADERS = {"Cache-Control": "no-store"}  # JSON and the page
 LOOPBACK = ["127.0.0.1", "localhost", "[::1]", "::1"]
+MAX_BODY = 64 * 1024  # an action's JSON body: a few fields
+MAX_COMPARE = 20  # runs of one /api/compare
 ID = re.compile(r"[0-9]{1,18}")  # a node id of a URL (int() takes other digits too)
 
 
@@ -67,6 +70,21 @@ class SecurityHeaders:
 
 
 Handler = Callable[[Request], Awaitable[Response]]
+
+
+async def capped_body(request: Request) -> bytes | None:
+    """The request's body, or None once it is over ``MAX_BODY`` (read no further: a
+    declared length over it is refused before a byte is read)."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > MAX_BODY:
+        return None
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def error(status: int, message: str) -> JSONResponse:
@@ -110,9 +128,12 @@ def create_app(
             if not token or not secrets.compare_digest(given.encode(), token.encode()):
                 return error(403, "missing or wrong X-Revtree-Token header")
             body: Any = {}
-            if await request.body():
+            raw = await capped_body(request)
+            if raw is None:
+                return error(413, f"the body is over {MAX_BODY // 1024} KiB")
+            if raw:
                 try:
-                    body = await request.json()
+                    body = json.loads(raw)
                 except ValueError:
                     return error(400, "the body must be JSON")
             if not isinstance(body, dict):
@@ -157,6 +178,8 @@ def create_app(
 
     def compare(request: Request) -> dict[str, Any]:
         ids = [i for i in request.query_params.get("runs", "").split(",") if i.strip()]
+        if len(ids) > MAX_COMPARE:  # each run is a summary to build: bound one request's work
+            raise RevtreeError(f"at most {MAX_COMPARE} runs can be compared at once")
         return views.compare([i.strip() for i in ids])
 
     async def index(request: Request) -> Response:

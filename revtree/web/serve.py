@@ -5,6 +5,7 @@ dashboard``) or a background one (``revtree run --dashboard``)."""
 from __future__ import annotations
 
 import errno
+import ipaddress
 import os
 import secrets
 import socket
@@ -48,6 +49,25 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+def allowed_hosts(host: str, extra: list[str] | None = None) -> list[str]:
+    """The names a request's Host header may give, whatever the bind address: the address
+    itself, this machine's loopback names where it is a loopback address (all of 127/8 is,
+    on Linux), and the ``--allow-host`` names. Never any name: a web page that re-points
+    its own name at the address would read the API (DNS rebinding)."""
+    name = host.strip("[]")
+    names = [name, f"[{name}]"] if ":" in name else [name]
+    if is_loopback(name):
+        names += ["127.0.0.1", "localhost", "[::1]", "::1"]
+    return list(dict.fromkeys(names + [h.strip() for h in extra or [] if h.strip()]))
+
+
+def is_loopback(name: str) -> bool:
+    try:
+        return name == "localhost" or ipaddress.ip_address(name.strip("[]")).is_loopback
+    except ValueError:  # a host name: it may resolve anywhere
+        return False
+
+
 class Dashboard:
     """A bound dashboard: ``url`` (with the token unless read-only), ``serve()``."""
 
@@ -59,6 +79,7 @@ class Dashboard:
         read_only: bool = False,
         token: str | None = None,
         home: Path | None = None,
+        allow_hosts: list[str] | None = None,
     ) -> None:
         self.token = None if read_only else (token or dashboard_token())
         self.sock = bind(host, port)
@@ -66,9 +87,8 @@ class Dashboard:
         shown = f"[{host}]" if ":" in host else host
         self.base = f"http://{shown}:{real}"
         self.url = self.base + "/" + ("" if self.token is None else f"?token={self.token}")
-        local = host in ("127.0.0.1", "localhost", "::1")  # else any name may reach it
-        hosts = None if local else ["*"]
-        app = create_app(db, read_only=read_only, token=self.token, home=home, hosts=hosts)
+        self.hosts = allowed_hosts(host, allow_hosts)
+        app = create_app(db, read_only=read_only, token=self.token, home=home, hosts=self.hosts)
         config = uvicorn.Config(
             app,
             log_level="warning",
