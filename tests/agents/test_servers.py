@@ -5,6 +5,7 @@ The real openai and anthropic SDKs talk over HTTP to the fake server on 127.0.0.
 
 from __future__ import annotations
 
+import functools
 import json
 import warnings
 from collections.abc import Iterator
@@ -226,3 +227,21 @@ def test_an_error_body_echoing_the_key_is_shown_short_without_it_or_escapes(
     assert key not in message and "***" in message, message
     assert "\x1b" not in message and "\x07" not in message, message
     assert len(message) < 2_000, len(message)
+
+
+def _error(message: str, req: FakeRequest) -> FakeReply:
+    return FakeReply(status=500, message=message)
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_a_key_cut_by_the_body_start_shown_is_hidden_too(
+    api: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    key = "sk-test-0123456789abcdef"
+    monkeypatch.setenv("OPENAI_API_KEY" if api == "openai" else "ANTHROPIC_API_KEY", key)
+    for pad in range(150, 200, 7):  # the 200-byte cut falls inside the echoed key
+        said = "y" * pad + key + "z" * 400
+        server = FakeLLMServer(functools.partial(_error, said), stream=False)
+        with server as srv, notices(), pytest.raises(Exception) as err:
+            ask(srv, api)
+        assert key[:6] not in str(err.value), (pad, str(err.value))

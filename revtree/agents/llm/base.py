@@ -170,6 +170,8 @@ def scrubbed(e: LLMError | LLMUnreachable, key: str | None) -> LLMError | LLMUnr
     text = str(e.args[0])
     if key and len(key) >= 6:
         text = text.replace(key, "***")
+        for n in range(len(key) - 1, 3, -1):  # the key's start where a body was cut
+            text = re.sub(re.escape(key[:n]) + r"(?=['\"]?…)", "***", text)
     text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
     e.args = (text, *e.args[1:])
     return e
