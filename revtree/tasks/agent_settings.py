@@ -174,6 +174,7 @@ class Role(Section):
                 f"to it (such as 'prompts/coder.md'), got {value!r}"
             )
         return value
+
     tools: Literal["auto", "on", "off"] | None = Field(
         None,
         description="Work in steps with tools (search_code, read_file, list_files, run, "
