@@ -69,13 +69,20 @@ def doctor(
     db: DbOpt = None,
 ) -> None:
     """Check the database against the git stores and the run processes (--repair fixes)."""
-    from revtree.orchestrator.commands.doctor import check_database
+    from revtree.orchestrator.commands.doctor import check_database, missing_database
     from revtree.orchestrator.commands.doctor import doctor as check
 
+    if (missing := missing_database(db or default_url(), revtree_home())) and not repair:
+        console.print(escape(missing), soft_wrap=True)
+        raise typer.Exit(1)
     if (damage := check_database(db or default_url(), revtree_home())) is not None:
         console.print(escape(damage), soft_wrap=True)
-        raise typer.Exit(1)
-    findings = check(open_store(db), revtree_home(), run_id, repair)
+        if not repair:
+            raise typer.Exit(1)
+        from revtree.orchestrator.commands.doctor_rebuild import salvage
+
+        console.print(escape(salvage(db or default_url())), soft_wrap=True)
+    findings = check(open_store(db, create=repair), revtree_home(), run_id, repair)
     if not findings:
         console.print("no problems found")
         return

@@ -15,6 +15,7 @@ from revtree.errors import TaskSpecError
 from revtree.memory import GitStore, Node, NodeStatus, RunInfo, Store
 from revtree.memory.db import revtree_home
 from revtree.memory.gitstore import HOLDOUT_REF, file_mode
+from revtree.memory.recover import write_run_file
 from revtree.tasks import TaskSpec, code_files, holdout_files
 from revtree.tasks.load import TASK_FILE, link_problem, source_dir
 
@@ -112,13 +113,15 @@ def create_run(
             "baseline: the untouched source", read_knobs(spec.knobs, files)
         ).to_json(),
     )
+    stored = spec.model_dump(mode="json")
+    write_run_file(paths.dir, run_id, store.url, stored)  # what `doctor` rebuilds the row from
     return store.create_run(  # the run and its root node in one transaction
         run_id,
         spec.name,
         spec.search.policy,
         spec.evaluate.direction,
         spec.search.seed,
-        spec.model_dump(mode="json"),
+        stored,
         root=(root, ("select", "node 0: baseline (the untouched source)", None)),
     )
 

@@ -12,8 +12,16 @@ from typing import Any
 
 from sqlalchemy.engine import make_url
 
+from revtree.errors import RunNotFound
 from revtree.memory import GitStore, NodeStatus, RunInfo, RunStatus, Store
 from revtree.memory.gitstore import NODE_REF
+from revtree.memory.recover import Recovered, read_run_file
+from revtree.orchestrator.commands.doctor_rebuild import (
+    describe_lost_run,
+    lost_nodes_of,
+    lost_runs,
+    rebuild_run,
+)
 from revtree.orchestrator.run import RunPaths, alive
 
 HAS_COMMIT = (
@@ -31,6 +39,24 @@ class Finding:
     kind: str
     message: str
     repaired: bool = False
+
+
+def missing_database(url: str, home: Path) -> str | None:
+    """What to say when a SQLite file is gone while run folders of the home remain (they
+    hold their git stores and ``run.json``: ``--repair`` rebuilds their rows); else None."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
+        return None
+    path = Path(parsed.database).expanduser()
+    runs = home / "runs"
+    folders = sorted(runs.glob("*/repo.git/HEAD")) if runs.is_dir() else []
+    if path.exists() or not folders:
+        return None
+    return (
+        f"the database {path} is missing, but {runs} holds {len(folders)} run folder(s) "
+        "with their git stores: `revtree doctor --repair` makes a fresh database and "
+        "rebuilds their runs and nodes from them (without their scores)"
+    )
 
 
 def check_database(url: str, home: Path) -> str | None:
@@ -53,7 +79,10 @@ def check_database(url: str, home: Path) -> str | None:
     return (
         f"the database {path} is damaged: {problem}\n"
         "Until it is replaced, commands on it fail or may read wrong rows. Stop every run "
-        "that uses it, then either:\n"
+        "that uses it, then `revtree doctor --repair` moves it aside (into a damaged-<time> "
+        "folder beside it), salvages what SQLite can still read into a fresh file and "
+        "rebuilds the nodes it lost from the git stores (without their scores). Or by "
+        "hand, either:\n"
         f"  - restore {path.name} from a backup or a copy, if you have one; or\n"
         "  - salvage what SQLite can still read into a new file, move the damaged one "
         "away with its -wal and -shm files, and put the new one in its place:\n"
@@ -92,6 +121,8 @@ def _integrity(path: Path) -> str | None:
         return f"PRAGMA {pragma} reports: " + "; ".join(rows[:5]) + more
     if "not a database" in str(error):
         return f"it is not an SQLite database at all (SQLite says: {error})"
+    if isinstance(error, sqlite3.OperationalError) and "disk I/O" in str(error):
+        return f"SQLite cannot read it or its -wal file (SQLite says: {error})"
     if isinstance(error, sqlite3.OperationalError):  # locked, unreadable: not damage
         return None
     return f"SQLite cannot read it (SQLite says: {error})"
@@ -102,10 +133,21 @@ def doctor(
 ) -> list[Finding]:
     """Check the database against the git stores and the processes (and fix what can be
     fixed with ``repair``). An empty list means all is well."""
-    runs = [store.get_run(run_id)] if run_id else store.list_runs()
+    try:
+        runs = [store.get_run(run_id)] if run_id else store.list_runs()
+    except RunNotFound:
+        runs = []
+        if run_id is None or not (RunPaths(home, run_id).repo / "HEAD").is_file():
+            raise
     findings: list[Finding] = []
     for run in runs:
         findings.extend(_check_run(store, home, run, repair))
+    for folder in lost_runs(store, home, {r.id for r in store.list_runs()}, run_id):
+        f = Finding(folder.name, "lost-run", describe_lost_run(folder))
+        if repair and read_run_file(folder) is not None:
+            rebuild_run(store, home, folder)
+            f.repaired = True
+        findings.append(f)
     return findings
 
 
@@ -134,7 +176,20 @@ def _check_run(store: Store, home: Path, run: RunInfo, repair: bool) -> list[Fin
         )
 
     nodes = {n.id: n for n in store.nodes(run.id)}
-    if 0 not in nodes:  # cannot happen since runs are created in one transaction
+    repo = RunPaths(home, run.id).repo
+    lost: dict[int, Recovered] = {}
+    if (repo / "HEAD").is_file():
+        recovered, _ = lost_nodes_of(store, home, run, nodes)
+        live = run.status is RunStatus.RUNNING and run.pid and alive(run.pid, run.host)
+        for r, fix in recovered:  # rows lost, commits kept: rebuilt (not while it runs)
+            lost[r.id] = r
+            found(
+                "lost-node",
+                f"node {r.id} ({r.operator} from node {r.parent_id}) has no row, but its "
+                f"commit {r.commit[:10]} is in the git store: rebuilt without its score",
+                None if live else fix,
+            )
+    if 0 not in nodes and 0 not in lost:  # runs are created in one transaction
         found("no-root", "run has no root node (node 0): it cannot be resumed; `revtree rm` it")
     stray = sorted({e.node_id for e in store.evaluations(run.id)} - nodes.keys())
     for node_id in stray:
@@ -148,7 +203,6 @@ def _check_run(store: Store, home: Path, run: RunInfo, repair: bool) -> list[Fin
         if n.commit is None and n.status in HAS_COMMIT:
             found("no-commit", f"node {n.id} is {n.status.value} but has no commit")
 
-    repo = RunPaths(home, run.id).repo
     if not (repo / "HEAD").is_file():
         found("missing-repo", f"the git store {repo} is missing")
         return out
@@ -174,7 +228,7 @@ def _check_run(store: Store, home: Path, run: RunInfo, repair: bool) -> list[Fin
                     f"ref of node {n.id} points at {refs[n.id][:10]}, not {sha[:10]}",
                     lambda i=n.id, s=sha: git.set_node_ref(i, s),
                 )
-        for ref_id in sorted(refs.keys() - nodes.keys()):
+        for ref_id in sorted(refs.keys() - nodes.keys() - lost.keys()):
             found(
                 "stray-ref",
                 f"ref {NODE_REF.format(ref_id)} has no node",

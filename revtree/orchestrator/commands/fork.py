@@ -24,6 +24,7 @@ from revtree.errors import RevtreeError, TaskSpecError
 from revtree.memory import GitStore, Node, RunInfo, Store
 from revtree.memory.db import revtree_home
 from revtree.memory.gitstore import HOLDOUT_REF, PROTECTED_REF
+from revtree.memory.recover import write_run_file
 from revtree.orchestrator.run import RunPaths, read_source
 from revtree.tasks import TaskSpec
 from revtree.tasks.load import code_files, format_validation_error, holdout_files, matches
@@ -106,13 +107,15 @@ def fork_run(
         f"forked from run {parent.id} at node {node_id}, with {what}",
         {"parent_run": parent.id, "parent_node": node_id, "nodes": len(copies)},
     )
+    stored = spec.model_dump(mode="json")
+    write_run_file(RunPaths(home, new_id).dir, new_id, store.url, stored)  # for `doctor`
     run = store.create_run(  # the run and its history in one transaction
         new_id,
         spec.name,
         spec.search.policy,
         spec.evaluate.direction,
         spec.search.seed,
-        spec.model_dump(mode="json"),
+        stored,
         parent_run=parent.id,
         parent_node=node_id,
         history=(copies, evals, event),
