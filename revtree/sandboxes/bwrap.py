@@ -121,8 +121,12 @@ def _hidden() -> list[Path]:
 
 
 def _python_roots() -> list[Path]:
-    """The folders of the Python that runs evaluations (bound back read-only)."""
+    """The folders of the Python that runs evaluations, and revtree's own package (the
+    supervisor; evaluators may import revtree): bound back read-only where a hidden
+    folder covers them (a clone and its venv under /tmp or the home folder)."""
+    package = Path(__file__).resolve().parent.parent
     roots = {Path(sys.prefix), Path(sys.base_prefix), Path(sys.executable).resolve().parent}
+    roots.add(package)
     found = sorted({r.resolve() for r in roots if r.exists()})
     return [r for r in found if not any(o in r.parents for o in found)]
 

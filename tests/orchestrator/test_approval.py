@@ -110,7 +110,8 @@ def test_decisions_that_make_no_sense_are_refused(tmp_path: Path, home: Path, st
         revtree(home, "reject", run2[0], "1")  # no --why: still a clear reason
         assert proc.wait(timeout=120) == 0
         twice = revtree(home, "approve", run2[0], "1", check=False)
-        assert twice.returncode == 2 and "not waiting for approval" in twice.stderr
+        assert twice.returncode == 2 and "was already rejected" in twice.stderr, twice.stderr
+        assert "that decision stands" in twice.stderr
     finally:
         proc.kill()
     assert "rejected by the user: no reason given" in (store.node(run2[0], 1).error or "")

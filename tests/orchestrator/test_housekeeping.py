@@ -4,6 +4,7 @@ gc is checked on SQLite and (marker ``postgres``) on PostgreSQL with the same te
 
 from __future__ import annotations
 
+import shutil
 import socket
 import sqlite3
 import subprocess
@@ -340,7 +341,8 @@ def test_gc_mid_run_keeps_unfinished_candidates_and_resume_completes(
     task = make_task(tmp_path / "b", budget=10, parallel=2, sleep=0.4)
     deleted = _finished_run(store, home, make_task(tmp_path / "c", budget=3))
     stopped = _stopped_midway(store, home, task, after=3)
-    store.delete_run(deleted)  # as `revtree rm` does: its checkpoints are orphans now
+    shutil.rmtree(RunPaths(home, deleted).dir)  # as `revtree rm` does: its folder, then
+    store.delete_run(deleted)  # its rows; its checkpoints are orphans now
     before = _checkpoint_rows(store)
     tables = CHECKPOINT_TABLES[store.engine.dialect.name]
     main = tables["checkpoints"]

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
@@ -35,19 +34,21 @@ def _killed_mid_run(tmp_path: Path, home: Path, nodes: int = 4) -> None:
         stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
-    db, done = home / "revtree.db", 0
+    done = 0
     try:
         for _ in range(1200):  # bounded: 240 s at most
             time.sleep(0.2)
-            if proc.poll() is not None or not db.exists():
+            # counted from the node refs, never through SQLite: the last connection to
+            # close checkpoints the WAL into the file and deletes it
+            repos = list((home / "runs").glob("*/repo.git")) if proc.poll() is None else []
+            if len(repos) != 1:
                 continue
-            try:
-                conn = sqlite3.connect(db, timeout=1)
-                q = "SELECT count(*) FROM nodes WHERE status = 'succeeded'"
-                done = conn.execute(q).fetchone()[0]
-                conn.close()
-            except sqlite3.Error:
-                continue
+            refs = subprocess.run(
+                ["git", "-C", str(repos[0]), "for-each-ref", "refs/revtree/nodes/"],
+                capture_output=True,
+                text=True,
+            ).stdout
+            done = len(refs.splitlines()) - 1
             if done > nodes:
                 break
     finally:
