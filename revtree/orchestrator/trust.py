@@ -22,10 +22,12 @@ An alarmed node ranks worst (``Node.score_of``): it is never the best, never
 recommended or exported by default, and no policy exploits it; its descendants inherit
 the alarm (kind ``subtree``).
 
-Improvement beyond noise: the best and the baseline are re-evaluated
-(``verify_repeats``); the best's first evaluation, the one that made it the best, is
-left out of the comparison (the winner's curse), and the gain is reported with its
-standard error and called real only when a t-test at 95% (two-sided) says so.
+Improvement beyond noise: the best and the baseline are re-evaluated (up to
+``verify_repeats``, fewer where more would decide nothing: ``decided``); the best's
+first evaluation, the one that made it the best, is left out of the comparison (the
+winner's curse) unless every repeat of both reproduced it bit for bit, and the gain is
+reported with its standard error and called real only when a t-test at 95%
+(two-sided) says so.
 """
 
 from __future__ import annotations
@@ -314,3 +316,80 @@ def gain(best: Sequence[float], base: Sequence[float], maximize: bool) -> Gain |
     if se == 0.0:
         return Gain(delta, 0.0, len(best), len(base), delta > 0)
     return Gain(delta, se, len(best), len(base), delta / se > t_critical(dof))
+
+
+WIDE = 4.0  # a margin this many standard errors wide is decided (and beyond the t-test)
+MIN_DOF = 2  # the degrees of freedom of repeats before the run's noise is trusted
+
+
+@dataclass(frozen=True)
+class Noise:
+    """The evaluator's noise, pooled over every node's repeats: ``sigma`` (0.0: every
+    repeat so far reproduced its node's score bit for bit) with ``dof`` degrees of
+    freedom, the sum over nodes of their repeats less one."""
+
+    sigma: float
+    dof: int
+
+
+def pooled_noise(groups: Sequence[Sequence[float]]) -> Noise | None:
+    """The within-node spread of ``groups`` (each node's scores), or None where fewer
+    than ``MIN_DOF`` degrees of freedom were measured or a number is not finite."""
+    resid, dof = [], 0
+    for g in groups:
+        if len(g) < 2:
+            continue
+        mean = finite_mean(g)
+        if mean is None:
+            return None
+        resid += [x - mean for x in g]
+        dof += len(g) - 1
+    if dof < MIN_DOF or not all(math.isfinite(r) for r in resid):
+        return None
+    scale = max((abs(r) for r in resid), default=0.0)
+    if scale == 0.0:
+        return Noise(0.0, dof)
+    sigma = scale * math.sqrt(math.fsum((r / scale) ** 2 for r in resid) / dof)
+    return Noise(sigma, dof) if math.isfinite(sigma) else None
+
+
+def decided(
+    sample: Sequence[float],
+    ref: float | None,
+    n_ref: int,
+    noise: Noise | None,
+    min_n: int = 1,
+) -> bool:
+    """Whether more repeats of a node could change what its verification says, so the
+    ones left may be skipped. ``sample``: its scores that count (a new best's repeats
+    after the evaluation that selected it); ``ref``: the mean it is compared with (the
+    previous best's, or the best's for the baseline) over ``n_ref`` evaluations.
+
+    Never decided before the sample has one score (a node verified is always re-run).
+    Decided when the run's noise is known to be nil (``noise.sigma`` 0: every repeat of
+    every node, this one's included, reproduced its score bit for bit), or when the
+    sample has ``min_n`` scores (two where a t-test must give a verdict) and its margin
+    to ``ref`` is at least ``WIDE`` standard errors (and beyond the t-test's critical
+    value) either way. Undecided while the noise is unmeasured (``noise`` None: fewer
+    than ``MIN_DOF`` degrees of freedom) or there is no ``ref``.
+
+    Why a deterministic shortcut opens no hole: the pooled noise includes this node's
+    own repeats, so a candidate that scores well on its first run only makes the noise
+    non-zero and is judged by its margin, re-run up to ``verify_repeats`` while that
+    margin is within noise. What a bit-identical re-run cannot catch is a candidate that
+    reads which repeat it is in (``REVTREE_SEED``) and fakes the ones it expects; such a
+    candidate fakes any number of repeats fixed in advance, ``verify_repeats`` included,
+    and the shortcut only lowers that number to two where the evaluator has shown no
+    noise at all. Repeats measure noise; the guard holdout, unchanged, is the check
+    against a candidate that games its evaluator."""
+    n = len(sample)
+    if n < 1 or noise is None:
+        return False
+    if noise.sigma == 0.0:
+        return True
+    mean = finite_mean(sample)
+    if ref is None or mean is None or n < min_n:
+        return False
+    se = noise.sigma * math.sqrt(1 / n + 1 / max(1, n_ref))
+    wide = max(WIDE, t_critical(noise.dof))
+    return math.isfinite(mean - ref) and abs(mean - ref) >= wide * se

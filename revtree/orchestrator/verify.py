@@ -1,7 +1,8 @@
 """Trust in a best: verification by repeats, the guard holdout with its drift alarms,
 and the final holdout (the rules themselves are pure functions in ``trust``).
 
-A new best is verified (``verify_repeats``) and guarded (one run of the guard split of
+A new best is verified (re-run up to ``verify_repeats``, stopping where more repeats
+would decide nothing: see ``Trust.verify``) and guarded (one run of the guard split of
 the holdout), each within its budget share during the run and regardless of it at the
 end; the baseline's guard always runs, as the reference of every drift alarm. An
 alarmed node and its finished subtree are never recommended or exploited. Every
@@ -21,7 +22,13 @@ from revtree.errors import StoreError
 from revtree.memory import EvalResult, Node, NodeStatus
 from revtree.memory.gitstore import HOLDOUT_REF
 from revtree.orchestrator.mirror import subtree_alarm
-from revtree.orchestrator.trust import dev_only_alarm, holdout_alarm, rank_alarm
+from revtree.orchestrator.trust import (
+    decided,
+    dev_only_alarm,
+    holdout_alarm,
+    pooled_noise,
+    rank_alarm,
+)
 from revtree.orchestrator.wiring import Parts
 
 FINAL_TRIES = 10  # new bests verified and guarded at the end, at most
@@ -78,7 +85,7 @@ class Trust:
         if t.verify_repeats > 1 and (
             final or budget.share_ok("verify", t.verify_share, t.verify_repeats - 1)
         ):
-            self.verify(node_id, t.verify_repeats, slot=not final)
+            self.verify(node_id, t.verify_repeats, slot=not final, until=final)
             if self.mirror.best_id != node_id and not final:
                 return  # verification moved the best elsewhere
         if self.spec.holdout is None or not t.guard:
@@ -104,7 +111,7 @@ class Trust:
                 break
         root = self.mirror.get(0)
         if self.spec.trust.verify_repeats > 1 and root.status is NodeStatus.SUCCEEDED:
-            self.verify(0, self.spec.trust.verify_repeats)
+            self.verify(0, self.spec.trust.verify_repeats, until=False)
         self.final_holdout()
 
     def _guard(self, node_id: int, slot: bool) -> None:
@@ -241,30 +248,42 @@ class Trust:
             with self.mirror.lock:
                 self.verifying.discard(node_id)
 
-    def verify(self, node_id: int, repeats: int, slot: bool = False) -> Node:
+    def verify(
+        self, node_id: int, repeats: int, slot: bool = False, until: bool | None = None
+    ) -> Node:
         """Run the node's full stage until it has ``repeats`` repeats, then store their mean
-        and spread as its score (idempotent by repeat, like every evaluation)."""
+        and spread as its score (idempotent by repeat, like every evaluation).
+
+        With ``until`` (not None) it stops earlier, once more repeats would decide
+        nothing (``trust.decided``): at least one re-run, then none where the run's
+        evaluator has shown no noise, or fewer where the node's margin over its rival
+        (the previous best; the best, for the baseline) is many standard errors wide.
+        ``until=True`` (a final best) asks two re-runs of a noisy evaluator, which the
+        reported gain's t-test needs. Repeats already made are reused, never re-run."""
         node = self.mirror.get(node_id)
         assert node.commit is not None
         ev = self.spec.evaluate
-        done = {
-            e.repeat: e
-            for e in self.store.evaluations(self.run_id, node_id)
-            if e.stage == FULL and e.attempt == node.attempt
-        }
+        done = self._full(node)
         if all(r in done for r in range(repeats)) and node.n_evals >= len(done):
             return node  # verified already: nothing new to say
         if not done and node.n_evals > 0:
             return node  # its score is a cascade stage's ("keep"): no full stage to repeat
-        archive = self.p.git.archive(node.commit, self.p.overlay)
+        others = self._others(node_id) if until is not None else []
+        archive, ran = None, False
         for r in range(repeats):
             if r in done:
                 continue
+            if until is not None and self._enough(node, done, others, final=until):
+                break
+            archive = archive or self.p.git.archive(node.commit, self.p.overlay)
             with self.p.slots.maybe(slot):
                 done[r] = self.p.evaluator.run_one(
                     node_id, archive, FULL, r, ev.command, ev.metric, ev.timeout, self.p.cancel
                 )
             self.record(done[r], "verify")
+            ran = True
+        if not ran and node.n_evals >= len(done):
+            return node  # enough repeats were made earlier: nothing new to say
         scores = [e.score for e in done.values() if e.ok and e.score is not None]
         if not scores or node.status is not NodeStatus.SUCCEEDED:
             return self.mirror.get(node_id)
@@ -284,6 +303,59 @@ class Trust:
         )
         self.mirror.rebest("after verification")
         return node
+
+    def _full(self, node: Node) -> dict[int, EvalResult]:
+        """The node's full-stage evaluations of its current attempt, by repeat."""
+        return {
+            e.repeat: e
+            for e in self.store.evaluations(self.run_id, node.id, stage=FULL)
+            if e.attempt == node.attempt
+        }
+
+    def _others(self, node_id: int) -> list[list[float]]:
+        """The full-stage scores of every other node with repeats (current attempts):
+        what the run's noise is pooled from."""
+        groups: dict[int, list[float]] = {}
+        for e in self.store.evaluations(self.run_id, stage=FULL):
+            node = self.mirror.nodes.get(e.node_id)
+            if node is None or e.node_id == node_id or e.attempt != node.attempt:
+                continue
+            if e.ok and e.score is not None:
+                groups.setdefault(e.node_id, []).append(e.score)
+        return [g for g in groups.values() if len(g) > 1]
+
+    def _enough(
+        self, node: Node, done: dict[int, EvalResult], others: list[list[float]], final: bool
+    ) -> bool:
+        """Whether the node's repeats so far decide its verification (``trust.decided``);
+        a failed repeat never does (the full count is run)."""
+        scores = {r: e.score for r, e in done.items() if e.ok and e.score is not None}
+        if len(scores) < len(done):
+            return False
+        first = self.spec.evaluate.repeats  # the repeats that selected it
+        sample = [s for r, s in scores.items() if r >= first]
+        noise = pooled_noise([*others, list(scores.values())])
+        rival = self._rival(node.id)
+        ref = None if rival is None else rival.score
+        n_ref = 1 if rival is None else max(1, rival.n_evals)
+        return decided(sample, ref, n_ref, noise, min_n=2 if final else 1)
+
+    def _rival(self, node_id: int) -> Node | None:
+        """What a verified node is compared with: the best for the baseline, the best
+        other node (the previous best) for any other."""
+        with self.mirror.lock:
+            if node_id == 0:
+                best = self.mirror.best_id
+                return None if best in (None, 0) else self.mirror.nodes[best]
+            good = [
+                n
+                for n in self.mirror.nodes.values()
+                if n.id != node_id
+                and n.status is NodeStatus.SUCCEEDED
+                and n.alarm is None
+                and n.score is not None
+            ]
+        return max(good, key=lambda n: n.score_of(self.spec.maximize), default=None)
 
     def holdout(self, node_id: int, split: str = HOLDOUT, repeat: int = 0) -> EvalResult | None:
         """Run the hidden holdout evaluation on a node and record it (``split``: the

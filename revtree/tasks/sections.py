@@ -364,8 +364,9 @@ class Trust(Section):
         3,
         ge=1,
         le=100,
-        description="Full-stage repeats of a new best and of the baseline before a best is "
-        "reported (1: off); the summary's improvement carries their uncertainty.",
+        description="Most full-stage repeats of a new best and of the baseline before a best "
+        "is reported (1: off); fewer where more would decide nothing (never fewer than one "
+        "re-run); the summary's improvement carries their uncertainty.",
     )
     verify_share: float = Field(
         0.25,

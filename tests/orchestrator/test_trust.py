@@ -16,7 +16,15 @@ import pytest
 
 from revtree.agents.llm.fake_server import FakeLLMServer, FakeRequest
 from revtree.errors import EditError, LLMUnreachable, StoreError
-from revtree.orchestrator.trust import gain, holdout_alarm, infra_cause, kendall_tau, rank_alarm
+from revtree.orchestrator.trust import (
+    decided,
+    gain,
+    holdout_alarm,
+    infra_cause,
+    kendall_tau,
+    pooled_noise,
+    rank_alarm,
+)
 from tests.orchestrator.conftest import revtree
 
 
@@ -51,6 +59,29 @@ def test_gain_is_beyond_noise_only_when_a_t_test_says_so() -> None:
     g = gain([3.0], [3.0], False)
     assert g is not None and g.significant is None  # no repeat: cannot tell
     assert gain([5.0, 5.0], [6.0, 6.0], False).significant is True  # deterministic, minimize
+
+
+def test_repeats_stop_only_where_more_would_decide_nothing() -> None:
+    assert pooled_noise([[1.0, 1.0]]) is None  # one degree of freedom: not trusted yet
+    nil = pooled_noise([[1.0, 1.0, 1.0], [7.0]])
+    assert nil is not None and nil.sigma == 0.0 and nil.dof == 2
+    assert not decided([], 1.0, 1, nil)  # a new best is always re-run, even then
+    assert decided([5.0], 1.0, 1, nil)  # no noise anywhere, its re-run reproduced it
+    assert not decided([5.0], 1.0, 1, None)  # noise unmeasured: the full count
+    # a first-run-only score makes the pooled noise non-zero: judged by its margin
+    cheat = pooled_noise([[1.0, 1.0, 1.0], [9.0, 1.0]])
+    assert cheat is not None and cheat.sigma > 0
+    assert not decided([1.0], 1.0, 3, cheat)
+    noisy = pooled_noise([[1.0, 1.2, 0.8], [2.0, 2.1]])
+    assert noisy is not None and 0.1 < noisy.sigma < 0.2
+    assert decided([9.0], 1.0, 3, noisy)  # many standard errors better
+    assert decided([-9.0], 1.0, 3, noisy)  # many worse: the best moves, decided too
+    assert not decided([1.3], 1.0, 3, noisy)  # within noise: more repeats
+    assert not decided([9.0], 1.0, 3, noisy, min_n=2)  # a final verdict needs two
+    assert not decided([9.0], None, 1, noisy)  # nothing to compare with
+    huge = pooled_noise([[1e308, -1e308, 1e308]])  # scaled: no overflow, nothing raises
+    assert huge is not None and huge.sigma < float("inf")
+    assert not decided([1e308], -1e308, 1, huge)  # a margin past the largest double
 
 
 def test_infra_cause_names_the_disk_the_database_and_the_endpoint() -> None:
@@ -430,3 +461,34 @@ def test_an_edit_that_changes_nothing_is_not_evaluated(tmp_path: Path, home: Pat
         n["error"] for n in others
     ]
     assert all(n["n_evaluations"] == 0 for n in others)
+
+
+# -- verification spent where it decides something (issue 24) ---------------------------
+EXACT = "import json, os, solver\nos.write(3, json.dumps({'f': (solver.X - 1.3) ** 2}).encode())\n"
+FIRST_RUN_ONLY = """\
+import json, os, solver
+rerun = os.environ["REVTREE_SEED"] != "0"  # seed 0: repeat r runs with seed r
+cheat = 5.0 if rerun and solver.X != 3.0 else 0.0  # every candidate, never the baseline
+os.write(3, json.dumps({"f": (solver.X - 1.3) ** 2 / 100 + cheat}).encode())
+"""
+
+
+def test_a_deterministic_evaluator_re_runs_each_new_best_once(tmp_path: Path, home: Path) -> None:
+    task = quad_task(tmp_path / "q", EXACT, extra="[search]\nseed = 0\n", budget=12)
+    revtree(home, "run", str(task), "--quiet")
+    s = show(home)
+    counts = {n["id"]: n["n_evaluations"] for n in s["nodes"] if n["n_evaluations"] > 1}
+    assert s["best_node"] in counts and 0 in counts, counts  # both re-run, at least once
+    # the first verification measures the noise (3 repeats); none is seen, so every
+    # later one re-runs once, and the reported gain needs no more
+    assert sorted(counts.values())[:-1] == [2] * (len(counts) - 1), counts
+    assert s["gain"]["beyond_noise"] is True and s["gain"]["post_selection"] is False
+
+
+def test_a_candidate_good_on_its_first_run_only_is_never_the_best(
+    tmp_path: Path, home: Path
+) -> None:
+    task = quad_task(tmp_path / "q", FIRST_RUN_ONLY, extra="[search]\nseed = 0\n", budget=8)
+    revtree(home, "run", str(task), "--quiet")
+    s = show(home)
+    assert s["best_node"] == 0, [(n["id"], n["score"], n["n_evaluations"]) for n in s["nodes"]]

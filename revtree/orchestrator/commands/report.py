@@ -254,7 +254,8 @@ def _gain(
 ) -> dict[str, Any] | None:
     """The best's gain over the baseline with its noise (see ``orchestrator.trust``):
     the best's evaluations that selected it (its first ``repeats``) are left out when it
-    has later ones."""
+    has later ones, unless every score of the best and every score of the baseline
+    repeat their node's bit for bit (no noise was seen: nothing to select on)."""
     if root is None or best is None or best.id == root.id:
         return None
     repeats = int(run.spec.get("evaluate", {}).get("repeats", 1))
@@ -270,11 +271,14 @@ def _gain(
     later = [e for e in mine if e.repeat >= repeats]
     scores = [e.score for e in (later or mine) if e.score is not None]
     base = [e.score for e in full(root) if e.score is not None]
+    exact = [e.score for e in mine if e.score is not None]
+    if later and len(set(exact)) == 1 and len(base) > 1 and len(set(base)) == 1:
+        scores = exact
     g = gain(scores, base, run.maximize)
     if g is None:
         return None
     out = g.to_json()
-    out["post_selection"] = bool(later)
+    out["post_selection"] = bool(later) and scores is not exact
     return out
 
 
