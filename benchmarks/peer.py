@@ -1,0 +1,280 @@
+"""revtree against OpenEvolve 0.4.0 on one OpenEvolve-format folder and one fake model.
+
+    python benchmarks/peer.py [--n 48] [--reps 3] [--sleep 0 1] [--parallel 1 2 4]
+                              [--cache ~/.cache/revtree-bench]
+
+Both search the same folder (``initial_program.py`` with ``A`` in its EVOLVE-BLOCK,
+``evaluator.py`` that sleeps S seconds and scores ``-(A - 3)^2``, one ``config.yaml``),
+against one fake OpenAI-compatible server (``revtree.agents.llm.fake_server``) that
+answers each in the format it asks for (OpenEvolve: a SEARCH/REPLACE diff; revtree's
+one-call mode: the whole file), moving ``A`` by the same seeded steps. Runs are
+interleaved (revtree, OpenEvolve, revtree, ...) for each S and K (candidates in flight),
+N candidates each. Per cell, means over the repetitions:
+
+- overhead per candidate: (wall of the candidate loop - N*S/K) / N, where the loop is
+  ``Orchestrator.drive()`` (baseline, candidates, verification, final checks) for
+  revtree and ``OpenEvolve.run()`` (initial evaluation and iterations) for OpenEvolve;
+- utilisation: (N*S/K) / wall, the share of the loop spent in candidate sleeps;
+- model calls per candidate (counted at the server);
+- trust cost: evaluations spent re-running bests (revtree's verification; OpenEvolve
+  has none).
+
+Then the median time of ``revtree --version``, ``revtree ls`` and
+``openevolve-run --help``. OpenEvolve lives in a venv under ``--cache`` (created on the
+first run from PyPI, reused after). Measured here, never asserted in tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from revtree.agents.llm.fake_server import FakeLLMServer, FakeRequest, current_file
+from revtree.memory import Store
+from revtree.orchestrator import Orchestrator, create_run
+from revtree.tasks import load_task
+
+OE_VERSION = "0.4.0"
+console = Console(width=160)
+
+PROGRAM = "# EVOLVE-BLOCK-START\nA = 0.0\n# EVOLVE-BLOCK-END\n\n\ndef value():\n    return A\n"
+EVALUATOR = """\
+import importlib.util
+import time
+
+
+def evaluate(program_path):
+    time.sleep({sleep})
+    spec = importlib.util.spec_from_file_location("p", program_path)
+    p = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(p)
+    return {{"combined_score": -((p.value() - 3.0) ** 2)}}
+"""
+CONFIG = """\
+max_iterations: {n}
+random_seed: 42
+checkpoint_interval: 100000
+log_level: WARNING
+diff_based_evolution: true
+llm:
+  api_base: {url}
+  api_key: fake
+  models:
+    - name: fake-model
+      weight: 1.0
+  temperature: 0.7
+  retries: 0
+  timeout: 60
+evaluator:
+  timeout: 60
+  parallel_evaluations: {k}
+  cascade_evaluation: false
+database:
+  random_seed: 42
+  num_islands: 1
+"""
+OE_DRIVER = """\
+import asyncio, json, sys, time
+from openevolve import OpenEvolve
+from openevolve.config import load_config
+folder, out, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+oe = OpenEvolve(f"{folder}/initial_program.py", f"{folder}/evaluator.py",
+                load_config(f"{folder}/config.yaml"), output_dir=out)
+t0 = time.monotonic()
+best = asyncio.run(oe.run(iterations=n))
+wall = time.monotonic() - t0
+print(json.dumps({"wall": wall, "best": best.metrics.get("combined_score") if best else None}))
+"""
+
+
+class Model:
+    """The fake model both systems talk to: each answer moves ``A`` of the program in
+    the prompt by a seeded step, in the format the asker wants."""
+
+    def __init__(self, seed: int) -> None:
+        self.rng = random.Random(seed)
+
+    def __call__(self, req: FakeRequest) -> str:
+        step = self.rng.uniform(-0.5, 1.0)
+        if "# Current Program" in req.user:  # OpenEvolve's diff prompt
+            section = req.user.split("# Current Program\n", 1)[1]
+            a = _a(section)
+            return (
+                f"Move A closer.\n\n<<<<<<< SEARCH\nA = {a!r}\n=======\n"
+                f"A = {a + step!r}\n>>>>>>> REPLACE\n"
+            )
+        a = _a(current_file(req, "initial_program.py") or req.user)
+        body = PROGRAM.replace("A = 0.0", f"A = {a + step!r}")
+        return (
+            f"HYPOTHESIS: move A by {step:+.3f}\n\n"
+            f"=== FILE: initial_program.py ===\n```python\n{body}```\n"
+        )
+
+
+def _a(text: str) -> float:
+    m = re.search(r"^A = ([-+0-9.e]+)$", text, re.M)
+    return float(m.group(1)) if m else 0.0
+
+
+def make_folder(root: Path, sleep: float, n: int, k: int, url: str) -> Path:
+    root.mkdir(parents=True)
+    (root / "initial_program.py").write_text(PROGRAM)
+    (root / "evaluator.py").write_text(EVALUATOR.format(sleep=sleep))
+    (root / "config.yaml").write_text(CONFIG.format(n=n, k=k, url=url))
+    return root
+
+
+def oe_python(cache: Path) -> Path:
+    """The OpenEvolve venv's python, created under ``cache`` if missing."""
+    venv = cache / f"openevolve-{OE_VERSION}"
+    py = venv / "bin" / "python"
+    if not (venv / "bin" / "openevolve-run").exists():
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        pip = [str(venv / "bin" / "pip"), "install", "-q", f"openevolve=={OE_VERSION}"]
+        subprocess.run(pip, check=True)
+    return py
+
+
+def run_revtree(tmp: Path, folder: Path, n: int, k: int, srv: FakeLLMServer) -> dict[str, float]:
+    home = tmp / "home"
+    store = Store(f"sqlite:///{home / 'revtree.db'}")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        spec = load_task(folder)
+    spec = spec.with_overrides(
+        budget={"max_nodes": n + 1},  # the baseline and N candidates
+        search={"parallel": k},
+        sandbox={"backend": "local"},
+        agents={
+            "mode": "llm",
+            "model": "openai-compatible:fake-model",
+            "base_url": srv.openai_url,
+            "max_retries": 0,
+            "reviewer": {"enabled": False},
+        },
+    )
+    run = create_run(store, spec, home)
+    before = len(srv.requests)
+    t0 = time.monotonic()
+    Orchestrator(store, run.id, home=home).drive()
+    wall = time.monotonic() - t0
+    calls = len(srv.requests) - before
+    kinds = store.evaluations_by_kind(run.id, spec.evaluate.repeats)
+    best = max(x.score for x in store.nodes(run.id) if x.score is not None)
+    store.close()
+    return {"wall": wall, "calls": calls, "trust": kinds.get("verify", 0), "best": best}
+
+
+def run_openevolve(
+    tmp: Path, folder: Path, n: int, py: Path, srv: FakeLLMServer
+) -> dict[str, float]:
+    driver = tmp / "oe_driver.py"
+    driver.write_text(OE_DRIVER)
+    before = len(srv.requests)
+    out = subprocess.run(
+        [str(py), str(driver), str(folder), str(tmp / "oe-out"), str(n)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={"PATH": "/usr/bin:/bin", "OPENAI_API_KEY": "fake", "HOME": str(tmp)},
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"OpenEvolve failed:\n{out.stderr[-3000:]}")
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    return {"wall": r["wall"], "calls": len(srv.requests) - before, "trust": 0, "best": r["best"]}
+
+
+def cli_times(py: Path, reps: int) -> dict[str, float]:
+    oe_run = py.parent / "openevolve-run"
+    with tempfile.TemporaryDirectory() as home:
+        env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "REVTREE_HOME": home}
+        cmds = {
+            "revtree --version": [sys.executable, "-m", "revtree", "--version"],
+            "revtree ls": [sys.executable, "-m", "revtree", "ls"],
+            "openevolve-run --help": [str(oe_run), "--help"],
+        }
+        out = {}
+        for name, cmd in cmds.items():
+            walls = []
+            for _ in range(reps):
+                t0 = time.monotonic()
+                subprocess.run(cmd, capture_output=True, env=env, check=True, timeout=120)
+                walls.append(time.monotonic() - t0)
+            out[name] = statistics.median(walls)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=48, help="candidates per run")
+    parser.add_argument("--reps", type=int, default=3, help="runs of each system per cell")
+    parser.add_argument("--sleep", type=float, nargs="+", default=[0.0, 1.0])
+    parser.add_argument("--parallel", type=int, nargs="+", default=[1, 2, 4])
+    parser.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "revtree-bench")
+    parser.add_argument("--cli-reps", type=int, default=5)
+    args = parser.parse_args()
+    py = oe_python(args.cache)
+    table = Table(
+        "S (s)",
+        "K",
+        "system",
+        "wall (s)",
+        "overhead/cand (ms)",
+        "utilisation",
+        "calls/cand",
+        "trust cost (evals)",
+        "best",
+        title=f"revtree vs OpenEvolve {OE_VERSION}, N={args.n}, {args.reps} interleaved reps",
+    )
+    with tempfile.TemporaryDirectory(prefix="revtree-peer-") as d:
+        tmp = Path(d)
+        for sleep in args.sleep:
+            for k in args.parallel:
+                rows: dict[str, list[dict[str, float]]] = {"revtree": [], "openevolve": []}
+                for rep in range(args.reps):
+                    for system in rows:
+                        where = tmp / f"{system}-{sleep}-{k}-{rep}"
+                        with FakeLLMServer(Model(seed=rep)) as srv:
+                            folder = make_folder(where / "task", sleep, args.n, k, srv.openai_url)
+                            if system == "revtree":
+                                r = run_revtree(where, folder, args.n, k, srv)
+                            else:
+                                r = run_openevolve(where, folder, args.n, py, srv)
+                        rows[system].append(r)
+                        shutil.rmtree(where, ignore_errors=True)
+                for system, rs in rows.items():
+                    wall = statistics.fmean(r["wall"] for r in rs)
+                    ideal = args.n * sleep / k
+                    table.add_row(
+                        f"{sleep:g}",
+                        str(k),
+                        system,
+                        f"{wall:.2f}",
+                        f"{(wall - ideal) / args.n * 1000:.0f}",
+                        f"{ideal / wall:.2f}" if ideal else "-",
+                        f"{statistics.fmean(r['calls'] for r in rs) / args.n:.2f}",
+                        f"{statistics.fmean(r['trust'] for r in rs):.1f}",
+                        f"{statistics.fmean(r['best'] for r in rs):.3g}",
+                    )
+    console.print(table)
+    cli = Table("command", "median wall (s)", title=f"CLI start ({args.cli_reps} runs each)")
+    for name, wall in cli_times(py, args.cli_reps).items():
+        cli.add_row(name, f"{wall:.3f}")
+    console.print(cli)
+
+
+if __name__ == "__main__":
+    main()
