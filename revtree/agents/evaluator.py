@@ -40,15 +40,12 @@ from pathlib import Path
 from typing import Any
 
 from revtree.agents.stage_inputs import GradeStep, Prepared, grade_step, rewrite_archive, run_env
-from revtree.memory.records import EvalResult, finite_mean, score_problem
+from revtree.memory.records import FULL, GUARD, HOLDOUT, EvalResult, finite_mean, score_problem
 from revtree.sandboxes.base import METRICS_FD, ExecRequest, ExecResult, Limits, Sandbox, archive_of
 from revtree.tasks.load import matches
 from revtree.tasks.spec import TaskSpec
 
 TAIL = 4000
-FULL = "full"
-HOLDOUT = "holdout"
-GUARD = "guard"  # the holdout run during the search (``HOLDOUT``: the final judge)
 OUTPUTS = "outputs"  # the grade step's folder of the run step's declared outputs
 _WILDCARD = re.compile(r"[*?\[]")
 HOW_TO_REPORT = (

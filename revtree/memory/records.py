@@ -148,6 +148,15 @@ class Node:
         return Score(self.score, maximize)
 
 
+# The stages an evaluation is recorded under that the readers look for (the task's own
+# stages keep their names): the scored run, and the holdout run at the end and during the
+# search. Here rather than in the evaluator, so that a reader (`revtree ls`) needs no
+# evaluator to tell them apart.
+FULL = "full"
+HOLDOUT = "holdout"
+GUARD = "guard"  # the holdout run during the search (``HOLDOUT``: the final judge)
+
+
 @dataclass(frozen=True)
 class EvalResult:
     """One run of one stage of the evaluator on one node. Unique by (node, stage, repeat,

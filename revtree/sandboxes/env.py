@@ -17,7 +17,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from revtree.tasks.spec import is_secret
+from revtree.tasks.names import is_secret
 
 PASSED_FROM_HOST = ("LANG", "LC_ALL", "LC_CTYPE", "TZ", "TERM")
 URL_CREDENTIALS = re.compile(r"[a-z][a-z0-9+.-]*://[^/\s:@]+:[^/\s@]+@", re.IGNORECASE)

@@ -204,4 +204,3 @@ SearchConfig = Annotated[
     Field(discriminator="policy"),
     BeforeValidator(_default_policy),
 ]
-POLICIES = ("greedy", "random", "optuna", "mcts", "evolution", "bgmcts", "exts", "agentic")

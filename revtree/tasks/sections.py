@@ -1,7 +1,7 @@
 """The sections of a task spec that say how a candidate is scored and within what limits:
 ``[evaluate]`` (its stages and trusted grade step), ``[holdout]``, ``[sandbox]``,
 ``[budget]`` and ``[trust]``; and what every section shares: the :class:`Section` base,
-durations, sizes and the secret-name check.
+durations and sizes (the secret-name check is :mod:`revtree.tasks.names`'s).
 
 The whole task is :class:`revtree.tasks.spec.TaskSpec`; the ``[search]`` policies are in
 :mod:`revtree.tasks.search`, the ``[agents]`` settings and the knobs in
@@ -23,20 +23,10 @@ from pydantic import (
     model_validator,
 )
 
+from revtree.tasks.names import is_secret
+
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _SIZES = {"k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
-SECRET_NAME = re.compile(
-    r"(API_?KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH|DATABASE_URL|_DSN$|REVTREE_DB|"
-    r"^AWS_|^GOOGLE_APPLICATION|^AZURE_|PRIVATE_KEY|SSH_AUTH_SOCK)",
-    re.I,
-)
-
-
-def is_secret(name: str) -> bool:
-    """Whether an environment variable name looks like it holds a secret."""
-    return SECRET_NAME.search(name) is not None
-
-
 # The longest duration a setting takes: beyond it a timeout means nothing, and
 # a clock or a thread's wait given it overflows (threading.TIMEOUT_MAX, Docker's API).
 MAX_SECONDS = 365 * 86400.0

@@ -31,9 +31,9 @@ from revtree.tasks.agent_settings import (
     Role,
     Structured,
 )
+from revtree.tasks.names import POLICIES, SECRET_NAME, is_secret
 from revtree.tasks.runner import RunnerConfig
 from revtree.tasks.search import (
-    POLICIES,
     AgenticSearch,
     BgmctsSearch,
     EvolutionSearch,
@@ -45,7 +45,6 @@ from revtree.tasks.search import (
     SearchConfig,
 )
 from revtree.tasks.sections import (
-    SECRET_NAME,
     Budget,
     Duration,
     Evaluate,
@@ -58,7 +57,6 @@ from revtree.tasks.sections import (
     Stage,
     Trust,
     check_grade,
-    is_secret,
     is_workspace_path,
     parse_duration,
     parse_size,

@@ -3,15 +3,23 @@ comparison of several runs (a fork against its parent, say)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from revtree.agents.evaluator import FULL, GUARD, HOLDOUT
-from revtree.memory import Node, NodeStatus, RunInfo, Store
-from revtree.memory.records import EvalResult, LLMCall
-from revtree.orchestrator.policies import make_policy
+from revtree.memory.records import (
+    FULL,
+    GUARD,
+    HOLDOUT,
+    EvalResult,
+    LLMCall,
+    Node,
+    NodeStatus,
+    RunInfo,
+)
 from revtree.orchestrator.tree import Tree
 from revtree.orchestrator.trust import final_better, gain
-from revtree.tasks.spec import TaskSpec
+
+if TYPE_CHECKING:
+    from revtree.memory.store import Store
 
 
 def summarize(store: Store, run: RunInfo, with_nodes: bool = False) -> dict[str, Any]:
@@ -82,6 +90,9 @@ def islands(run: RunInfo, tree: Tree) -> list[dict[str, Any]]:
     """The evolution policy's islands, rebuilt from the tree as a resume does (its saved
     state, then the tree replayed): per island its programs, its best, the MAP-Elites
     cells it has filled and each cell's elite."""
+    from revtree.orchestrator.policies import make_policy  # the policies: evolution runs only
+    from revtree.tasks.spec import TaskSpec
+
     policy: Any = make_policy(TaskSpec.model_validate(run.spec).search)
     policy.load_state(run.policy_state or {})
     policy.sync(tree)
