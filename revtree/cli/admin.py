@@ -13,9 +13,7 @@ from rich.table import Table
 
 from revtree.cli.app import DbOpt, RunArg, app, console, open_store
 from revtree.errors import RevtreeError
-from revtree.memory import RunStatus
-from revtree.memory.db import default_url, revtree_home
-from revtree.orchestrator import RunPaths
+from revtree.memory.records import RunStatus
 
 
 @app.command()
@@ -26,6 +24,9 @@ def rm(
 ) -> None:
     """Delete a run: its rows, its git store and its logs (forks of it keep working)."""
     import shutil
+
+    from revtree.memory.db import revtree_home
+    from revtree.orchestrator.run import RunPaths
 
     store = open_store(db)
     found = store.get_run(run_id)
@@ -69,6 +70,7 @@ def doctor(
     db: DbOpt = None,
 ) -> None:
     """Check the database against the git stores and the run processes (--repair fixes)."""
+    from revtree.memory.db import default_url, revtree_home
     from revtree.orchestrator.commands.doctor import check_database, missing_database
     from revtree.orchestrator.commands.doctor import doctor as check
 

@@ -7,7 +7,7 @@ import contextlib
 import os
 import re
 from collections.abc import Iterable
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -16,8 +16,10 @@ from rich.segment import Segment
 from rich.text import Text
 
 from revtree.errors import RevtreeError
-from revtree.memory import RunInfo, Store
-from revtree.orchestrator.commands.report import recommendation_note, summarize
+
+if TYPE_CHECKING:  # the command modules import the engine inside each command, so that
+    # `--version`, `--help` and the read-only commands start without it (issue 24)
+    from revtree.memory import RunInfo, Store
 
 # The order ``revtree --help`` lists the commands in (typer lists them as registered, the
 # sub-apps after them): they are defined in several modules, so see order_commands().
@@ -188,6 +190,7 @@ def open_store(db: str | None, create: bool = False, empty: bool = False) -> Sto
     SQLite file (and its folder) uncreated and says so in one line, except that with
     ``empty`` (``ls``) the default database that no run has made yet reads as no runs.
     A URL that does not parse or a database that cannot be reached is one line too."""
+    from revtree.memory import Store
     from revtree.memory.db import MEMORY, NoDatabase
 
     try:
@@ -201,6 +204,8 @@ def open_store(db: str | None, create: bool = False, empty: bool = False) -> Sto
 def node_or_best(store: Store, run: RunInfo, node: int | None) -> int:
     """The node asked for, else the recommended one (the best without a drift alarm),
     saying why when alarms moved the choice."""
+    from revtree.orchestrator.commands.report import recommendation_note, summarize
+
     if node is not None:
         return node
     s = summarize(store, run)

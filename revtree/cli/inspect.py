@@ -7,7 +7,7 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
@@ -33,17 +33,10 @@ from revtree.cli.render import (
     runs_table,
 )
 from revtree.errors import RevtreeError
-from revtree.memory import GitStore, RunInfo, RunStatus
-from revtree.memory.db import revtree_home
-from revtree.orchestrator import RunPaths
-from revtree.orchestrator.commands.report import compare as compare_runs
-from revtree.orchestrator.commands.report import (
-    node_json,
-    summarize,
-    transcript_renderables,
-    transcripts,
-)
-from revtree.orchestrator.run import alive
+from revtree.memory.records import RunInfo, RunStatus
+
+if TYPE_CHECKING:
+    from revtree.memory.gitstore import GitStore
 
 
 @app.command()
@@ -83,6 +76,8 @@ LIVENESS_EVERY = 1.0  # seconds between checks that a followed run's process liv
 def _exit_if_gone(run: RunInfo) -> None:
     """A run marked running whose process (on this machine) is dead never ends: say so
     and exit 1 instead of following it forever (``doctor --repair`` marks it failed)."""
+    from revtree.orchestrator.run import alive
+
     if run.status is not RunStatus.RUNNING or not run.pid or alive(run.pid, run.host):
         return
     err.print(
@@ -101,6 +96,8 @@ def ls(
     tree: Annotated[bool, typer.Option("--tree", help="Show forks as a family tree.")] = False,
 ) -> None:
     """List runs."""
+    from revtree.orchestrator.commands.report import summarize
+
     store = open_store(db, empty=True)
     rows = [summarize(store, r) for r in store.list_runs()]
     if as_json:
@@ -128,6 +125,13 @@ def show(
     db: DbOpt = None,
 ) -> None:
     """Show a run (or one node) as a table or JSON."""
+    from revtree.orchestrator.commands.report import (
+        node_json,
+        summarize,
+        transcript_renderables,
+        transcripts,
+    )
+
     store = open_store(db)
     found = store.get_run(run_id)
     if node is not None:
@@ -184,6 +188,8 @@ def compare(
     db: DbOpt = None,
 ) -> None:
     """Runs side by side: a fork against its parent, say (what each added itself too)."""
+    from revtree.orchestrator.commands.report import compare as compare_runs
+
     store = open_store(db)
     runs = [store.get_run(r) for r in run_ids]
     rows = compare_runs(store, runs)
@@ -198,6 +204,10 @@ def compare(
 
 
 def _git(found: RunInfo) -> GitStore:
+    from revtree.memory.db import revtree_home
+    from revtree.memory.gitstore import GitStore
+    from revtree.orchestrator.run import RunPaths
+
     return GitStore(RunPaths(revtree_home(), found.id).repo)
 
 
@@ -245,6 +255,7 @@ def export(
     found = store.get_run(run_id)
     node_id = node_or_best(store, found, node)
     if branch is not None:
+        from revtree.memory.db import revtree_home
         from revtree.orchestrator.commands.export import export_branch
 
         done = export_branch(store, found.id, node_id, repo, branch, revtree_home())

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich import box
@@ -20,8 +20,10 @@ from rich.text import Text
 from rich.tree import Tree as RichTree
 
 from revtree.cli.app import console, plain, visible
-from revtree.memory import Event, RunInfo, RunStatus, Store
-from revtree.orchestrator.commands.report import gain_text, recommendation_note, summarize
+from revtree.memory.records import Event, RunInfo, RunStatus
+
+if TYPE_CHECKING:
+    from revtree.memory.store import Store
 
 STYLES = {
     "select": "cyan",
@@ -90,6 +92,8 @@ def format_event(ev: Event) -> Text:
 
 
 def print_summary(store: Store, run: RunInfo) -> None:
+    from revtree.orchestrator.commands.report import gain_text, recommendation_note, summarize
+
     s = summarize(store, run)
     table = Table(title=f"run {run.id}", show_header=False, title_style="bold")
     table.add_row("status", plain(f"{s['status']} ({s['reason']})"))

@@ -12,7 +12,7 @@ import threading
 import warnings
 from pathlib import Path
 from types import FrameType
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -32,16 +32,12 @@ from revtree.cli.app import (
 )
 from revtree.cli.render import LiveLog, fmt, format_event, print_summary
 from revtree.errors import RevtreeError, RunBusy, SandboxError
-from revtree.memory import RunInfo, RunStatus, Store
-from revtree.memory.db import revtree_home
-from revtree.orchestrator import Orchestrator, RunPaths, create_run
-from revtree.orchestrator.commands.check import require_models
-from revtree.orchestrator.commands.reload import reload_task
-from revtree.orchestrator.llm_team import role_models, uses_llm
-from revtree.orchestrator.run import alive
-from revtree.orchestrator.wiring import sandbox_choice
-from revtree.tasks import TaskSpec, load_task
-from revtree.tasks.spec import POLICIES
+from revtree.memory.records import RunInfo, RunStatus
+from revtree.tasks.names import POLICIES
+
+if TYPE_CHECKING:
+    from revtree.memory.store import Store
+    from revtree.tasks.spec import TaskSpec
 
 
 def _install_stop(stop: threading.Event) -> None:
@@ -60,6 +56,8 @@ def _install_stop(stop: threading.Event) -> None:
 
 
 def _drive(store: Store, run: RunInfo, parallel: str | None, quiet: bool, home: Path) -> None:
+    from revtree.orchestrator.core import Orchestrator
+
     spec_budget = run.spec.get("budget", {}).get("max_nodes")
     live = LiveLog(run, spec_budget, quiet)
     live.done = sum(n.status.is_finished() for n in store.nodes(run.id))
@@ -88,6 +86,8 @@ def _drive(store: Store, run: RunInfo, parallel: str | None, quiet: bool, home: 
 def _failed_to_start(store: Store, run_id: str, e: Exception) -> None:
     """Mark a run that could not start ``failed`` with the reason (never left
     ``running``), unless a live process drives it (this one only failed to join)."""
+    from revtree.orchestrator.run import alive
+
     current = store.get_run(run_id)
     if current.status.is_finished() or (current.pid and alive(current.pid, current.host)):
         return
@@ -105,6 +105,9 @@ def check_models(spec: TaskSpec, then: str = "") -> None:
     """Build the clients of the models a run's agents will call, as the run does, and make
     ``check``'s call of one token to each, so that a model that cannot be called (no key,
     a server that does not answer) is refused before a run is created, changed or evaluated."""
+    from revtree.orchestrator.commands.check import require_models
+    from revtree.orchestrator.llm_team import role_models, uses_llm
+
     if uses_llm(spec):
         try:
             role_models(spec)
@@ -124,6 +127,9 @@ def _agents(model: str | None, base_url: str | None) -> dict[str, Any]:
 def _reconfigure(store: Store, run: RunInfo, agents: dict[str, Any]) -> RunInfo:
     """Store --model / --base-url into the run's spec before it is resumed (checked first;
     refused while a live process drives the run)."""
+    from revtree.orchestrator.run import alive
+    from revtree.tasks.spec import TaskSpec
+
     if run.status is RunStatus.RUNNING and run.pid and alive(run.pid, run.host):
         raise RunBusy(f"run {run.id} is being driven by pid {run.pid} on {run.host}")
     try:
@@ -141,6 +147,8 @@ def _reconfigure(store: Store, run: RunInfo, agents: dict[str, Any]) -> RunInfo:
 
 
 def _detach(run: RunInfo, db: str | None, home: Path, parallel: str | None) -> None:
+    from revtree.orchestrator.run import RunPaths
+
     log = RunPaths(home, run.id).dir / "run.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "revtree", "resume", run.id, "--quiet"]
@@ -165,11 +173,12 @@ def _detach(run: RunInfo, db: str | None, home: Path, parallel: str | None) -> N
 
 def _load(task: Path) -> TaskSpec:
     """Load a task, printing the loader's warnings (ignored keys of imported formats)."""
+    from revtree.tasks.compat import CompatNote
+    from revtree.tasks.load import load_task
+
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         spec = load_task(task)
-    from revtree.tasks.compat import CompatNote
-
     for w in caught:
         what = "mapped" if issubclass(w.category, CompatNote) else "[yellow]warning:[/yellow]"
         err.print(f"{what} {escape(str(w.message))}")
@@ -225,6 +234,10 @@ def run(
     ] = 8765,
 ) -> None:
     """Start a run of TASK and show its live log."""
+    from revtree.memory.db import revtree_home
+    from revtree.orchestrator.run import create_run
+    from revtree.orchestrator.wiring import sandbox_choice
+
     if dashboard and detach:
         raise typer.BadParameter(
             "--dashboard serves from the run's own process; with --detach, start "
@@ -326,6 +339,10 @@ def resume(
     quiet: QuietOpt = False,
 ) -> None:
     """Continue a stopped or crashed run where it left off."""
+    from revtree.memory.db import revtree_home
+    from revtree.orchestrator.commands.reload import reload_task
+    from revtree.tasks.spec import TaskSpec
+
     store = open_store(db)
     found = store.get_run(run_id)
     if reload:
@@ -356,6 +373,8 @@ def holdout(
     db: DbOpt = None,
 ) -> None:
     """Run the task's hidden holdout evaluation on a node and record it."""
+    from revtree.orchestrator.core import Orchestrator
+
     store = open_store(db)
     found = store.get_run(run_id)
     node_id = node_or_best(store, found, node)
@@ -376,7 +395,10 @@ def pilot(
     db: DbOpt = None,
 ) -> None:
     """Spend a small budget characterising TASK, then recommend a policy and parameters."""
+    from revtree.memory.db import revtree_home
     from revtree.orchestrator.commands.pilot import analyse, driver_of, format_report
+    from revtree.orchestrator.core import Orchestrator
+    from revtree.orchestrator.run import create_run
 
     if not 2 <= repeats < evals:
         raise typer.BadParameter("need 2 <= --repeats < --evals")
@@ -424,7 +446,9 @@ def fork(
     quiet: QuietOpt = False,
 ) -> None:
     """Start a new run from NODE of RUN, with a changed configuration."""
+    from revtree.memory.db import revtree_home
     from revtree.orchestrator.commands.fork import apply_sets, fork_run
+    from revtree.tasks.spec import TaskSpec
 
     store, home = open_store(db), revtree_home()
     parent = store.get_run(run_id)
@@ -461,6 +485,7 @@ def retry(
     quiet: QuietOpt = False,
 ) -> None:
     """Re-run NODE of RUN from a step as its next attempt (the earlier attempt is kept)."""
+    from revtree.memory.db import revtree_home
     from revtree.orchestrator.commands.retry import retry as run_retry
 
     store = open_store(db)

@@ -7,33 +7,17 @@ from __future__ import annotations
 import sys
 import tempfile
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
 
-from revtree.agents.llm.fake_server import FakeLLMServer
 from revtree.cli.app import DbOpt, app, console, err
 from revtree.cli.run import run as run_command
-from revtree.orchestrator.commands.check import (
-    FAIL,
-    OK,
-    SKIP,
-    WARN,
-    Report,
-    check_task,
-    printed_metrics,
-)
-from revtree.orchestrator.commands.constants import describe
-from revtree.orchestrator.commands.scaffold import (
-    DIRECTIONS,
-    EVALUATOR,
-    DemoResponder,
-    Scaffold,
-    read_stdout_metrics,
-    scaffold,
-    try_evaluator,
-)
+
+if TYPE_CHECKING:
+    from revtree.orchestrator.commands.check import Report
+    from revtree.orchestrator.commands.scaffold import DemoResponder, Scaffold
 
 EXAMPLE = "curve-fit"  # the bundled example the demo runs: one editable file
 DEMO_MODEL = "openai-compatible:revtree-demo"
@@ -54,12 +38,6 @@ def main():
     target = [0.5 + 0.3 * x + 1.2 * math.sin(1.5 * x) - 0.15 * x * x for x in xs]
     return math.sqrt(sum((model(x) - t) ** 2 for x, t in zip(xs, target)) / len(xs))
 '''
-MARKS = {
-    OK: ("ok", "green"),
-    FAIL: ("FAIL", "red"),
-    SKIP: ("skip", "dim"),
-    WARN: ("warn", "yellow"),
-}
 
 
 @app.command()
@@ -97,6 +75,8 @@ def init(
     grade-step template instead). The program's module-level constants become [[knobs]].
     In a terminal it asks for what the flags do not give; without one, the flags must
     give the program, the metric and the direction."""
+    from revtree.orchestrator.commands.scaffold import DIRECTIONS, scaffold
+
     missing = [
         flag
         for flag, value in (
@@ -151,6 +131,8 @@ def init(
 
 
 def show_knobs(made: Scaffold) -> None:
+    from revtree.orchestrator.commands.constants import describe
+
     if not made.knobs:
         return
     n = len(made.knobs)
@@ -169,6 +151,14 @@ def show_knobs(made: Scaffold) -> None:
 def try_baseline(made: Scaffold) -> Scaffold:
     """Run the evaluator once; where it printed its metrics, make the task read them
     (or, asked in a terminal, switch to the grade-step template)."""
+    from revtree.orchestrator.commands.check import FAIL, OK, printed_metrics
+    from revtree.orchestrator.commands.scaffold import (
+        EVALUATOR,
+        read_stdout_metrics,
+        scaffold,
+        try_evaluator,
+    )
+
     command = made.spec.evaluate.command
     console.print(f"running `{escape(command)}` once on the baseline (local sandbox) ...")
     report = try_evaluator(made.spec)
@@ -231,6 +221,8 @@ def check(
     The task loads; which sandbox it gets and why; its baseline evaluated once there,
     with the metrics; one call of one token to each model; an estimate of the budget's
     time and cost. Exit 1 when a check fails."""
+    from revtree.orchestrator.commands.check import check_task
+
     agents: dict[str, Any] = {k: v for k, v in {"model": model, "base_url": base_url}.items() if v}
     if agents:
         agents["mode"] = "llm"
@@ -243,8 +235,16 @@ def check(
 
 
 def print_report(report: Report) -> None:
+    from revtree.orchestrator.commands.check import FAIL, OK, SKIP, WARN
+
+    marks = {
+        OK: ("ok", "green"),
+        FAIL: ("FAIL", "red"),
+        SKIP: ("skip", "dim"),
+        WARN: ("warn", "yellow"),
+    }
     for item in report.items:
-        word, colour = MARKS[item.status]
+        word, colour = marks[item.status]
         mark = f"[{colour}]{word:<4}[/{colour}]"
         console.print(f"{mark} {item.name:<9} {escape(item.message)}", soft_wrap=True)
         if item.detail and item.status == FAIL:
@@ -276,6 +276,9 @@ def demo(
 
     With --llm the 'model' is a scripted simulation served on 127.0.0.1: the LLM path
     works end to end (proposer, coder, reviewer, metering) without a key."""
+    from revtree.agents.llm.fake_server import FakeLLMServer
+    from revtree.orchestrator.commands.scaffold import DemoResponder
+
     with tempfile.TemporaryDirectory(prefix="revtree-demo-") as tmp:
         task = demo_task(Path(tmp))
         if not llm:
@@ -310,6 +313,7 @@ def demo(
 def demo_task(tmp: Path) -> Path:
     """The bundled example next to the package, else a small task written into ``tmp``."""
     import revtree
+    from revtree.orchestrator.commands.scaffold import scaffold
 
     bundled = Path(revtree.__file__).resolve().parent.parent / "examples" / EXAMPLE
     if (bundled / "task.toml").is_file():
