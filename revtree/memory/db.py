@@ -183,13 +183,12 @@ def transaction(engine: Engine, write: bool = False) -> Iterator[Connection]:
 
 
 def migrate(engine: Engine) -> None:
-    """Bring the schema to the newest revision (cheap when it is already there)."""
-    from alembic.runtime.migration import MigrationContext
-
+    """Bring the schema to the newest revision (cheap when it is already there: one read,
+    and alembic is imported only to upgrade)."""
     for attempt in range(MIGRATE_TRIES):
         try:
             with engine.connect() as conn:
-                if MigrationContext.configure(conn).get_current_revision() == HEAD:
+                if current_revision(conn) == HEAD:
                     return
             _upgrade(engine)
             return
@@ -198,6 +197,15 @@ def migrate(engine: Engine) -> None:
                 raise
             time.sleep(0.1 * (attempt + 1))  # SQLite: a read that would have to upgrade
             # to a write while another connection migrates gets "locked" at once
+
+
+def current_revision(conn: Connection) -> str | None:
+    """The schema's revision as alembic records it (its ``alembic_version`` table, one row:
+    our migrations have no branches); None where no migration has run."""
+    if not inspect(conn).has_table("alembic_version"):
+        return None
+    revision = conn.exec_driver_sql("SELECT version_num FROM alembic_version").scalar()
+    return None if revision is None else str(revision)
 
 
 def _upgrade(engine: Engine) -> None:

@@ -13,13 +13,22 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from alembic import command
 from alembic.autogenerate import compare_metadata
+from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 
 from revtree.errors import RunNotFound, StoreError
 from revtree.memory import EvalResult, Node, NodeStatus, RunStatus, Store
-from revtree.memory.db import HEAD, MIGRATIONS, make_engine, normalize_url, table_names
+from revtree.memory.db import (
+    HEAD,
+    MIGRATIONS,
+    current_revision,
+    make_engine,
+    normalize_url,
+    table_names,
+)
 from revtree.memory.models import Base
 
 from ..pg import fresh_database
@@ -259,6 +268,25 @@ def test_head_constant_is_the_newest_migration():
 def test_store_stamps_the_head_revision(store):
     with store.engine.connect() as conn:
         assert MigrationContext.configure(conn).get_current_revision() == HEAD
+
+
+def test_current_revision_reads_what_alembic_reads(url):
+    """The read that spares every command alembic's import: None on an empty database,
+    an older revision where one is stamped, HEAD after the migration, as alembic says."""
+    engine = make_engine(url)
+    try:
+        for stamp in (None, "0005", HEAD):
+            if stamp is not None:
+                cfg = Config()
+                cfg.set_main_option("script_location", str(MIGRATIONS))
+                with engine.begin() as conn:
+                    cfg.attributes["connection"] = conn
+                    command.upgrade(cfg, stamp)
+            with engine.connect() as conn:
+                alembic = MigrationContext.configure(conn).get_current_revision()
+                assert current_revision(conn) == alembic == stamp
+    finally:
+        engine.dispose()
 
 
 def test_wal_mode_is_on(sqlite_url, tmp_path):
