@@ -22,6 +22,14 @@ The package is cut by what a command does, so that each module reads as one conc
 Each command module registers its commands on ``app.app`` with decorators when it is
 imported, which this ``__init__`` does; ``app.order_commands()`` then puts them back in
 the order ``revtree --help`` listed them in when they lived in one file.
+
+Every command module is imported by every command, so at their top they import only
+typer, rich, each other, ``revtree.errors``, ``revtree.memory.records`` and
+``revtree.tasks.names``; the engine (the store, the orchestrator, the agents, the task
+loader) is imported inside the command that uses it. So ``--version`` and ``--help``
+load no SQLAlchemy, pydantic or LangGraph, and the commands that read or decide load no
+LangGraph, model SDK, Docker client or Optuna (tests/orchestrator/test_light_imports.py;
+``benchmarks/cli_start.py`` measures the start).
 """
 
 from revtree.cli import (  # noqa: F401  (registers the commands)

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -175,3 +176,36 @@ def wait_for(cond: Callable[[], object], timeout: float = 60.0, what: str = "con
             return value
         time.sleep(0.05)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+# The CLI run as ``python -m revtree`` runs it; the names in sys.modules once the command
+# has ended are written, as JSON, to the file named by the first argument.
+LOADED = """\
+import json, sys
+out, sys.argv, code = sys.argv[1], ["revtree", *sys.argv[2:]], 0
+try:
+    from revtree.cli import main
+    main()
+except SystemExit as e:
+    code = e.code
+with open(out, "w") as f:
+    json.dump(sorted(sys.modules), f)
+sys.exit(code)
+"""
+
+
+def loaded_modules(home: Path, *args: str, **env: str) -> tuple[int, set[str]]:
+    """``revtree ARGS`` in a fresh interpreter: its exit code and every module it loaded."""
+    out = home.parent / "loaded-modules.json"
+    proc = subprocess.run(
+        [sys.executable, "-c", LOADED, str(out), *args],
+        capture_output=True,
+        text=True,
+        env=cli_env(home, **env),
+        timeout=120,
+    )
+    if not out.exists():
+        raise AssertionError(f"revtree {args} did not finish:\n{proc.stdout}\n{proc.stderr}")
+    names = set(json.loads(out.read_text()))
+    out.unlink()
+    return proc.returncode, names
