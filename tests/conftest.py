@@ -93,6 +93,7 @@ def _local_sandbox_for_auto(monkeypatch: pytest.MonkeyPatch) -> None:
 OTHER = "other"
 OUTCOMES = ("passed", "failed", "error", "skipped", "xfailed", "xpassed")
 SUMMARY_KEY = pytest.StashKey[tuple[list[str], bool]]()
+Result = tuple[str, str, set[str], str]  # nodeid, outcome, keywords (markers), skip reason
 
 
 def resource_groups(markers: list[str]) -> list[str]:
@@ -106,7 +107,7 @@ def resource_groups(markers: list[str]) -> list[str]:
 
 
 def group_summary(
-    results: list[tuple[str, str, set[str], str]],
+    results: list[Result],
     groups: list[str],
     notes: Mapping[str, str],
     required: set[str],
@@ -156,23 +157,77 @@ def group_summary(
     return lines, missed
 
 
-def _session_results(reporter: Any) -> list[tuple[str, str, set[str], str]]:
-    results = []
-    for outcome in (*OUTCOMES, "deselected"):
+def _session_results(reporter: Any, deselected: list[tuple[str, list[str]]]) -> list[Result]:
+    """What the reporter saw, plus ``deselected`` (nodeid, marker names): with xdist the
+    controller collects nothing, so it sees no deselected items of its own."""
+    results: list[Result] = []
+    for outcome in OUTCOMES:
         for rep in reporter.stats.get(outcome, []):
             nodeid = getattr(rep, "nodeid", "")
             keywords = set(getattr(rep, "keywords", {}))
-            if isinstance(rep, pytest.Item):  # deselected: its markers, not its folders' names
-                keywords = {m.name for m in rep.iter_markers()}
             why = ""
-            if outcome == "skipped" and isinstance(rep.longrepr, tuple):
-                why = str(rep.longrepr[2]).removeprefix("Skipped: ")
+            longrepr = getattr(rep, "longrepr", None)
+            if outcome == "skipped" and isinstance(longrepr, tuple | list):  # list: from a worker
+                why = str(longrepr[2]).removeprefix("Skipped: ")
             results.append((nodeid, outcome, keywords, why))
+    results += [(nodeid, "deselected", set(marks), "") for nodeid, marks in deselected]
     return results
 
 
+# -- under xdist (scripts/test runs ``-n``) ---------------------------------------------
+# Each worker collects and runs; the controller's reporter gets every test report (with
+# its keywords and skip reason) but nothing of what a worker deselected or stashed. A
+# worker hands those over in ``config.workeroutput`` when it finishes (DESELECTED_OUT,
+# END_LINES_OUT); the controller merges them in ``pytest_testnodedown`` and builds the
+# summary and the exit status in its own ``pytest_sessionfinish``, as without xdist.
+
+DESELECTED = pytest.StashKey[dict[str, list[str]]]()  # nodeid -> marker names
+#: lines a test adds for the end of the session (``compat: openevolve ...: 106 keys``)
+END_LINES = pytest.StashKey[list[str]]()
+DESELECTED_OUT, END_LINES_OUT = "revtree_deselected", "revtree_end_lines"
+
+
+def _is_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+def pytest_deselected(items: list[pytest.Item]) -> None:
+    for item in items:
+        marks = sorted({m.name for m in item.iter_markers()})
+        item.config.stash.setdefault(DESELECTED, {})[item.nodeid] = marks
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A test that uses a module-scoped fixture (a finished run, a dashboard server, a
+    Ray cluster's result) joins its module's ``xdist_group``, so under ``--dist
+    loadgroup`` the fixture is made once, on one worker, rather than once per worker."""
+    for item in items:
+        if item.get_closest_marker("xdist_group") is not None:
+            continue
+        info = getattr(item, "_fixtureinfo", None)
+        defs = info.name2fixturedefs.values() if info is not None else []
+        if any(d.scope in ("module", "package") for fixdefs in defs for d in fixdefs):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:
+    """xdist, on the controller: what a finished worker deselected and stashed."""
+    out = getattr(node, "workeroutput", {})
+    config = node.config
+    config.stash.setdefault(DESELECTED, {}).update(out.get(DESELECTED_OUT, {}))
+    lines = config.stash.setdefault(END_LINES, [])
+    lines += [line for line in out.get(END_LINES_OUT, []) if line not in lines]
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    config = session.config
+    if _is_worker(config):
+        config.workeroutput[DESELECTED_OUT] = config.stash.get(DESELECTED, {})  # type: ignore[attr-defined]
+        config.workeroutput[END_LINES_OUT] = config.stash.get(END_LINES, [])  # type: ignore[attr-defined]
+        return
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
     if reporter is None:
         return
     notes = {
@@ -181,9 +236,10 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         if k.startswith("REVTREE_TEST_NOTE_") and v
     }
     required = {g.strip() for g in os.environ.get("REVTREE_REQUIRE", "").split(",") if g.strip()}
-    groups = resource_groups(session.config.getini("markers"))
-    lines, missed = group_summary(_session_results(reporter), groups, notes, required)
-    session.config.stash[SUMMARY_KEY] = (lines, missed)
+    groups = resource_groups(config.getini("markers"))
+    deselected = list(config.stash.get(DESELECTED, {}).items())
+    lines, missed = group_summary(_session_results(reporter, deselected), groups, notes, required)
+    config.stash[SUMMARY_KEY] = (lines, missed)
     if missed and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
@@ -192,6 +248,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Iterator[None]:
     """After pytest's own summary (the -ra list), so it is the last thing before the counts."""
     yield
+    for line in config.stash.get(END_LINES, []):
+        terminalreporter.write_line(line)
     lines, _ = config.stash.get(SUMMARY_KEY, ([], False))
     if not lines:
         return

@@ -10,6 +10,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import group_summary, resource_groups
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -66,13 +68,24 @@ def test_the_summary_counts_each_group_and_says_why_it_skipped() -> None:
     assert "REQUIRED" in lines[1] and missed
 
 
-def pytest_on(folder: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    """pytest in a subprocess on ``folder``, with the repository's conftest as a plugin."""
+def pytest_on(folder: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """pytest ARGS in a subprocess on ``folder``, with the repository's conftest as a
+    plugin."""
     environ = {k: v for k, v in os.environ.items() if not k.startswith("REVTREE_TEST_NOTE_")}
     environ.pop("REVTREE_REQUIRE", None)
     environ.update(PYTHONPATH=str(ROOT), **env)
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tests.conftest"],
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "tests.conftest",
+            *args,
+        ],
         cwd=folder,
         env=environ,
         capture_output=True,
@@ -81,7 +94,12 @@ def pytest_on(folder: Path, **env: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_a_pytest_session_ends_with_the_groups_and_the_reasons(tmp_path: Path) -> None:
+# under xdist the controller runs nothing: the workers' reports, deselections and end
+# lines must reach it (tests/conftest.py), and scripts/test runs with -n
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
+def test_a_pytest_session_ends_with_the_groups_and_the_reasons(
+    tmp_path: Path, workers: list[str]
+) -> None:
     (tmp_path / "pytest.ini").write_text(
         textwrap.dedent("""\
         [pytest]
@@ -95,6 +113,7 @@ def test_a_pytest_session_ends_with_the_groups_and_the_reasons(tmp_path: Path) -
     (tmp_path / "test_tiny.py").write_text(
         textwrap.dedent("""\
         import pytest
+        from tests.conftest import END_LINES
 
         @pytest.mark.postgres
         @pytest.mark.parametrize("n", [1, 2])
@@ -105,24 +124,37 @@ def test_a_pytest_session_ends_with_the_groups_and_the_reasons(tmp_path: Path) -
         def test_in_a_container():
             pass
 
-        def test_plain():
+        def test_plain(request):
+            request.config.stash.setdefault(END_LINES, []).append("compat: 3 keys mapped")
+
+        @pytest.mark.slow
+        @pytest.mark.postgres
+        def test_slow_on_a_server():
             pass
         """)
     )
-    proc = pytest_on(tmp_path)
+    proc = pytest_on(tmp_path, *workers, "-m", "not slow")
     out = proc.stdout
     assert proc.returncode == 0, out + proc.stderr
     assert "test groups: ran or skipped, and why" in out
     assert "docker:   ran (1 passed)" in out
     assert (
         "postgres: skipped (REVTREE_TEST_PG is not set (no PostgreSQL server to test on)), "
-        "2 tests" in out
+        "2 tests, 1 deselected" in out
     )
     assert "other:    ran (1 passed)" in out
+    assert out.count("compat: 3 keys mapped") == 1
 
     why = "no PostgreSQL: apt-get is not available"
-    proc = pytest_on(tmp_path, REVTREE_TEST_NOTE_POSTGRES=why, REVTREE_REQUIRE="postgres")
-    assert f"postgres: skipped ({why}), 2 tests -- REQUIRED" in proc.stdout
+    proc = pytest_on(
+        tmp_path,
+        *workers,
+        "-m",
+        "not slow",
+        REVTREE_TEST_NOTE_POSTGRES=why,
+        REVTREE_REQUIRE="postgres",
+    )
+    assert f"postgres: skipped ({why}), 2 tests, 1 deselected -- REQUIRED" in proc.stdout
     assert proc.returncode == 1, "a required group that skipped must fail the session"
 
 

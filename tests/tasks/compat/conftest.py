@@ -80,16 +80,6 @@ def run(ws: Path, command: str, env: Mapping[str, str] | None = None, timeout: f
     return Ran(proc.returncode, proc.stdout, proc.stderr, metrics)
 
 
-#: lines for the end of the session: the compat group's counts of keys mapped / warned /
-#: refused (test_schemas.py), so that CI's log shows them
-COUNTS = pytest.StashKey[list[str]]()
-
-
-def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
-    for line in config.stash.get(COUNTS, []):
-        terminalreporter.write_line(f"compat: {line}")
-
-
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: Any) -> Any:
     """A test of this folder is in the ``compat`` group only when it carries the marker:
