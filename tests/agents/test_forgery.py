@@ -257,6 +257,7 @@ def test_an_honest_candidate_gets_its_true_score(tmp_path: Path, backend: str) -
     assert "[grade step: python grade.py]" in by_stage["full"]["stdout_tail"]
 
 
+@pytest.mark.slow  # a whole run per forgery and backend: 20 runs, 124 s serial
 @pytest.mark.parametrize("forgery", sorted(FORGERIES))
 def test_a_forged_score_is_never_recorded(tmp_path: Path, backend: str, forgery: str) -> None:
     task = write_task(tmp_path / "task", FORGERIES[forgery])
@@ -276,6 +277,7 @@ def test_a_forged_score_is_never_recorded(tmp_path: Path, backend: str, forgery:
         assert "answer.json" in evals[0]["error"]
 
 
+@pytest.mark.slow  # a whole run, 14 s
 def test_single_step_never_reads_stdout_without_opt_in(tmp_path: Path) -> None:
     """No grade step: the fake last line is not read; the error says how to report."""
     task = write_task(tmp_path / "task", FORGERIES["atexit-fake-last-line"], SINGLE)

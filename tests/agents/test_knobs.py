@@ -564,6 +564,7 @@ def test_a_local_run_improves_near_each_parent(tmp_path: Path, home: Path, store
     assert any(n.operator == "draft" for n in nodes.values())
 
 
+@pytest.mark.slow  # three whole runs
 def test_a_resumed_local_run_proposes_as_the_uninterrupted_one(
     tmp_path: Path, home: Path, store: Store
 ) -> None:

@@ -219,6 +219,7 @@ def test_the_mode_selects_the_offline_agents() -> None:
     assert isinstance(knobs[0], KnobProposer) and isinstance(knobs[1], KnobCoder)
 
 
+@pytest.mark.slow  # a whole run
 def test_curve_fit_runs_end_to_end(tmp_path: Path) -> None:
     spec = load_task(EXAMPLE).with_overrides(
         budget={"max_nodes": 8}, sandbox={"backend": "local"}, search={"seed": 4}
