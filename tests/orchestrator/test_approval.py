@@ -8,6 +8,8 @@ import signal
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from revtree.memory import NodeStatus, Store
 from tests.orchestrator.conftest import make_task, revtree, spawn, wait_for
 
@@ -35,6 +37,7 @@ def start_waiting(home: Path, store: Store, task: Path) -> tuple[subprocess.Pope
     return proc, run_id
 
 
+@pytest.mark.slow  # 24 s of --quick under -n 2 (issue 24)
 def test_approve_and_reject_from_a_second_process(tmp_path: Path, home: Path, store: Store) -> None:
     proc, run_id = start_waiting(home, store, make_task(tmp_path / "t", budget=3))
     try:
@@ -62,6 +65,7 @@ def test_approve_and_reject_from_a_second_process(tmp_path: Path, home: Path, st
     assert store.get_run(run_id).status.value == "completed"
 
 
+@pytest.mark.slow  # 24 s of --quick under -n 2 (issue 24)
 def test_a_stop_and_resume_while_waiting_loses_nothing(
     tmp_path: Path, home: Path, store: Store
 ) -> None:
@@ -86,6 +90,7 @@ def test_a_stop_and_resume_while_waiting_loses_nothing(
     assert store.get_run(run_id).status.value == "completed"
 
 
+@pytest.mark.slow  # 60 s of --quick under -n 2 (issue 24)
 def test_decisions_that_make_no_sense_are_refused(tmp_path: Path, home: Path, store: Store) -> None:
     task = make_task(tmp_path / "t", budget=2)
     revtree(home, "run", str(task))
@@ -117,6 +122,7 @@ def test_decisions_that_make_no_sense_are_refused(tmp_path: Path, home: Path, st
     assert "rejected by the user: no reason given" in (store.node(run2[0], 1).error or "")
 
 
+@pytest.mark.slow  # 13 s of --quick under -n 2 (issue 24)
 def test_a_budget_spent_while_candidates_wait_ends_the_run(
     tmp_path: Path, home: Path, store: Store
 ) -> None:

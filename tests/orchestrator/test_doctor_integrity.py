@@ -44,6 +44,7 @@ def test_doctor_explains_a_corrupted_page_of_a_real_run(tmp_path: Path, home: Pa
     assert str(home / "runs") in proc.stdout  # where the commits are
 
 
+@pytest.mark.slow  # 6 s of --quick under -n 2 (issue 24)
 def test_doctor_on_a_file_that_is_not_a_database(home: Path) -> None:
     home.mkdir(parents=True)
     db = home / "revtree.db"

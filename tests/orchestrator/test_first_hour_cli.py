@@ -45,6 +45,7 @@ def needs_a_server(task: Path) -> Path:
     return task
 
 
+@pytest.mark.slow  # 14 s of --quick under -n 2 (issue 24)
 def test_a_model_that_cannot_be_called_is_refused_before_a_run_is_created(
     tmp_path: Path, home: Path
 ) -> None:
@@ -55,6 +56,7 @@ def test_a_model_that_cannot_be_called_is_refused_before_a_run_is_created(
     assert json.loads(revtree(home, "ls", "--json").stdout) == []  # nothing left running
 
 
+@pytest.mark.slow  # 18 s of --quick under -n 2 (issue 24)
 def test_a_run_that_fails_at_start_is_failed_and_resume_takes_a_base_url(
     tmp_path: Path, home: Path, store: Store
 ) -> None:
@@ -84,6 +86,7 @@ def test_a_run_that_fails_at_start_is_failed_and_resume_takes_a_base_url(
     assert store.get_run(run_id).spec["agents"]["model"] == "openai-compatible:x"
 
 
+@pytest.mark.slow  # 13 s of --quick under -n 2 (issue 24)
 def test_watch_ends_when_the_process_of_the_run_is_killed(
     tmp_path: Path, home: Path, store: Store
 ) -> None:
@@ -123,6 +126,7 @@ def test_watch_ends_when_the_process_of_the_run_is_killed(
     time.sleep(2.5)  # the killed run's last evaluation ends on its own
 
 
+@pytest.mark.slow  # 10 s of --quick under -n 2 (issue 24)
 def test_ls_at_80_columns_shows_whole_ids_and_an_ambiguous_prefix_lists_them(
     tmp_path: Path, home: Path, store: Store
 ) -> None:
@@ -146,6 +150,7 @@ def test_ls_at_80_columns_shows_whole_ids_and_an_ambiguous_prefix_lists_them(
     assert all(i in said for i in ids), amb.stderr
 
 
+@pytest.mark.slow  # 8 s of --quick under -n 2 (issue 24)
 def test_piping_the_live_log_into_head_does_not_fail_the_run(
     tmp_path: Path, home: Path, store: Store
 ) -> None:
@@ -161,6 +166,7 @@ def test_piping_the_live_log_into_head_does_not_fail_the_run(
     assert len(store.nodes(run.id)) == 8
 
 
+@pytest.mark.slow  # 21 s of --quick under -n 2 (issue 24)
 def test_show_prints_numbers_times_and_dicts_for_people_and_json_stays_exact(
     tmp_path: Path, home: Path, store: Store
 ) -> None:
@@ -192,6 +198,7 @@ def test_version_prints_the_package_version(home: Path) -> None:
 
 
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+@pytest.mark.slow  # 15 s of --quick under -n 2 (issue 24)
 def test_a_run_in_an_80_column_terminal_shows_whole_ids_and_no_raw_values(
     tmp_path: Path, home: Path, store: Store
 ) -> None:

@@ -26,6 +26,7 @@ def _finished_run(store: Store, home: Path, task: Path) -> str:
     return run.id
 
 
+@pytest.mark.slow  # 6 s of --quick under -n 2 (issue 24)
 def test_fork_inherits_the_lineage_and_continues_with_a_new_policy(
     tmp_path: Path, home: Path, store: Store
 ) -> None:

@@ -333,6 +333,7 @@ def _stopped_midway(store: Store, home: Path, task: Path, after: int) -> str:
     return run.id
 
 
+@pytest.mark.slow  # 19 s of --quick under -n 2 (issue 24)
 def test_gc_mid_run_keeps_unfinished_candidates_and_resume_completes(
     tmp_path: Path, home: Path, any_store: Store
 ) -> None:

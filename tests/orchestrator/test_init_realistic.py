@@ -83,6 +83,7 @@ def test_a_printing_evaluator_goes_through_init_check_and_run(tmp_path: Path, ho
     assert result["n_succeeded"] == 5 and float(result["best_score"]) < 28.24  # type: ignore[arg-type]
 
 
+@pytest.mark.slow  # 10 s of --quick under -n 2 (issue 24)
 def test_check_names_the_one_line_a_printing_evaluator_needs(tmp_path: Path, home: Path) -> None:
     task = printing_task(tmp_path / "t")
     scaffold(task, task / "prog.py", "err", "minimize", "python3 score.py", knobs=False)
@@ -97,6 +98,7 @@ def test_check_names_the_one_line_a_printing_evaluator_needs(tmp_path: Path, hom
     assert "nothing was written to file descriptor 3" in checked.stdout
 
 
+@pytest.mark.slow  # 10 s of --quick under -n 2 (issue 24)
 def test_init_reports_the_baseline_of_an_evaluator_that_works_or_fails(
     tmp_path: Path, home: Path
 ) -> None:

@@ -106,6 +106,7 @@ def drive(store: Store, home: Path, task: Path, url: str) -> str:
     return run.id
 
 
+@pytest.mark.slow  # 11 s of --quick under -n 2 (issue 24)
 def test_llm_run_improves_across_two_files_rejects_tampering_and_stops_at_the_dollar_cap(
     tmp_path: Path, home: Path, store: Store
 ) -> None:
@@ -180,6 +181,7 @@ BAD = {
 
 
 @pytest.mark.parametrize("case", sorted(BAD))
+@pytest.mark.slow  # 7 s of --quick under -n 2 (issue 24)
 def test_bad_model_output_is_a_recorded_specific_failure(
     tmp_path: Path, home: Path, store: Store, case: str
 ) -> None:
@@ -248,6 +250,7 @@ def test_anthropic_sdk_with_cache_control(tmp_path: Path, home: Path, store: Sto
     assert any(c.cached_tokens > 0 for c in calls) and all(c.model == "claude-fake" for c in calls)
 
 
+@pytest.mark.slow  # 7 s of --quick under -n 2 (issue 24)
 def test_budget_max_tokens_stops_before_exceeding(tmp_path: Path, home: Path, store: Store) -> None:
     task = make_task(tmp_path / "t", budget=100, extra="max_tokens = 30000")
     with FakeLLMServer(Scientist()) as srv:

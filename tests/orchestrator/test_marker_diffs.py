@@ -68,6 +68,7 @@ class DiffWriter:
 
 
 @pytest.mark.parametrize("newline", ["\n", "\r\n"], ids=["lf", "crlf"])
+@pytest.mark.slow  # 6 s of --quick under -n 2 (issue 24)
 def test_diffs_quoting_markers_land_on_the_first_try_through_the_openai_sdk(
     tmp_path: Path, home: Path, store: Store, newline: str
 ) -> None:

@@ -30,6 +30,7 @@ def _one_error_line(proc: object) -> str:
     return lines[0]
 
 
+@pytest.mark.slow  # 10 s of --quick under -n 2 (issue 24)
 def test_an_unreachable_model_is_refused_before_a_run_exists(tmp_path: Path, home: Path) -> None:
     task = make_task(tmp_path / "task", budget=3)
     url = _closed_url()
@@ -75,6 +76,7 @@ def test_a_model_that_answers_passes_the_check(tmp_path: Path, home: Path) -> No
 
 # -- --db ------------------------------------------------------------------------------
 @pytest.mark.parametrize("command", [["ls"], ["show", "last"]])
+@pytest.mark.slow  # 7 s of --quick under -n 2 (issue 24)
 def test_a_file_that_is_not_a_database(tmp_path: Path, home: Path, command: list[str]) -> None:
     text = tmp_path / "notes.db"
     text.write_text("not a database\n")
@@ -97,6 +99,7 @@ def test_an_unreachable_postgresql_hides_its_password(home: Path) -> None:
 
 
 @pytest.mark.parametrize("command", [["ls"], ["watch", "last"], ["dashboard"]])
+@pytest.mark.slow  # 8 s of --quick under -n 2 (issue 24)
 def test_a_read_into_a_missing_folder_creates_nothing(
     tmp_path: Path, home: Path, command: list[str]
 ) -> None:
@@ -123,6 +126,7 @@ def test_ls_on_a_fresh_machine_lists_none_and_creates_nothing(home: Path) -> Non
         "u:S3CRET@127.0.0.1/x",
     ],
 )
+@pytest.mark.slow  # 20 s of --quick under -n 2 (issue 24)
 def test_every_db_mistake_hides_the_password(home: Path, url: str) -> None:
     proc = revtree(home, "ls", "--db", url, check=False)
     line = _one_error_line(proc)

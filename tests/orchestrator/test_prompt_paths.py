@@ -15,6 +15,7 @@ from tests.orchestrator.conftest import make_task, revtree
 
 
 @pytest.mark.parametrize("where", ["/etc/passwd", "../outside.md", "prompts/../../x.md", "~/p.md"])
+@pytest.mark.slow  # 11 s of --quick under -n 2 (issue 24)
 def test_a_prompt_outside_the_task_folder_is_a_task_error(
     tmp_path: Path, home: Path, where: str
 ) -> None:

@@ -115,6 +115,7 @@ def test_a_damaged_wal_is_rebuilt_from_the_git_store(
     subprocess.run(["git", "apply", "--check", str(patch)], cwd=src, check=True)
 
 
+@pytest.mark.slow  # 18 s of --quick under -n 2 (issue 24)
 def test_a_deleted_database_is_rebuilt_from_the_run_folders(tmp_path: Path, home: Path) -> None:
     """The user deletes revtree.db (and its -wal/-shm) after a run: ``doctor`` does not
     say "no run has used it yet" while a run folder remains; ``--repair`` rebuilds it."""

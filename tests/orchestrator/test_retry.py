@@ -83,6 +83,7 @@ def _assert_healthy(st: Store, home: Path, run_id: str) -> None:
     assert seqs == list(range(1, len(seqs) + 1))
 
 
+@pytest.mark.slow  # 16 s of --quick under -n 2 (issue 24)
 def test_retry_from_evaluate_after_an_infrastructure_failure(
     tmp_path: Path, home: Path, db_url: str, st: Store
 ) -> None:
@@ -127,6 +128,7 @@ def test_retry_from_evaluate_after_an_infrastructure_failure(
         orch.close()
 
 
+@pytest.mark.slow  # 12 s of --quick under -n 2 (issue 24)
 def test_retry_from_code_makes_a_new_commit_and_keeps_the_old(
     tmp_path: Path, home: Path, db_url: str, st: Store
 ) -> None:
@@ -152,6 +154,7 @@ def test_retry_from_code_makes_a_new_commit_and_keeps_the_old(
     _assert_healthy(st, home, run_id)
 
 
+@pytest.mark.slow  # 12 s of --quick under -n 2 (issue 24)
 def test_retry_from_propose_proposes_again(
     tmp_path: Path, home: Path, db_url: str, st: Store
 ) -> None:
@@ -173,6 +176,7 @@ def test_retry_from_propose_proposes_again(
     _assert_healthy(st, home, run_id)
 
 
+@pytest.mark.slow  # 22 s of --quick under -n 2 (issue 24)
 def test_retry_with_set_changes_the_run_config(
     tmp_path: Path, home: Path, db_url: str, st: Store
 ) -> None:
@@ -198,6 +202,7 @@ def test_retry_with_set_changes_the_run_config(
     _assert_healthy(st, home, run_id)
 
 
+@pytest.mark.slow  # 42 s of --quick under -n 2 (issue 24)
 def test_retry_refuses_what_it_cannot_do(
     tmp_path: Path, home: Path, db_url: str, st: Store
 ) -> None:
@@ -222,6 +227,7 @@ def test_retry_refuses_what_it_cannot_do(
     assert all(e.kind != "retry" for e in st.events_since(run_id))
 
 
+@pytest.mark.slow  # 41 s of --quick under -n 2 (issue 24)
 def test_a_retry_of_the_baseline_and_a_node_with_children(
     tmp_path: Path, home: Path, db_url: str, st: Store
 ) -> None:
@@ -243,6 +249,7 @@ def test_a_retry_of_the_baseline_and_a_node_with_children(
     _assert_healthy(st, home, run.id)
 
 
+@pytest.mark.slow  # 52 s of --quick under -n 2 (issue 24)
 def test_a_killed_retry_is_finished_by_resume(
     tmp_path: Path, home: Path, db_url: str, st: Store
 ) -> None:

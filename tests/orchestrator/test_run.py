@@ -72,6 +72,7 @@ def test_events_are_a_gapless_log_shown_only_after_commit(
     assert {"run", "select", "propose", "commit", "evaluate", "eval", "node", "best"} <= kinds
 
 
+@pytest.mark.slow  # 5 s of --quick under -n 2 (issue 24)
 def test_failures_are_recorded_and_the_run_goes_on(
     tmp_path: Path, home: Path, store: Store
 ) -> None:
@@ -145,6 +146,7 @@ def test_a_diff_touching_the_evaluator_is_rejected_before_evaluation(
     assert {e.node_id for e in store.evaluations(run.id)} == {0}  # never evaluated
 
 
+@pytest.mark.slow  # 7 s of --quick under -n 2 (issue 24)
 def test_secrets_in_the_parent_environment_do_not_reach_the_sandbox(
     tmp_path: Path, home: Path, store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -200,6 +202,7 @@ def test_policies_optuna_and_random_run(tmp_path: Path, home: Path, store: Store
             assert all(n.parent_id == 0 for n in nodes[1:])
 
 
+@pytest.mark.slow  # 6 s of --quick under -n 2 (issue 24)
 def test_wall_and_sandbox_budgets_stop_the_run(tmp_path: Path, home: Path, store: Store) -> None:
     task = make_task(tmp_path / "t", budget=1000, sleep=0.2, extra="")
     spec = load_task(task).with_overrides(budget={"max_sandbox_seconds": 1.0})

@@ -202,6 +202,7 @@ def test_a_reviewer_that_answers_when_reminded_accepts_the_candidate(
 
 # -- the candidates' own failures never stop a run ---------------------------------------
 @pytest.mark.parametrize("fail", ["crash", "hang"])
+@pytest.mark.slow  # 8 s of --quick under -n 2 (issue 24)
 def test_candidates_whose_code_crashes_or_times_out_never_stop_the_run(
     tmp_path: Path, home: Path, store: Store, fail: str
 ) -> None:

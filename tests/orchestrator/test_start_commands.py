@@ -152,6 +152,7 @@ def test_the_generated_evaluator_scores_a_script_by_its_last_printed_line(tmp_pa
 
 
 # -- check -------------------------------------------------------------------------------
+@pytest.mark.slow  # 5 s of --quick under -n 2 (issue 24)
 def test_check_of_a_good_task_shows_the_sandbox_the_baseline_and_an_estimate(
     tmp_path: Path, home: Path
 ) -> None:
@@ -175,6 +176,7 @@ def test_check_of_a_crashing_evaluator_fails_with_the_stderr_tail(
     assert "1 check(s) failed: baseline" in out.stdout
 
 
+@pytest.mark.slow  # 6 s of --quick under -n 2 (issue 24)
 def test_check_calls_each_model_once_naming_its_url(tmp_path: Path, home: Path) -> None:
     task = make_task(tmp_path / "t")
     seen: list[FakeRequest] = []

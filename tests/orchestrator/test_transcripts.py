@@ -90,6 +90,7 @@ def test_the_meter_stores_prompts_and_replies_failed_calls_included(
     assert shown["prefixes"] == {asked["prefix_sha"]: prefix}
 
 
+@pytest.mark.slow  # 8 s of --quick under -n 2 (issue 24)
 def test_show_transcript_prints_the_refused_coder_reply(
     tmp_path: Path, home: Path, store: Store
 ) -> None:

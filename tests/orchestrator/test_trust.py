@@ -147,6 +147,7 @@ def quad_task(root: Path, evaluator: str, extra: str = "", budget: int = 6) -> P
     return root
 
 
+@pytest.mark.slow  # 19 s of --quick under -n 2 (issue 24)
 def test_a_baseline_that_cannot_be_scored_stops_the_run_failed_and_resumes_once_fixed(
     tmp_path: Path, home: Path
 ) -> None:
@@ -169,6 +170,7 @@ def test_a_baseline_that_cannot_be_scored_stops_the_run_failed_and_resumes_once_
     assert next(n for n in s["nodes"] if n["id"] == 0)["status"] == "succeeded"
 
 
+@pytest.mark.slow  # 11 s of --quick under -n 2 (issue 24)
 def test_a_wrong_metric_name_fails_fast_naming_the_metric(tmp_path: Path, home: Path) -> None:
     task = quad_task(
         tmp_path / "t",
@@ -211,6 +213,7 @@ def _gone_after_the_ping(req: FakeRequest) -> str:
     raise ConnectionAbortedError("the endpoint went away")  # no response: a dropped call
 
 
+@pytest.mark.slow  # 22 s of --quick under -n 2 (issue 24)
 def test_an_unreachable_model_endpoint_stops_the_run_naming_it_and_resumes_once_it_answers(
     tmp_path: Path, home: Path
 ) -> None:
@@ -234,6 +237,7 @@ def test_an_unreachable_model_endpoint_stops_the_run_naming_it_and_resumes_once_
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small tmpfs needs root")
+@pytest.mark.slow  # 17 s of --quick under -n 2 (issue 24)
 def test_a_full_disk_stops_the_run_failed_and_resumes_once_space_is_freed(
     tmp_path: Path,
 ) -> None:
@@ -358,6 +362,7 @@ def fit_task(root: Path, budget: int) -> Path:
     return root
 
 
+@pytest.mark.slow  # 13 s of --quick under -n 2 (issue 24)
 def test_a_hack_whose_holdout_crashes_gets_a_drift_alarm(tmp_path: Path, home: Path) -> None:
     task = fit_task(tmp_path / "t", budget=4)
     with FakeLLMServer(Hacker(crash=True)) as srv:
@@ -368,6 +373,7 @@ def test_a_hack_whose_holdout_crashes_gets_a_drift_alarm(tmp_path: Path, home: P
     assert s["best_node"] not in {n["id"] for n in hacked}
 
 
+@pytest.mark.slow  # 16 s of --quick under -n 2 (issue 24)
 def test_a_coder_that_hard_codes_protected_data_gets_a_drift_alarm_and_is_not_exported(
     tmp_path: Path, home: Path
 ) -> None:
@@ -408,6 +414,7 @@ os.write(3, json.dumps({"f": 10.0 + rng.gauss(0.0, 1.0) + 0 * solver.UNUSED}).en
 """
 
 
+@pytest.mark.slow  # 13 s of --quick under -n 2 (issue 24)
 def test_a_stochastic_evaluator_of_an_unchanged_program_is_never_reported_better(
     tmp_path: Path, home: Path
 ) -> None:
@@ -444,6 +451,7 @@ def test_a_stochastic_evaluator_of_an_unchanged_program_is_never_reported_better
     assert "better:" not in out.stdout
 
 
+@pytest.mark.slow  # 7 s of --quick under -n 2 (issue 24)
 def test_an_edit_that_changes_nothing_is_not_evaluated(tmp_path: Path, home: Path) -> None:
     evaluator = "import json, os, solver\nos.write(3, json.dumps({'f': solver.X}).encode())\n"
     task = quad_task(tmp_path / "q", evaluator, extra=LLM, budget=3)

@@ -15,6 +15,7 @@ from tests.orchestrator.conftest import make_task
 @pytest.mark.parametrize(
     "policy", ["greedy", "random", "agentic", "mcts", "evolution", "bgmcts", "exts"]
 )
+@pytest.mark.slow  # 16 s of --quick under -n 2 (issue 24)
 def test_policy_runs_through_the_orchestrator(
     tmp_path: Path, home: Path, store: Store, policy: str
 ) -> None:

@@ -212,6 +212,7 @@ GREEDY_CONFIGS = [
 @pytest.mark.parametrize("maximize", [True, False])
 @pytest.mark.parametrize("parallel", [1, 4])
 @pytest.mark.parametrize("params", GREEDY_CONFIGS)
+@pytest.mark.slow  # 7 s of --quick under -n 2 (issue 24)
 def test_greedy_chooses_as_the_scan(maximize: bool, parallel: int, params: dict[str, Any]) -> None:
     kinds, chains = set(), 0
     for seed in range(4):
