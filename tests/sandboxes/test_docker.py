@@ -222,6 +222,7 @@ def test_gc_command_removes_dead_owners(docker_client):
 
 
 @pytest.mark.docker
+@pytest.mark.slow  # 7 s of --quick under -n 2 (issue 24)
 def test_build_image_from_dockerfile_and_a_failing_step(docker_client, tmp_path, tar_of):
     folder = tmp_path / "img"
     folder.mkdir()
@@ -388,6 +389,7 @@ print(json.dumps({{"score": 1.0}}))
 
 
 @pytest.mark.docker
+@pytest.mark.slow  # 7 s of --quick under -n 2 (issue 24)
 def test_cli_run_with_auto_and_a_missing_image_fails_without_evaluating(
     docker_client, write_task, tmp_path
 ):
@@ -476,6 +478,7 @@ def make_wheel(folder: Path, name: str, version: str, code: str) -> Path:
 
 
 @pytest.mark.docker
+@pytest.mark.slow  # 19 s of --quick under -n 2 (issue 24)
 def test_build_image_cli_installs_a_requirements_list_with_pip(docker_client, tmp_path, tar_of):
     """``revtree sandbox build-image -r`` on the bootstrapped base (Debian's PEP 668
     python, pip from python3-pip); the requirement is a wheel in the build context, as

@@ -233,6 +233,7 @@ def test_llm_code_without_an_engine_runs_only_with_sandbox_local(tmp_path):
 
 
 @pytest.mark.docker
+@pytest.mark.slow  # 16 s of --quick under -n 2 (issue 24)
 def test_llm_code_on_an_engine_without_the_image_is_refused(docker_client, tmp_path):
     """An engine without the evaluation image, on a machine that cannot build it (no
     debootstrap on PATH): refused, naming both ways on; nothing runs on the host."""

@@ -157,6 +157,7 @@ def mode_of(repo: Path, commit: str) -> str:
 
 
 @pytest.mark.docker
+@pytest.mark.slow  # 9 s of --quick under -n 2 (issue 24)
 def test_hostile_candidates_fail_with_reasons_and_the_run_goes_on(
     docker_client: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -193,6 +194,7 @@ def test_hostile_candidates_fail_with_reasons_and_the_run_goes_on(
 
 
 @pytest.mark.docker
+@pytest.mark.slow  # 12 s of --quick under -n 2 (issue 24)
 def test_kill_9_of_revtree_run_then_gc_leaves_nothing(docker_client: Any, tmp_path: Path) -> None:
     task = hostile_task(tmp_path / "task", budget=4, timeout=60, memory="200m")
     (task / "ev.py").write_text("import time\ntime.sleep(60)\n")
@@ -306,6 +308,7 @@ def _revtree_run(task: Path, home: Path) -> subprocess.Popen[str]:
 
 
 @pytest.mark.skipif(not Path("/dev/shm").is_dir(), reason="no /dev/shm on this host")
+@pytest.mark.slow  # 9 s of --quick under -n 2 (issue 24)
 def test_local_run_leaves_no_setsid_daemon_and_no_dev_shm_file(tmp_path: Path) -> None:
     token = f"revtree-hostile-daemon-{os.getpid()}-{time.monotonic_ns()}"
     beat = tmp_path / "heartbeat"
@@ -324,6 +327,7 @@ def test_local_run_leaves_no_setsid_daemon_and_no_dev_shm_file(tmp_path: Path) -
 
 
 @pytest.mark.skipif(not Path("/dev/shm").is_dir(), reason="no /dev/shm on this host")
+@pytest.mark.slow  # 7 s of --quick under -n 2 (issue 24)
 def test_kill_9_of_a_local_revtree_run_leaves_no_setsid_daemon(tmp_path: Path) -> None:
     token = f"revtree-hostile-daemon-{os.getpid()}-{time.monotonic_ns()}"
     beat = tmp_path / "heartbeat"

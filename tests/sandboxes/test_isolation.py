@@ -88,6 +88,7 @@ def _holding(marker: str) -> list[int]:
     return found
 
 
+@pytest.mark.slow  # 5 s of --quick under -n 2 (issue 24)
 def test_setsid_daemon_after_killing_the_supervisor(box):
     marker = f"revtree-daemon-{uuid.uuid4().hex}"
     try:
@@ -196,6 +197,7 @@ print("written", written >> 20)
 """
 
 
+@pytest.mark.slow  # 6 s of --quick under -n 2 (issue 24)
 def test_one_and_a_half_gib_written(box):
     result = attack(box, DISK)
     line = next(ln for ln in result.stdout.splitlines() if ln.startswith("written"))

@@ -94,6 +94,7 @@ def check_once_and_none_lost(out: dict[str, Any]) -> None:
 
 
 @pytest.mark.ray
+@pytest.mark.slow  # 38 s of --quick under -n 2 (issue 24)
 def test_a_whole_run_on_a_multi_node_cluster_records_every_evaluation_once(
     whole_run: dict[str, Any],
 ) -> None:
@@ -130,6 +131,7 @@ def test_fake_gpus_are_exclusive_per_host_and_handed_to_the_evaluation(
 
 
 @pytest.mark.ray
+@pytest.mark.slow  # 36 s of --quick under -n 2 (issue 24)
 def test_a_stopped_evaluation_cancels_its_ray_task(whole_run: dict[str, Any]) -> None:
     cancel = whole_run["cancel"]
     assert cancel["outcome"] == "cancelled"
@@ -142,6 +144,7 @@ def test_a_cancelled_ray_task_takes_its_evaluation_with_it(whole_run: dict[str, 
 
 
 @pytest.mark.ray
+@pytest.mark.slow  # 24 s of --quick under -n 2 (issue 24)
 def test_a_cancel_at_any_moment_stops_the_evaluation_and_leaves_nothing(tmp_path: Path) -> None:
     out = scenario("cancel", tmp_path / "cancel", timeout=240)
     cases = {c["name"]: c for c in out["cases"]}
@@ -156,6 +159,7 @@ def test_a_cancel_at_any_moment_stops_the_evaluation_and_leaves_nothing(tmp_path
 
 
 @pytest.mark.ray
+@pytest.mark.slow  # 29 s of --quick under -n 2 (issue 24)
 def test_a_worker_node_killed_mid_evaluation_costs_one_retry_and_nothing_else(
     tmp_path: Path,
 ) -> None:
@@ -172,6 +176,7 @@ def test_a_worker_node_killed_mid_evaluation_costs_one_retry_and_nothing_else(
 
 
 @pytest.mark.ray
+@pytest.mark.slow  # 30 s of --quick under -n 2 (issue 24)
 def test_kill_9_of_the_orchestrator_mid_run_then_resume_completes_with_no_duplicate(
     tmp_path: Path,
 ) -> None:
@@ -193,6 +198,7 @@ def test_kill_9_of_the_orchestrator_mid_run_then_resume_completes_with_no_duplic
 
 @pytest.mark.ray
 @pytest.mark.docker
+@pytest.mark.slow  # 13 s of --quick under -n 2 (issue 24)
 def test_a_task_asking_for_docker_runs_in_a_container_on_the_ray_worker(
     docker_client: Any, tmp_path: Path
 ) -> None:
@@ -245,6 +251,7 @@ def peak_concurrency(evals: list[dict[str, Any]]) -> int:
 
 
 @pytest.mark.ray
+@pytest.mark.slow  # 40 s of --quick under -n 2 (issue 24)
 def test_parallel_auto_follows_the_nodes_joining_and_leaving(tmp_path: Path) -> None:
     out = scenario("auto", tmp_path / "auto", timeout=300)
     assert out["seen"] == {"start": True, "rise": True, "fall": True}, out["seen"]

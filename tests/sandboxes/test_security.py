@@ -208,6 +208,7 @@ def roomy_box(docker_client, request):
     ],
     ids=["symlink-absolute", "symlink-relative", "directory", "over-cap"],
 )
+@pytest.mark.slow  # 8 s of --quick under -n 2 (issue 24)
 def test_hostile_outputs_are_refused(roomy_box, tar_of, make, why):
     make += "\nimport os; os.write(3, b'{\"score\": 1}')"
     result = run(roomy_box, tar_of, make)
@@ -248,6 +249,7 @@ def test_overwritten_evaluator_is_fresh_next_time(box, tar_of):
     ids=["host-secret", "etc-shadow", "proc-self-fd-3", "proc-1-root", "fifo", "directory"],
 )
 @pytest.mark.parametrize("host_volumes", [True, False], ids=["host-volume", "engine-api"])
+@pytest.mark.slow  # 8 s of --quick under -n 2 (issue 24)
 def test_a_metrics_symlink_does_not_leak_host_files(
     docker_client, tar_of, tmp_path, tamper, host_volumes
 ):
