@@ -239,6 +239,7 @@ def test_database_password_never_reaches_the_page() -> None:
     assert hidden_password("sqlite:////tmp/x.db") == "sqlite:////tmp/x.db"
 
 
+@pytest.mark.slow  # 13 s of --quick under -n 2 (issue 24)
 def test_compare(dashboard: Dashboard, finished_run: str, second_run: str) -> None:
     data = get(dashboard, f"/api/compare?runs={finished_run},{second_run}")
     assert data["runs"] == [finished_run, second_run]
@@ -380,6 +381,7 @@ def test_fork_checks_its_input(
     assert words in r.json()["error"]
 
 
+@pytest.mark.slow  # 14 s of --quick under -n 2 (issue 24)
 def test_actions_on_a_finished_run(dashboard: Dashboard, site: Site, finished_run: str) -> None:
     r = post(dashboard, f"/api/runs/{finished_run}/stop")
     assert r.status_code == 200 and r.json() == {
@@ -516,6 +518,7 @@ def test_busy_port_is_one_clear_error(site: Site) -> None:
     assert len(proc.stderr.strip().splitlines()) == 1 and "dashboard:" not in proc.stdout
 
 
+@pytest.mark.slow  # 25 s of --quick under -n 2 (issue 24)
 def test_run_dashboard_refusals(site: Site) -> None:
     """--dashboard with --detach, or on a busy port, is refused before any run exists."""
     folder = make_task(site.home.parent / "task-refused", budget=3)
@@ -546,6 +549,7 @@ def test_help_fits_80_columns(site: Site) -> None:
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.slow  # 27 s of --quick under -n 2 (issue 24)
 def test_a_signal_stops_it_cleanly(site: Site, finished_run: str, sig: int) -> None:
     with start_dashboard(site, REVTREE_DASHBOARD_TOKEN="") as d:  # a random token
         assert d.token and d.token != TOKEN and len(d.token) >= 16

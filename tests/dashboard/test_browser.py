@@ -121,6 +121,7 @@ def stop_quietly(site: Site, run_id: str) -> None:
 
 
 # -- a. new nodes appear without a reload ---------------------------------------------
+@pytest.mark.slow  # 45 s of --quick under -n 2 (issue 24)
 def test_new_nodes_appear_live_without_reloading(
     page: Any, site: Site, dashboard: Dashboard
 ) -> None:
@@ -162,6 +163,7 @@ def test_new_nodes_appear_live_without_reloading(
 
 
 # -- b. a node's diff -----------------------------------------------------------------
+@pytest.mark.slow  # 30 s of --quick under -n 2 (issue 24)
 def test_clicking_a_node_shows_its_diff(
     page: Any, site: Site, dashboard: Dashboard, finished_run: str
 ) -> None:
@@ -191,6 +193,7 @@ def test_clicking_a_node_shows_its_diff(
 
 
 # -- c. stop from the page ------------------------------------------------------------
+@pytest.mark.slow  # 51 s of --quick under -n 2 (issue 24)
 def test_stop_button_stops_the_run(page: Any, site: Site, dashboard: Dashboard) -> None:
     run_id = start_live_run(site, "live-c", budget=60, sleep=1.0)
     try:
@@ -213,6 +216,7 @@ def test_stop_button_stops_the_run(page: Any, site: Site, dashboard: Dashboard) 
 
 
 # -- d. XSS: model text is text -------------------------------------------------------
+@pytest.mark.slow  # 23 s of --quick under -n 2 (issue 24)
 def test_a_hypothesis_with_html_renders_as_text(
     page: Any, site: Site, dashboard: Dashboard
 ) -> None:
@@ -393,6 +397,7 @@ def test_read_only_page_has_no_actions(page: Any, site: Site, finished_run: str)
         assert page.errors == []
 
 
+@pytest.mark.slow  # 19 s of --quick under -n 2 (issue 24)
 def test_evolution_run_shows_islands_and_cells(page: Any, site: Site, dashboard: Dashboard) -> None:
     run_id = make_run(site, budget=10, policy="evolution")
     open_run(page, dashboard, run_id)
@@ -405,6 +410,7 @@ def test_evolution_run_shows_islands_and_cells(page: Any, site: Site, dashboard:
     assert page.errors == []
 
 
+@pytest.mark.slow  # 39 s of --quick under -n 2 (issue 24)
 def test_approve_and_reject_from_the_node_panel(
     page: Any, site: Site, dashboard: Dashboard
 ) -> None:
@@ -430,6 +436,7 @@ def test_approve_and_reject_from_the_node_panel(
         stop_quietly(site, run_id)
 
 
+@pytest.mark.slow  # 42 s of --quick under -n 2 (issue 24)
 def test_fork_from_the_node_panel(
     page: Any, site: Site, dashboard: Dashboard, finished_run: str
 ) -> None:
@@ -452,6 +459,7 @@ def test_fork_from_the_node_panel(
     assert page.errors == []
 
 
+@pytest.mark.slow  # 21 s of --quick under -n 2 (issue 24)
 def test_retry_from_the_node_panel(page: Any, site: Site, dashboard: Dashboard) -> None:
     run_id = make_run(site, budget=3)
     store = Store(site.db)

@@ -11,12 +11,14 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import httpx
+import pytest
 
 from tests.dashboard.conftest import TOKEN, Site, start_dashboard
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "dashboard.md"
 
 
+@pytest.mark.slow  # 20 s of --quick under -n 2 (issue 24)
 def test_the_host_check_holds_on_127_0_0_2(site: Site, finished_run: str) -> None:
     """All of 127/8 is loopback on Linux: a page re-pointing its own name there must not
     read the API (before: any address but 127.0.0.1 allowed every Host)."""
@@ -32,6 +34,7 @@ def test_the_host_check_holds_on_127_0_0_2(site: Site, finished_run: str) -> Non
         assert not any("warning" in line for line in d.lines), d.lines  # loopback: no word
 
 
+@pytest.mark.slow  # 27 s of --quick under -n 2 (issue 24)
 def test_compare_with_3000_ids_is_refused_with_the_cap(site: Site, finished_run: str) -> None:
     with start_dashboard(site) as d, httpx.Client(base_url=d.url, timeout=60) as c:
         ok = c.get("/api/compare", params={"runs": ",".join([finished_run] * 20)})

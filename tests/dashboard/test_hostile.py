@@ -64,6 +64,7 @@ def hand_made(site: Site, run_id: str, node_id: int, files: dict[str, bytes] | N
 
 # -- odd numbers in URLs and bodies ----------------------------------------------------
 @pytest.mark.parametrize("raw", ["²", "\u0661", "99999999999999999999999", "1%0A"])
+@pytest.mark.slow  # 41 s of --quick under -n 2 (issue 24)
 def test_a_node_id_of_other_digits_or_too_big_is_404(
     dashboard: Dashboard, finished_run: str, raw: str
 ) -> None:
