@@ -108,6 +108,7 @@ def test_a_whole_run_on_a_multi_node_cluster_records_every_evaluation_once(
 
 
 @pytest.mark.ray
+@pytest.mark.slow  # 32 s of --quick under -n 2 (issue 24): a Ray cluster
 def test_fake_gpus_are_exclusive_per_host_and_handed_to_the_evaluation(
     whole_run: dict[str, Any],
 ) -> None:
