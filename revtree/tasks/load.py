@@ -23,6 +23,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from revtree.errors import TaskSpecError
+from revtree.tasks.search import PLUGIN
 from revtree.tasks.spec import POLICIES, Knob, TaskSpec
 
 TASK_FILE = "task.toml"
@@ -89,6 +90,7 @@ def format_validation_error(error: ValidationError, file: Path | str) -> str:
 
 
 _WRAPPER = re.compile(r"^[a-z-]+\[.*\]$")  # pydantic's validator and union steps in a loc
+TAGS = frozenset({*POLICIES, PLUGIN})  # the [search] union's steps in a loc
 _GLOB_KEYS = frozenset({"editable", "protected", "exclude", "files", "outputs"})
 
 
@@ -170,9 +172,10 @@ def _inner(tp: Any, part: str | int) -> Any:
     if origin in (typing.Union, types.UnionType):
         options = [a for a in args if a is not type(None)]
         for option in options:  # a tagged union: the part is the tag
-            field = getattr(option, "model_fields", {}).get("policy")
-            if field is not None and field.default == part:
-                return option
+            if typing.get_origin(option) is typing.Annotated:
+                member, *meta = typing.get_args(option)
+                if any(getattr(m, "tag", None) == part for m in meta):
+                    return member
         return _inner(options[0], part) if len(options) == 1 else None
     if isinstance(part, int):
         return args[0] if origin in (tuple, list) and args else None
@@ -188,7 +191,7 @@ def _key(loc: Iterable[Any]) -> str:
     for i, part in enumerate(parts):
         if isinstance(part, int):
             out += f"[{part}]"
-        elif _WRAPPER.match(part) or (i > 0 and parts[i - 1] == "search" and part in POLICIES):
+        elif _WRAPPER.match(part) or (i > 0 and parts[i - 1] == "search" and part in TAGS):
             continue
         else:
             out += f".{part}" if out else str(part)

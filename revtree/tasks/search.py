@@ -1,11 +1,22 @@
-"""The ``[search]`` section: one model per tree-search policy, told apart by ``policy``."""
+"""The ``[search]`` section: one model per tree-search policy, told apart by ``policy``;
+a policy that is not built in is a :class:`PluginSearch` (see :mod:`revtree.tasks.plugins`)."""
 
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field, model_validator
+from pydantic import (
+    BeforeValidator,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
+from revtree.tasks.names import POLICIES
+from revtree.tasks.plugins import check_options, resolve_policy
 from revtree.tasks.sections import Section
 
 DEFAULT_BINS = 6
@@ -185,6 +196,46 @@ class AgenticSearch(GreedySearch):
     verify_repeats: int = Field(3, ge=2, le=50, description="Repeats when it asks to verify.")
 
 
+class PluginSearch(_Search):
+    """A policy that is not built in: ``"package.module:Class"``, or the name of an entry
+    point in the group ``revtree.policies``, built as ``Class(seed, **options)``. Resolved
+    and checked against the Policy protocol's methods when the task is loaded."""
+
+    policy: str = Field(
+        description="'package.module:Class', or a name an installed package registers in "
+        "the entry-point group 'revtree.policies'."
+    )
+    options: dict[str, Any] = Field(
+        default_factory=dict,
+        description="[search.options]: keyword arguments of the policy's constructor.",
+    )
+
+    @field_validator("policy")
+    @classmethod
+    def _resolves(cls, policy: str) -> str:
+        resolve_policy(policy)
+        return policy
+
+    @field_validator("options")
+    @classmethod
+    def _fit(cls, options: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        policy = info.data.get("policy")
+        if policy is not None:  # else the policy's own error says what is wrong
+            check_options(resolve_policy(policy), policy, options)
+        return options
+
+
+PLUGIN = "plugin"
+"""The union tag of :class:`PluginSearch` (every ``policy`` that is not built in)."""
+
+
+def _tag(value: Any) -> str:
+    """The union member a ``[search]`` table validates as: its built-in policy, else the
+    plugin."""
+    name = value.get("policy") if isinstance(value, dict) else getattr(value, "policy", None)
+    return name if name in POLICIES else PLUGIN
+
+
 def _default_policy(value: Any) -> Any:
     """A ``[search]`` table without ``policy`` means the default policy, greedy."""
     if isinstance(value, dict) and "policy" not in value:
@@ -193,14 +244,15 @@ def _default_policy(value: Any) -> Any:
 
 
 SearchConfig = Annotated[
-    GreedySearch
-    | RandomSearch
-    | OptunaSearch
-    | MctsSearch
-    | EvolutionSearch
-    | BgmctsSearch
-    | ExtsSearch
-    | AgenticSearch,
-    Field(discriminator="policy"),
+    Annotated[GreedySearch, Tag("greedy")]
+    | Annotated[RandomSearch, Tag("random")]
+    | Annotated[OptunaSearch, Tag("optuna")]
+    | Annotated[MctsSearch, Tag("mcts")]
+    | Annotated[EvolutionSearch, Tag("evolution")]
+    | Annotated[BgmctsSearch, Tag("bgmcts")]
+    | Annotated[ExtsSearch, Tag("exts")]
+    | Annotated[AgenticSearch, Tag("agentic")]
+    | Annotated[PluginSearch, Tag(PLUGIN)],
+    Discriminator(_tag),
     BeforeValidator(_default_policy),
 ]

@@ -124,7 +124,7 @@ TYPE_ERRORS = [
     ),
     pytest.param(
         ('timeout = "30s"', 'timeout = "30s"\n\n[search]\npolicy = "mtcs"'),
-        ["key 'search': unknown policy 'mtcs': expected one of 'greedy',", "'mcts'?)"],
+        ["key 'search.policy': unknown policy 'mtcs': expected one of 'greedy',", "'mcts'?)"],
         id="policy",
     ),
     pytest.param(

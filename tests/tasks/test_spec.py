@@ -204,7 +204,7 @@ MALFORMED = [
     pytest.param(
         task_toml(rest='[search]\npolicy = "annealing"\n'),
         {},
-        ["key 'search'", "'annealing'", "'greedy'", "'random'", "'optuna'"],
+        ["key 'search.policy'", "'annealing'", "'greedy'", "'random'", "'optuna'"],
         id="unknown-policy",
     ),
     pytest.param(

@@ -1,4 +1,6 @@
-"""Search policies, by name or dotted path (``package.module.Class``).
+"""Search policies, by name, by import path (``package.module:Class``) or by the name
+of an entry point in the group ``revtree.policies`` (:mod:`revtree.tasks.plugins`
+resolves the last two; such a policy is built as ``Class(seed, **options)``).
 
 The names a task may choose are :data:`revtree.tasks.spec.POLICIES` (the one list: the
 task layer may not import the orchestrator). :data:`REGISTRY` maps each policy class's
@@ -8,7 +10,6 @@ those.
 
 from __future__ import annotations
 
-import importlib
 from collections import Counter
 from collections.abc import Iterable
 from typing import Any
@@ -25,6 +26,7 @@ from revtree.orchestrator.policies.evolution import EvolutionPolicy
 from revtree.orchestrator.policies.exts import ExtsPolicy
 from revtree.orchestrator.policies.mcts import BgmctsPolicy, MctsPolicy
 from revtree.orchestrator.policies.simple import GreedyPolicy, OptunaPolicy, RandomPolicy
+from revtree.tasks.plugins import resolve_policy
 from revtree.tasks.spec import POLICIES
 
 CLASSES: tuple[type[SeededPolicy], ...] = (
@@ -67,16 +69,18 @@ REGISTRY: dict[str, type[SeededPolicy]] = {cls.name: cls for cls in CLASSES}
 
 
 def make_policy(config: Any) -> Policy:
-    """Build the policy named by ``config.policy`` from its config section."""
+    """Build the policy named by ``config.policy`` from its config section: a built-in
+    from the section itself, any other as ``Class(config.seed, **config.options)``.
+    Raises ValueError where the name resolves to no policy class, TypeError where the
+    built object lacks a member of the protocol."""
     klass: Any = REGISTRY.get(config.policy)
     if klass is None:
-        module, _, cls = config.policy.rpartition(".")
-        if not module:
-            raise ValueError(
-                f"unknown policy {config.policy!r}; expected one of {sorted(REGISTRY)}"
-            )
-        klass = getattr(importlib.import_module(module), cls)
-    policy = klass(config) if klass.__init__ is not SeededPolicy.__init__ else klass(config.seed)
+        klass = resolve_policy(config.policy)
+        policy = klass(config.seed, **getattr(config, "options", {}))
+    elif klass.__init__ is not SeededPolicy.__init__:
+        policy = klass(config)
+    else:
+        policy = klass(config.seed)
     if missing := [m for m in MEMBERS if not hasattr(policy, m)]:
         raise TypeError(
             f"policy {config.policy!r} lacks {', '.join(missing)} of the Policy protocol "

@@ -19,6 +19,7 @@ from pydantic import TypeAdapter
 from revtree.memory.records import Node, NodeStatus
 from revtree.orchestrator.policies import (
     CLASSES,
+    MEMBERS,
     REGISTRY,
     Policy,
     PolicyDefaults,
@@ -28,6 +29,7 @@ from revtree.orchestrator.policies import (
 )
 from revtree.orchestrator.policies.sim import LANDSCAPES, Landscape, SimRun, Simulator
 from revtree.orchestrator.tree import Tree
+from revtree.tasks.plugins import METHODS as PLUGIN_METHODS
 from revtree.tasks.spec import POLICIES as SPEC_POLICIES
 from revtree.tasks.spec import SearchConfig
 
@@ -132,8 +134,34 @@ class Bare:
 
 def test_a_policy_without_the_protocol_members_is_refused() -> None:
     config = SimpleNamespace(policy=f"{__name__}.Bare", seed=0)
-    with pytest.raises(TypeError, match="lacks slow, note, attach, update, state, load_state"):
+    with pytest.raises(ValueError, match=r"lacks the method\(s\) attach, update, state, load_"):
         make_policy(config)
+
+
+class Nameless:
+    """Every method of the protocol, but not its data members (name, slow, note)."""
+
+    def __init__(self, seed: int) -> None:
+        self.seed = seed
+
+    def attach(self, ask: Any) -> None: ...
+    def select(self, tree: Tree) -> Selection | None: ...
+    def update(self, node: Any) -> None: ...
+    def state(self) -> dict[str, Any]: ...
+    def load_state(self, state: dict[str, Any]) -> None: ...
+
+
+def test_a_built_policy_without_the_data_members_is_refused() -> None:
+    config = SimpleNamespace(policy=f"{__name__}:Nameless", seed=0, options={})
+    with pytest.raises(TypeError, match="lacks name, slow, note of the Policy protocol"):
+        make_policy(config)
+
+
+def test_the_task_layer_lists_the_protocols_methods() -> None:
+    """tasks.plugins checks policies at load by METHODS (it may not import Policy)."""
+    protocol = {n for n, v in vars(Policy).items() if callable(v) and not n.startswith("_")}
+    assert set(PLUGIN_METHODS) == protocol
+    assert set(MEMBERS) == protocol | set(Policy.__annotations__)
 
 
 @pytest.mark.parametrize("name", NAMES)
