@@ -565,7 +565,7 @@ def test_a_signal_stops_it_cleanly(site: Site, finished_run: str, sig: int) -> N
 
 @pytest.mark.slow
 def test_run_with_dashboard(site: Site) -> None:
-    folder = make_task(site.home.parent / "task-dash", budget=30, sleep=0.1)
+    folder = make_task(site.home.parent / "task-dash", budget=200, sleep=0.3)  # never done first
     proc = subprocess.Popen(
         [sys.executable, "-m", "revtree", "run", str(folder), "--dashboard",
          "--dashboard-port", "0", "--db", site.db],
