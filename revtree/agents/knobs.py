@@ -24,6 +24,7 @@ import ast
 import hashlib
 import math
 import random
+import re
 import threading
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -153,13 +154,28 @@ class KnobCoder:
                 raise EditError(f"knob {name!r}: its location is gone from {knob.file}")
             old = match.group(1)
             if not _same(knob, old, value):
-                text = text[: match.start(1)] + _literal(knob, value, old) + text[match.end(1) :]
+                new = _literal(knob, value, old)
+                text = (
+                    text[: match.start(1)]
+                    + new
+                    + _aligned(text[match.end(1) :], len(old) - len(new))
+                )
             texts[knob.file] = text
         return {
             path: text.encode("utf-8")
             for path, text in texts.items()
             if text.encode("utf-8") != files.get(path)
         }
+
+
+def _aligned(rest: str, shift: int) -> str:
+    """The text after a replaced value, with the spaces before a comment on the same line
+    widened or narrowed by ``shift`` (keeping one at least), so that the comment stays in
+    its column when the value's text changes length."""
+    gap = re.match(r"([ \t]*)(#)", rest)
+    if gap is None or shift == 0 or "\t" in gap.group(1) or not gap.group(1):
+        return rest
+    return " " * max(len(gap.group(1)) + shift, 1) + rest[len(gap.group(1)) :]
 
 
 def _decode(name: str, knob: Knob, files: Mapping[str, bytes]) -> str:
@@ -251,18 +267,29 @@ class KnobProposer:
         with self._lock:
             if local:
                 before = self._start(parent)
-                values = self._perturb(node_id, before)
+                values = self._short(self._perturb(node_id, before))
                 self._add_running(node_id, values)
             else:
                 self.study.sampler = self._sampler(node_id)
                 trial = self.study.ask(self.dists)
                 self._trials[node_id] = trial.number
-                values = dict(trial.params)
+                values = self._short(dict(trial.params))
+                for name, value in values.items():  # the trial holds what the code will
+                    if value != trial.params[name]:
+                        dist = self.dists[name]
+                        self.study._storage.set_trial_param(
+                            trial._trial_id, name, dist.to_internal_repr(value), dist
+                        )
         changes = [
             f"{k} {_fmt(before.get(k))}->{_fmt(v)}" for k, v in values.items() if before.get(k) != v
         ]
         text = f"{operator} from node {parent.id}: " + (", ".join(changes) or "same values")
         return Proposal(hypothesis=text, knobs=values)
+
+    def _short(self, values: dict[str, Any]) -> dict[str, Any]:
+        """``values`` with each float knob rounded by :func:`_shortest`, so that the code,
+        the log and the proposal hold the same short number."""
+        return {k: _shortest(self.dists[k], v) if k in self.dists else v for k, v in values.items()}
 
     def _start(self, parent: Node) -> dict[str, Any]:
         """The parent's values, else the baseline's, put on each knob's range and grid."""
@@ -347,7 +374,7 @@ def _snap(dist: IntDistribution | FloatDistribution, x: float) -> int | float:
     if dist.step is not None:
         value = dist.low + round((value - dist.low) / dist.step) * dist.step
     value = min(max(value, dist.low), dist.high)
-    return round(value) if isinstance(dist, IntDistribution) else float(value)
+    return round(value) if isinstance(dist, IntDistribution) else _shortest(dist, float(value))
 
 
 def _onto(dist: BaseDistribution, value: Any) -> Any:
@@ -394,11 +421,37 @@ def _step(dist: BaseDistribution, value: Any, rng: random.Random, scale: float) 
             continue
         if dist.step is not None:
             near = _snap(dist, _internal(dist, value + way * dist.step))
-        else:
-            near = _snap(dist, min(max(x + way * abs(noise), lo), hi))
+        else:  # a step too small to show in the value's short form: a longer one
+            move = abs(noise) or (hi - lo) * 1e-6
+            near = value
+            for _ in range(64):
+                near = _snap(dist, min(max(x + way * move, lo), hi))
+                if near != value:
+                    break
+                move *= 2
         if near != value:
             return near
     return value
+
+
+def _shortest(dist: BaseDistribution, value: Any) -> Any:
+    """A float knob's sampled ``value`` at the precision the knob needs, so that it is
+    written into the user's code as a short literal (``0.4697``, not
+    ``0.4697358999576485``): a knob with a step to a tenth of its step's decimals, a log
+    knob to 4 significant digits, any other to 1/10,000 of its range (at least 4 significant
+    digits); kept within the range. Ints and categories are returned as they are."""
+    if not isinstance(dist, FloatDistribution) or not isinstance(value, float):
+        return value
+    if not math.isfinite(value) or value == 0:
+        return value
+    if dist.step is not None:
+        places = 1 - math.floor(math.log10(dist.step))
+    else:
+        digits = 4 - 1 - math.floor(math.log10(abs(value)))
+        span = dist.high - dist.low
+        places = digits if dist.log or span <= 0 else max(digits, 4 - math.floor(math.log10(span)))
+    short = min(max(round(value, places), dist.low), dist.high)
+    return short if _contains(dist, short) else value
 
 
 def _contains(dist: BaseDistribution, value: Any) -> bool:

@@ -66,7 +66,7 @@ def test_coder_rewrites_values_in_place_and_nothing_else():
     changes = KnobCoder(KNOBS).write(Proposal("try", knobs=values), FILES)
     assert list(changes) == ["solver.py"]
     expected = (
-        SOLVER.replace("LR = 0.01", "LR = 0.5")
+        SOLVER.replace("LR = 0.01  #", "LR = 0.5   #")  # the comment keeps its column
         .replace("BATCH: int = 32", "BATCH: int = 64")
         .replace('MODE = "fast"', 'MODE = "slow"')
         .replace('"width": 128', '"width": 256')
@@ -79,7 +79,7 @@ def test_coder_rewrites_values_in_place_and_nothing_else():
 @pytest.mark.parametrize(
     ("name", "value", "old", "new"),
     [
-        ("lr", 0.003, "LR = 0.01  #", "LR = 0.003  #"),
+        ("lr", 0.003, "LR = 0.01  #", "LR = 0.003 #"),  # the comment keeps its column
         ("batch", 7, "BATCH: int = 32\n", "BATCH: int = 7\n"),
         ("batch", 7.0, "BATCH: int = 32\n", "BATCH: int = 7\n"),
         ("mode", "slow", 'MODE = "fast"', 'MODE = "slow"'),
@@ -581,3 +581,23 @@ def test_a_resumed_local_run_proposes_as_the_uninterrupted_one(
     Orchestrator(store, run_id, home=home).drive()
     assert tree(run_id) == straight
     assert sum(op in ("improve", "debug") for _, _, op, _ in straight) >= 4
+
+
+def test_sampled_floats_are_written_short_and_comments_keep_their_column() -> None:
+    """Issue 26: ``SORT_POWER = 0.4697358999576485`` broke the user's aligned comments."""
+    knobs = [
+        Knob(name="p", type="float", low=0.0, high=1.0, file="s.py", variable="SORT_POWER"),
+        Knob(name="t", type="float", low=1e-5, high=1.0, log=True, file="s.py", variable="TEMP"),
+        Knob(name="c", type="float", low=0.999, high=0.9999, file="s.py", variable="COOL"),
+    ]
+    text = "SORT_POWER = 0.5    # power\nTEMP = 0.01         # temp\nCOOL = 0.9995       # cool\n"
+    proposer = KnobProposer(knobs, maximize=False, seed=3)
+    for node_id in range(1, 9):
+        proposal = proposer.ask(node_id, ROOT, "draft")
+        written = KnobCoder(knobs).write(proposal, {"s.py": text.encode()})["s.py"].decode()
+        assert [line.index("#") for line in written.splitlines()] == [20, 20, 20], written
+        assert read_knobs(knobs, {"s.py": written.encode()}) == proposal.knobs
+        for name, value in proposal.knobs.items():
+            digits = repr(value).replace(".", "").lstrip("0")
+            # the cooling rate's narrow range needs more digits than the others
+            assert len(digits) <= (8 if name == "c" else 4), (name, value)
