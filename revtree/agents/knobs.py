@@ -170,12 +170,13 @@ class KnobCoder:
 
 def _aligned(rest: str, shift: int) -> str:
     """The text after a replaced value, with the spaces before a comment on the same line
-    widened or narrowed by ``shift`` (keeping one at least), so that the comment stays in
-    its column when the value's text changes length."""
+    widened or narrowed by ``shift`` (two at least, or the one there was), so that the
+    comment stays in its column when the value's text changes length."""
     gap = re.match(r"([ \t]*)(#)", rest)
     if gap is None or shift == 0 or "\t" in gap.group(1) or not gap.group(1):
         return rest
-    return " " * max(len(gap.group(1)) + shift, 1) + rest[len(gap.group(1)) :]
+    floor = min(len(gap.group(1)), 2)  # PEP 8's two spaces, where the user had them
+    return " " * max(len(gap.group(1)) + shift, floor) + rest[len(gap.group(1)) :]
 
 
 def _decode(name: str, knob: Knob, files: Mapping[str, bytes]) -> str:

@@ -79,7 +79,7 @@ def test_coder_rewrites_values_in_place_and_nothing_else():
 @pytest.mark.parametrize(
     ("name", "value", "old", "new"),
     [
-        ("lr", 0.003, "LR = 0.01  #", "LR = 0.003 #"),  # the comment keeps its column
+        ("lr", 0.003, "LR = 0.01  #", "LR = 0.003  #"),  # two spaces kept
         ("batch", 7, "BATCH: int = 32\n", "BATCH: int = 7\n"),
         ("batch", 7.0, "BATCH: int = 32\n", "BATCH: int = 7\n"),
         ("mode", "slow", 'MODE = "fast"', 'MODE = "slow"'),
@@ -590,12 +590,15 @@ def test_sampled_floats_are_written_short_and_comments_keep_their_column() -> No
         Knob(name="t", type="float", low=1e-5, high=1.0, log=True, file="s.py", variable="TEMP"),
         Knob(name="c", type="float", low=0.999, high=0.9999, file="s.py", variable="COOL"),
     ]
-    text = "SORT_POWER = 0.5    # power\nTEMP = 0.01         # temp\nCOOL = 0.9995       # cool\n"
+    text = (
+        "SORT_POWER = 0.5      # power\nTEMP = 0.01           # temp\n"
+        "COOL = 0.9995         # cool\n"
+    )
     proposer = KnobProposer(knobs, maximize=False, seed=3)
     for node_id in range(1, 9):
         proposal = proposer.ask(node_id, ROOT, "draft")
         written = KnobCoder(knobs).write(proposal, {"s.py": text.encode()})["s.py"].decode()
-        assert [line.index("#") for line in written.splitlines()] == [20, 20, 20], written
+        assert [line.index("#") for line in written.splitlines()] == [22, 22, 22], written
         assert read_knobs(knobs, {"s.py": written.encode()}) == proposal.knobs
         for name, value in proposal.knobs.items():
             digits = repr(value).replace(".", "").lstrip("0")
