@@ -7,17 +7,23 @@
   (``.url`` without the query, ``.token``, ``.proc``); the server is killed on exit.
 - ``make_run(site, *args, **task)``: a finished run made by ``revtree run`` (the knob
   task of ``tests/orchestrator/conftest.py``); returns its id.
-- fixtures, one world per test module (module scope, so a module pays for its runs
-  once): ``site``, ``finished_run`` (a finished 6-node greedy run), ``dashboard``
-  (a server over ``site`` with ``finished_run`` in it, token ``TOKEN``).
+- fixtures, one world per test module: ``site`` (module scope: a copy of the session's
+  template home, so a module may add runs and nodes without touching another's),
+  ``finished_run`` (the id of the finished 6-node greedy run every ``site`` holds),
+  ``dashboard`` (a server over ``site``, token ``TOKEN``). The template run is made by
+  the real CLI once per session, shared by the xdist workers through a file lock
+  (issue 24: each module made its own, 10-15 s apiece).
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
+import os
 import queue
 import re
+import shutil
 import subprocess
 import sys
 import threading
@@ -138,18 +144,44 @@ def make_run(site: Site, *args: str, sleep: float = 0.0, budget: int = 6, **task
     return str(json.loads(site.cli("show", "last", "--json").stdout)["run_id"])
 
 
+@pytest.fixture(scope="session")
+def template(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """(the folder holding ``home`` and ``task-0``, the run id): a finished greedy run
+    of 6 nodes of the knob task (offline agents, no model), made by ``revtree run``
+    once per session. Under xdist the workers share one (in the folder above their own
+    base temp, behind an ``flock``): the first worker makes it, the others wait for it.
+    Read-only: ``site`` copies it."""
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    root, done = shared / "dash-template", shared / "dash-template.json"
+    with open(shared / "dash-template.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not done.exists():
+            shutil.rmtree(root, ignore_errors=True)
+            (root / "home").mkdir(parents=True)
+            made = Site(root / "home", _db(root / "home"), {"REVTREE_SANDBOX": "local"})
+            done.write_text(json.dumps(make_run(made)))
+    return root, str(json.loads(done.read_text()))
+
+
+def _db(home: Path) -> str:
+    return f"sqlite:///{home / 'revtree.db'}"
+
+
 @pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Site:
+def site(tmp_path_factory: pytest.TempPathFactory, template: tuple[Path, str]) -> Site:
+    """A home of this module's own that holds the template's finished run (its task
+    folder copied beside it as ``task-0``)."""
     root = tmp_path_factory.mktemp("dash")
+    shutil.copytree(template[0], root, dirs_exist_ok=True)
     home = root / "home"
-    home.mkdir()
-    return Site(home, f"sqlite:///{home / 'revtree.db'}", {"REVTREE_SANDBOX": "local"})
+    return Site(home, _db(home), {"REVTREE_SANDBOX": "local"})
 
 
 @pytest.fixture(scope="module")
-def finished_run(site: Site) -> str:
-    """A finished greedy run of 6 nodes of the knob task (offline agents, no model)."""
-    return make_run(site)
+def finished_run(template: tuple[Path, str]) -> str:
+    """The id of the finished greedy run of 6 nodes of the knob task that ``site`` holds."""
+    return template[1]
 
 
 @pytest.fixture(scope="module")

@@ -158,6 +158,35 @@ def revtree(
     return proc
 
 
+def revtree_here(
+    home: Path, *args: str, check: bool = True, **env: str
+) -> subprocess.CompletedProcess[str]:
+    """``revtree ARGS`` in this process (typer's ``CliRunner``), with the environment of
+    :func:`revtree`: for what a command prints and exits with, where a subprocess would
+    prove nothing more and costs an interpreter start and the CLI's imports (issue 24).
+    ``main()``'s one step, a :class:`RevtreeError` as ``error: ...`` and exit code 2, is
+    taken here; ``main()`` itself (which also makes the process non-dumpable) runs only
+    in the subprocess tests. Not for commands that drive a run, record a pid or wait on
+    signals: those keep :func:`revtree`. stdin is empty, not a terminal."""
+    from typer.testing import CliRunner
+
+    from revtree.cli import app  # the typer app, every command registered
+    from revtree.errors import RevtreeError
+
+    changes: dict[str, str | None] = {"REVTREE_DB": None, "REVTREE_HOME": str(home)}
+    changes.update(COLUMNS="200", **env)  # as cli_env(home, **env) makes it
+    result = CliRunner().invoke(app, list(args), env=changes, catch_exceptions=True)
+    code, stderr = result.exit_code, result.stderr
+    if isinstance(result.exception, RevtreeError):
+        code, stderr = 2, f"{stderr}error: {result.exception}\n"
+    elif result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    proc = subprocess.CompletedProcess(["revtree", *args], code, result.stdout, stderr)
+    if check and code != 0:
+        raise AssertionError(f"revtree {args} exited {code}:\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
 def spawn(home: Path, *args: str, **env: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "revtree", *args],

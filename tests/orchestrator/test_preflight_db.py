@@ -1,6 +1,8 @@
 """Nothing is created that cannot be used: `run` and `resume` call each model once before
 anything is created or evaluated, and a mistyped `--db` is one line, creating nothing.
-The real CLI in a subprocess; the model endpoint is a closed port on 127.0.0.1."""
+The real CLI in a subprocess (``revtree``), or in this process (``revtree_here``) where
+only what a command prints and exits with is asserted (issue 24); the model endpoint is a
+closed port on 127.0.0.1."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from revtree.agents.llm.fake_server import FakeLLMServer, FakeRequest
-from tests.orchestrator.conftest import make_task, revtree
+from tests.orchestrator.conftest import make_task, revtree, revtree_here
 
 
 def _closed_url() -> str:
@@ -94,7 +96,7 @@ def test_a_bare_path_names_its_url(tmp_path: Path, home: Path) -> None:
 
 def test_an_unreachable_postgresql_hides_its_password(home: Path) -> None:
     url = "postgresql+psycopg://u:secret@127.0.0.1:1/x"
-    line = _one_error_line(revtree(home, "ls", "--db", url, check=False))
+    line = _one_error_line(revtree_here(home, "ls", "--db", url, check=False))
     assert "u:***@127.0.0.1:1/x" in line and "secret" not in line, line
 
 
@@ -110,7 +112,7 @@ def test_a_read_into_a_missing_folder_creates_nothing(
 
 
 def test_ls_on_a_fresh_machine_lists_none_and_creates_nothing(home: Path) -> None:
-    assert json.loads(revtree(home, "ls", "--json").stdout) == []
+    assert json.loads(revtree_here(home, "ls", "--json").stdout) == []
     assert not home.exists()
 
 

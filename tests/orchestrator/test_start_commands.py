@@ -21,7 +21,7 @@ from revtree.errors import TaskSpecError
 from revtree.orchestrator.commands.check import preflight
 from revtree.orchestrator.commands.scaffold import DemoResponder, entry_point, scaffold
 from revtree.tasks import load_task
-from tests.orchestrator.conftest import cli_env, make_task
+from tests.orchestrator.conftest import cli_env, make_task, revtree_here
 
 OFFLINE = {"OPENAI_API_KEY": "", "ANTHROPIC_API_KEY": ""}  # no key: offline agents
 PROGRAM = "def f():\n    k = 3.0\n    return (k - 1.2) ** 2\n"
@@ -37,6 +37,12 @@ def cli(home: Path, *args: str, timeout: float = 300) -> subprocess.CompletedPro
         env=cli_env(home, **OFFLINE),
         timeout=timeout,
     )
+
+
+def here(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`revtree ARGS` in this process, as :func:`cli` runs it in a subprocess (no terminal
+    on stdin, no model keys): for what a command prints and exits with (issue 24)."""
+    return revtree_here(home, *args, check=False, **OFFLINE)
 
 
 def closed_port() -> int:
@@ -74,13 +80,13 @@ def test_init_without_a_terminal_names_the_missing_flags_and_never_overwrites(
     tmp_path: Path, home: Path
 ) -> None:
     (tmp_path / "prog.py").write_text(PROGRAM)
-    bare = cli(home, "init", str(tmp_path / "t"), "--metric", "loss")
+    bare = here(home, "init", str(tmp_path / "t"), "--metric", "loss")
     assert bare.returncode == 2
     assert "--program" in bare.stderr and "--direction" in bare.stderr
     assert "--metric" not in bare.stderr and not (tmp_path / "t").exists()
     scaffold(tmp_path, tmp_path / "prog.py", "loss", "maximize")
     args = ("init", str(tmp_path), "--program", str(tmp_path / "prog.py"), "--metric", "loss")
-    again = cli(home, *args, "--direction", "minimize")
+    again = here(home, *args, "--direction", "minimize")
     assert again.returncode == 2 and "pass --force" in again.stderr
     assert 'direction = "maximize"' in (tmp_path / "task.toml").read_text()
     forced = scaffold(tmp_path, tmp_path / "prog.py", "loss", "minimize", force=True)
@@ -169,7 +175,7 @@ def test_check_of_a_crashing_evaluator_fails_with_the_stderr_tail(
     tmp_path: Path, home: Path
 ) -> None:
     task = make_task(tmp_path / "t", modes=("crash",))
-    out = cli(home, "check", str(task), "--sandbox", "local")
+    out = here(home, "check", str(task), "--sandbox", "local")
     assert out.returncode == 1, out.stdout + out.stderr
     assert "the baseline cannot be scored" in out.stdout and "exit code 3" in out.stdout
     assert "about to fail" in out.stdout  # the evaluator's stderr
@@ -201,7 +207,7 @@ def test_check_calls_each_model_once_naming_its_url(tmp_path: Path, home: Path) 
 def test_check_of_an_unreachable_model_names_the_url_and_fails(tmp_path: Path, home: Path) -> None:
     task = make_task(tmp_path / "t")
     url = f"http://127.0.0.1:{closed_port()}/v1"
-    out = cli(
+    out = here(
         home, "check", str(task), "--sandbox", "local",
         "--model", "openai-compatible:nowhere", "--base-url", url,
     )  # fmt: skip
@@ -216,7 +222,7 @@ def test_check_of_a_task_that_does_not_load_fails_with_the_reason(
 ) -> None:
     task = make_task(tmp_path / "t")
     (task / "task.toml").write_text((task / "task.toml").read_text() + "\nbogus = 1\n")
-    out = cli(home, "check", str(task))
+    out = here(home, "check", str(task))
     assert out.returncode == 1 and "the task does not load" in out.stdout
     assert "bogus" in out.stdout
 
