@@ -30,7 +30,7 @@ from tests.dashboard.conftest import (
     start_dashboard,
     wait_for,
 )
-from tests.orchestrator.conftest import cli_env
+from tests.orchestrator.conftest import cli_env, revtree_here
 
 XSS = "<script>alert(1)</script>"
 RUN_KEYS = {
@@ -124,7 +124,9 @@ def test_info_and_runs(dashboard: Dashboard, finished_run: str) -> None:
 
 def test_run_is_show_json_plus(dashboard: Dashboard, site: Site, finished_run: str) -> None:
     data = get(dashboard, f"/api/runs/{finished_run}")
-    shown = json.loads(site.cli("show", finished_run, "--json").stdout)
+    shown = json.loads(
+        revtree_here(site.home, "show", finished_run, "--json", "--db", site.db).stdout
+    )
     assert {k: data[k] for k in shown} == shown  # the lean summary is the same summary
     assert data["maximize"] is False and data["approve"] is False and data["waiting"] == []
     assert data["budget"]["nodes"] == {"used": 6, "max": 6}
@@ -150,7 +152,7 @@ def test_nodes_are_columns(dashboard: Dashboard, finished_run: str) -> None:
 
 def test_node_detail_has_its_diff(dashboard: Dashboard, site: Site, finished_run: str) -> None:
     node = get(dashboard, f"/api/runs/{finished_run}/nodes/1")
-    plain = site.cli("diff", finished_run, "1").stdout
+    plain = revtree_here(site.home, "diff", finished_run, "1", "--db", site.db).stdout
     changed = next(
         line for line in plain.splitlines() if line.startswith("+X") or line.startswith("+N")
     )

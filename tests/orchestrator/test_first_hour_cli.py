@@ -21,7 +21,7 @@ from revtree.agents.llm.fake_server import FakeLLMServer
 from revtree.memory import RunStatus, Store
 from revtree.orchestrator import create_run
 from revtree.tasks import load_task
-from tests.orchestrator.conftest import cli_env, make_task, revtree, spawn, wait_for
+from tests.orchestrator.conftest import cli_env, make_task, revtree, revtree_here, spawn, wait_for
 
 RAW_FLOAT = re.compile(r"\d\.\d{10,}|\d{10,}\.\d")  # a float printed with all its digits
 LOCAL = ("--sandbox", "local")
@@ -193,7 +193,7 @@ def test_show_prints_numbers_times_and_dicts_for_people_and_json_stays_exact(
 
 
 def test_version_prints_the_package_version(home: Path) -> None:
-    out = revtree(home, "--version")
+    out = revtree_here(home, "--version")  # in a fresh interpreter: test_light_imports
     assert out.stdout.strip() == f"revtree {version('revtree')}"
 
 

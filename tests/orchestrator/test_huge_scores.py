@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from revtree.memory.records import SCORE_LIMIT, finite_mean
 from revtree.orchestrator.trust import gain
 from tests.dashboard.conftest import Site, start_dashboard
-from tests.orchestrator.conftest import revtree
+from tests.orchestrator.conftest import revtree, revtree_here
 
 # the score by the knob X: the baseline (X = 3) scores +/-1e300 by repeat (allowed, and its
 # noise would overflow a plain sum of squares); other candidates 1e308, -1e308, or 1e300
@@ -78,10 +78,11 @@ def huge_task(root: Path) -> Path:
 
 
 def readers_work(home: Path, db: str, run_id: str) -> dict[str, object]:
-    """ls, ls --json, show and show --json all exit 0; show --json's summary."""
+    """ls, ls --json, show and show --json all exit 0 (in this process: what they print
+    and exit with); show --json's summary."""
     for args in (("ls",), ("ls", "--json"), ("show", run_id)):
-        revtree(home, *args, "--db", db, REVTREE_SANDBOX="local")
-    out = revtree(home, "show", run_id, "--json", "--db", db, REVTREE_SANDBOX="local")
+        revtree_here(home, *args, "--db", db, REVTREE_SANDBOX="local")
+    out = revtree_here(home, "show", run_id, "--json", "--db", db, REVTREE_SANDBOX="local")
     summary: dict[str, object] = json.loads(out.stdout)
     return summary
 
@@ -161,7 +162,7 @@ def test_a_huge_timeout_is_a_one_line_task_error(tmp_path: Path, home: Path) -> 
     task = huge_task(tmp_path / "task")
     toml = task / "task.toml"
     toml.write_text(toml.read_text().replace("timeout = 20", "timeout = 1e308"))
-    out = revtree(home, "check", str(task), "--sandbox", "docker", check=False)
+    out = revtree_here(home, "check", str(task), "--sandbox", "docker", check=False)
     text = out.stdout + out.stderr
     assert out.returncode != 0 and "Traceback" not in text, text
     assert "key 'evaluate.timeout': expected a duration of at most 365 days" in text, text

@@ -25,11 +25,11 @@ from revtree.orchestrator.trust import (
     pooled_noise,
     rank_alarm,
 )
-from tests.orchestrator.conftest import revtree
+from tests.orchestrator.conftest import revtree, revtree_here
 
 
 def show(home: Path) -> dict:
-    return json.loads(revtree(home, "show", "last", "--json", "--nodes").stdout)
+    return json.loads(revtree_here(home, "show", "last", "--json", "--nodes").stdout)
 
 
 # -- the statistics -------------------------------------------------------------------

@@ -140,6 +140,8 @@ def test_a_stopped_evaluation_cancels_its_ray_task(whole_run: dict[str, Any]) ->
 
 
 @pytest.mark.ray
+@pytest.mark.slow  # 29 s of --quick under -n 2 (issue 24): the cluster of whole_run; in
+# --quick, test_a_cancelled_worker_reports_cancelled_and_a_raised_flag_stops_it_before_it_runs
 def test_a_cancelled_ray_task_takes_its_evaluation_with_it(whole_run: dict[str, Any]) -> None:
     assert not whole_run["cancel"]["finished_anyway"]
 
