@@ -22,6 +22,8 @@ from typing import Any
 
 import pytest
 
+from tests.orchestrator.conftest import revtree_here
+
 FORGED = 999.0
 TRUE = 7.0
 
@@ -238,7 +240,7 @@ def run_and_show(home: Path, task: Path, backend: str) -> dict[str, Any]:
 
 
 def show(home: Path) -> dict[str, Any]:
-    shown = revtree(home, "show", "last", "--node", "0", "--json")
+    shown = revtree_here(home, "show", "last", "--node", "0", "--json", check=False)
     assert shown.returncode == 0, shown.stderr
     node: dict[str, Any] = json.loads(shown.stdout)
     return node

@@ -2,7 +2,8 @@
 refused with a message that names the file, the key and what to do, never a pydantic
 phrase or a traceback; and what cannot enter a run (huge files, looping or escaping
 symlinks) is refused before the run is created. Each user-facing case is also checked
-through the real CLI: ``revtree run TASK`` exits 2 with the message on stderr."""
+through the CLI: ``revtree run TASK`` exits 2 with the message on stderr (in a
+subprocess once, as a user runs it; in this process for the others, issue 24)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from revtree.memory import Store
 from revtree.orchestrator import create_run
 from revtree.tasks import code_files, load_task
 from tests.conftest import TASK_TOML, write_task_folder
-from tests.orchestrator.conftest import make_task, revtree
+from tests.orchestrator.conftest import make_task, revtree, revtree_here
 
 KNOB = '\n[[knobs]]\nname = "X"\ntype = "float"\nlow = 0.1\nhigh = 10.0\nfile = "{file}"\n'
 
@@ -32,9 +33,15 @@ def load_error(folder: Path) -> str:
     return flat(str(info.value))
 
 
-def cli_error(tmp_path: Path, folder: Path) -> str:
-    """The stderr of ``revtree run folder``, which must fail with exit code 2."""
-    proc = revtree(tmp_path / "home", "run", str(folder), "--quiet", check=False, timeout=120)
+def cli_error(tmp_path: Path, folder: Path, real: bool = False) -> str:
+    """The stderr of ``revtree run folder``, which must fail with exit code 2: in this
+    process (the task is refused before anything is created or run), or with ``real``
+    in a subprocess (``python -m revtree``)."""
+    home, args = tmp_path / "home", ("run", str(folder), "--quiet")
+    if real:
+        proc = revtree(home, *args, check=False, timeout=120)
+    else:
+        proc = revtree_here(home, *args, check=False)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr and "Input should be" not in proc.stderr
     return flat(proc.stderr)
@@ -66,7 +73,7 @@ def test_a_knob_file_kept_out_by_exclude_says_so(tmp_path: Path) -> None:
 
 def test_cli_names_a_misspelt_knob_file(tmp_path: Path) -> None:
     folder = poly_task(tmp_path, TASK_TOML + KNOB.format(file="polyy.py"))
-    assert MISSPELT in cli_error(tmp_path, folder)
+    assert MISSPELT in cli_error(tmp_path, folder, real=True)
 
 
 # -- 3. types: one glob for a list, and the project's phrasing for pydantic's ----------
