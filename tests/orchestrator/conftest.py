@@ -207,34 +207,57 @@ def wait_for(cond: Callable[[], object], timeout: float = 60.0, what: str = "con
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
-# The CLI run as ``python -m revtree`` runs it; the names in sys.modules once the command
-# has ended are written, as JSON, to the file named by the first argument.
+# The CLI as ``python -m revtree`` starts it (``from revtree.cli import main``), then each
+# command of the JSON list in the second argument in a child forked from that interpreter
+# (one after the other): the child holds what a fresh ``python -m revtree`` holds when it
+# dispatches, and no more, so each command's loaded names are its own. Each child writes
+# [exit code, the names in sys.modules once the command has ended] to FIRST.K (issue 24:
+# one interpreter start for many commands, not one each).
 LOADED = """\
-import json, sys
-out, sys.argv, code = sys.argv[1], ["revtree", *sys.argv[2:]], 0
-try:
-    from revtree.cli import main
-    main()
-except SystemExit as e:
-    code = e.code
-with open(out, "w") as f:
-    json.dump(sorted(sys.modules), f)
-sys.exit(code)
+import json, os, sys
+out, todo = sys.argv[1], json.loads(sys.argv[2])
+from revtree.cli import main
+for k, args in enumerate(todo):
+    pid = os.fork()
+    if pid == 0:
+        sys.argv, code = ["revtree", *args], 0
+        try:
+            main()
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else 0 if e.code is None else 1
+        with open(f"{out}.{k}", "w") as f:
+            json.dump([code, sorted(sys.modules)], f)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+    os.waitpid(pid, 0)
 """
+
+
+def loaded_modules_each(
+    home: Path, commands: list[tuple[str, ...]], **env: str
+) -> list[tuple[int, set[str]]]:
+    """Each command's (exit code, every module it loaded), as ``revtree ARGS`` in a fresh
+    interpreter would have them; the commands run in order, each after the last ended."""
+    out = home.parent / "loaded-modules"
+    proc = subprocess.run(
+        [sys.executable, "-c", LOADED, str(out), json.dumps(commands)],
+        capture_output=True,
+        text=True,
+        env=cli_env(home, **env),
+        timeout=60 + 30 * len(commands),
+    )
+    found = []
+    for k, args in enumerate(commands):
+        result = out.with_name(f"{out.name}.{k}")
+        if not result.exists():
+            raise AssertionError(f"revtree {args} did not finish:\n{proc.stdout}\n{proc.stderr}")
+        code, names = json.loads(result.read_text())
+        result.unlink()
+        found.append((int(code), set(names)))
+    return found
 
 
 def loaded_modules(home: Path, *args: str, **env: str) -> tuple[int, set[str]]:
     """``revtree ARGS`` in a fresh interpreter: its exit code and every module it loaded."""
-    out = home.parent / "loaded-modules.json"
-    proc = subprocess.run(
-        [sys.executable, "-c", LOADED, str(out), *args],
-        capture_output=True,
-        text=True,
-        env=cli_env(home, **env),
-        timeout=120,
-    )
-    if not out.exists():
-        raise AssertionError(f"revtree {args} did not finish:\n{proc.stdout}\n{proc.stderr}")
-    names = set(json.loads(out.read_text()))
-    out.unlink()
-    return proc.returncode, names
+    return loaded_modules_each(home, [args], **env)[0]

@@ -8,6 +8,10 @@ it had loaded when it ended is checked.
 - The commands that read or decide (ls, show, watch, stop, approve, reject) load neither
   LangGraph, a model SDK, the Docker client, Optuna nor Ray; SQLAlchemy they may.
 
+The commands share one interpreter start: each runs in a child forked from an interpreter
+that has done what ``python -m revtree`` does before it dispatches (``loaded_modules_each``
+in tests/orchestrator/conftest.py), so each child loads what a fresh one would.
+
 Speed is measured in ``benchmarks/cli_start.py``, never asserted here.
 """
 
@@ -15,12 +19,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from revtree.cli.app import COMMAND_ORDER
 from revtree.memory import Store
-from tests.orchestrator.conftest import loaded_modules, make_task, wait_for
+from tests.orchestrator.conftest import loaded_modules_each, make_task, wait_for
 from tests.orchestrator.test_approval import start_waiting, waiting
 
 ENGINE = {"langgraph", "langchain_core", "openai", "anthropic", "docker", "optuna", "ray"}
@@ -42,17 +47,31 @@ def roots(names: Iterable[str]) -> set[str]:
     return {name.partition(".")[0] for name in names}
 
 
+HELPS = [("--version",), ("--help",), *((c, "--help") for c in [*COMMAND_ORDER, "sandbox"])]
+
+
+@pytest.fixture(scope="module")
+def helps(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, ...], Any]:
+    """(exit code, loaded names) of each of HELPS, in an empty home."""
+    home = tmp_path_factory.mktemp("helps") / "home"
+    return dict(zip(HELPS, loaded_modules_each(home, HELPS), strict=True))
+
+
 @pytest.mark.parametrize("args", [("--version",), ("--help",)], ids=" ".join)
-def test_version_and_help_load_only_the_cli(home: Path, args: tuple[str, ...]) -> None:
-    code, names = loaded_modules(home, *args)
+def test_version_and_help_load_only_the_cli(
+    helps: dict[tuple[str, ...], Any], args: tuple[str, ...]
+) -> None:
+    code, names = helps[args]
     assert code == 0
     assert roots(names) & BEYOND_THE_CLI == set()
     assert "typer" in roots(names)  # the probe saw the command's own imports
 
 
 @pytest.mark.parametrize("command", [*COMMAND_ORDER, "sandbox"])
-def test_each_commands_help_loads_no_engine_nor_storage(home: Path, command: str) -> None:
-    code, names = loaded_modules(home, command, "--help")
+def test_each_commands_help_loads_no_engine_nor_storage(
+    helps: dict[tuple[str, ...], Any], command: str
+) -> None:
+    code, names = helps[(command, "--help")]
     assert code == 0
     assert roots(names) & (BEYOND_THE_CLI - {"pydantic"}) == set()
 
@@ -79,13 +98,13 @@ def test_reading_and_deciding_load_no_engine(held_run: str, home: Path, store: S
         (("watch", run, "--timeout", "0.5"), 1),  # a live run: followed until the timeout
         (("approve", run, "1"), 0),
     ]
-    for args, want in checked:
-        code, names = loaded_modules(home, *args)
+    found = loaded_modules_each(home, [args for args, _ in checked])
+    for (args, want), (code, names) in zip(checked, found, strict=True):
         assert (code, roots(names) & ENGINE) == (want, set()), args
     assert "sqlalchemy" in roots(names)  # the probe saw the store opened
     wait_for(lambda: waiting(store, run) == [2], what="node 2 to wait")
-    for args in (("stop", run), ("reject", run, "2", "--why", "no")):
-        code, names = loaded_modules(home, *args)
+    deciding = [("stop", run), ("reject", run, "2", "--why", "no")]
+    for args, (code, names) in zip(deciding, loaded_modules_each(home, deciding), strict=True):
         assert (code, roots(names) & ENGINE) == (0, set()), args
     wait_for(lambda: store.get_run(run).status.value == "stopped", what="the run to stop")
     assert store.node(run, 2).status.is_finished() or store.decision(run, 2, 1) is not None
