@@ -54,12 +54,12 @@ def stop(run_id: RunArg, db: DbOpt = None) -> None:
     found = store.get_run(run_id)
     if found.status.is_finished() or not found.pid:
         console.print(f"run {found.id} is not running ({found.status.value})")
-        raise typer.Exit(1)
+        return
     try:
         os.kill(found.pid, signal.SIGTERM)
     except ProcessLookupError:
         console.print(f"run {found.id}: its process {found.pid} is gone; `revtree resume` it")
-        raise typer.Exit(1) from None
+        return
     console.print(f"asked pid {found.pid} to stop run {found.id}")
 
 

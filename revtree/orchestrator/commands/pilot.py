@@ -198,13 +198,12 @@ def _any_policy(report: PilotReport) -> tuple[str, dict[str, Any], tuple[str, ..
     """The recommendation when the knob proposer ignores the parent: the policy does not
     change which candidates are evaluated, so ``optuna`` (any would do)."""
     source = (
-        "the pilot's proposals all set knob values, so the offline Optuna knob proposer "
-        "decides them"
+        "the pilot's proposals all set knob values: "
         if report.driver_inferred
-        else "this task is driven by the offline Optuna knob proposer, which decides the values"
+        else "this task is driven by "
     )
     reasons = [
-        f"{source}; with its tpe "
+        f"{source}the offline Optuna knob proposer decides the values, and with its tpe "
         "(default) or random sampler a proposal ignores its parent: every policy evaluates "
         "the same candidates and scores the same, so any policy will do; optuna is the "
         "plainest",
