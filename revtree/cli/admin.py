@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from typing import Annotated
 
 import typer
@@ -52,6 +53,11 @@ def stop(run_id: RunArg, db: DbOpt = None) -> None:
     """Ask the process driving a run (on this machine) to stop cleanly."""
     store = open_store(db)
     found = store.get_run(run_id)
+    for _ in range(100):  # a run just started records its pid a moment later: 10 s at most
+        if found.status is not RunStatus.RUNNING or found.pid:
+            break
+        time.sleep(0.1)
+        found = store.get_run(run_id)
     if found.status.is_finished() or not found.pid:
         console.print(f"run {found.id} is not running ({found.status.value})")
         return
