@@ -27,6 +27,7 @@ from typing import Any
 
 from sqlalchemy.engine import make_url
 
+from revtree.memory.db import display_url
 from revtree.memory.gitstore import GitStore
 
 RUN_FILE = "run.json"
@@ -104,7 +105,7 @@ def database_id(url: str) -> str:
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
         return "sqlite:///" + str(Path(str(parsed.database)).expanduser().resolve())
-    return parsed.render_as_string(hide_password=True)
+    return display_url(url)  # a password in the URL or its query string never written
 
 
 def write_run_file(folder: Path, run_id: str, url: str, spec: dict[str, Any]) -> None:
