@@ -9,7 +9,11 @@ Each evaluation runs as ``bwrap ... python -I -S supervise.py ...`` (Debian's
   other host process are invisible (no ``/proc/<pid>/environ``); when the supervisor
   (or bwrap, or the orchestrator: ``--die-with-parent``) dies, the kernel kills every
   process of the namespace, so a ``setsid`` daemon cannot outlive its evaluation;
-- a read-only view of the system (``--ro-bind / /``) with tmpfs over ``/tmp``,
+- a read-only view of the system (``/`` bound read-only, each top-level folder on its
+  own, less the folders where a container engine mounts and unmounts its containers'
+  filesystems: ``/var/lib/docker`` and the like, whose mounts come and go under a
+  recursive bind and made it fail with "Unable to apply mount flags", and which hold
+  other containers' files besides) with tmpfs over ``/tmp``,
   ``/var/tmp``, ``/dev/shm``, ``/run`` (the Docker socket), the user's home folder
   (``~/.ssh``, credentials), ``REVTREE_HOME`` (the store, the runs' ``repo.git``) and
   the sandbox's own host folder; the Python that runs the evaluation is the
@@ -68,7 +72,7 @@ def _usable(name: str) -> str | None:
         return f"bubblewrap ({name}) is not installed (Debian: apt-get install bubblewrap)"
     try:
         probe = subprocess.run(
-            [path, *_namespaces(), "--ro-bind", "/", "/", "--proc", "/proc", "true"],
+            [path, *_namespaces(), *_system_view(), "--proc", "/proc", "true"],
             capture_output=True,
             timeout=30,
         )
@@ -109,6 +113,48 @@ def _namespaces() -> list[str]:
     ]
 
 
+# never bound: mounted anew (/proc, /dev), a tmpfs (/tmp, /run), or folders where a
+# container engine mounts its containers' filesystems while we bind (a recursive bind
+# of / then fails on a mount that vanished) and which hold other containers' files
+UNBOUND = (
+    "/proc",
+    "/dev",
+    "/tmp",
+    "/run",
+    "/var/run",
+    "/var/lib/docker",
+    "/var/lib/containers",
+    "/var/lib/containerd",
+    "/var/lib/kubelet",
+)
+
+
+def _system_view(unbound: tuple[str, ...] = UNBOUND) -> list[str]:
+    """bwrap arguments that bind ``/`` read-only less ``unbound``: each folder that
+    holds no unbound path is bound whole, the others entry by entry (links as links)."""
+    skip = [Path(u) for u in unbound]
+    args: list[str] = []
+
+    def cover(path: Path) -> None:
+        if path in skip:
+            return
+        if not any(path in s.parents for s in skip):
+            args.extend(["--ro-bind", str(path), str(path)])
+            return
+        try:
+            children = sorted(path.iterdir())
+        except OSError:
+            return  # unreadable here: not shown
+        for child in children:
+            if child.is_symlink():
+                args.extend(["--symlink", os.readlink(child), str(child)])
+            elif child.is_dir() or child.is_file():
+                cover(child)
+
+    cover(Path("/"))
+    return args
+
+
 def _hidden() -> list[Path]:
     """Host folders the evaluation must not see: home, the store, the runtime dir."""
     home = os.environ.get("REVTREE_HOME") or str(Path.home() / ".revtree")
@@ -134,7 +180,7 @@ def _python_roots() -> list[Path]:
 def _argv(inner: list[str], tmp: Path, ws: Path, disk: int) -> list[str]:
     """The bwrap command line that runs ``inner`` in ``ws`` (a tmpfs) under ``tmp``."""
     size = ["--size", str(disk)]
-    argv = [shutil.which(program()) or program(), *_namespaces(), "--ro-bind", "/", "/"]
+    argv = [shutil.which(program()) or program(), *_namespaces(), *_system_view()]
     argv += ["--proc", "/proc", "--dev", "/dev"]
     argv += [*size, "--tmpfs", "/dev/shm", *size, "--tmpfs", "/tmp"]
     argv += [*size, "--tmpfs", "/var/tmp"] if Path("/var/tmp").is_dir() else []
