@@ -63,6 +63,7 @@ from revtree.sandboxes.base import (
     watchdog,
 )
 from revtree.sandboxes.env import sandbox_env
+from revtree.sandboxes.supervise import PARENT_ENV
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_DUMPABLE = 4
@@ -139,8 +140,9 @@ class LocalSandbox:
         """How to start ``request`` in ``tmp`` (its ``ws`` and ``out`` made), metrics on ``fd``."""
         ws = tmp / "ws"
         env = sandbox_env(request.env, home=ws, tmp=tmp / "out")
+        env[PARENT_ENV] = str(os.getpid())  # the supervisor binds itself to us: no preexec
         argv = supervised(request.command, fd, request.limits)
-        yield Launch(argv, env, ws, ws, (fd,), as_supervisor)
+        yield Launch(argv, env, ws, ws, (fd,), None)
 
     def close(self) -> None:
         """Nothing is held between executions."""
@@ -442,7 +444,7 @@ class Launch:
     cwd: Path
     outputs: Path
     pass_fds: tuple[int, ...]
-    preexec: Callable[[], None]
+    preexec: Callable[[], None] | None  # None where possible: a preexec forks us whole
 
 
 def _run(

@@ -81,6 +81,14 @@ def test_make_sandbox_refuses_an_argument_the_backend_does_not_take(monkeypatch)
         assert make_sandbox("auto", base_url="unix:///nonexistent/docker.sock").name == "bwrap"
 
 
+def test_the_supervisors_parent_pid_is_not_passed_to_the_command(local, workspace):
+    # the supervisor binds itself to the orchestrator (PDEATHSIG) from an environment
+    # variable, and takes it out before the command starts
+    result = execute(local, workspace, 'echo "[$REVTREE_SUPERVISOR_PARENT]"')
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout == "[]\n", result.stdout
+
+
 def test_background_child_dies_when_the_command_exits(local, workspace):
     result = execute(local, workspace, "sleep 300 & echo $!")
     assert result.exit_code == 0 and not result.timed_out
