@@ -5,12 +5,16 @@
 
 Both search the same folder (``initial_program.py`` with ``A`` in its EVOLVE-BLOCK,
 ``evaluator.py`` that sleeps S seconds and scores ``-(A - 3)^2``, one ``config.yaml``),
-against one fake OpenAI-compatible server (``revtree.agents.llm.fake_server``) that
+against one fake OpenAI-compatible server (``revtree.agents.llm.fake_server``, in a
+process of its own, so that neither system shares an interpreter lock with it) that
 answers each in the format it asks for (OpenEvolve: a SEARCH/REPLACE diff; revtree's
 one-call mode: the whole file), moving ``A`` by the same seeded steps. Runs are
 interleaved (revtree, OpenEvolve, revtree, ...) for each S and K (candidates in flight),
 N candidates each. Per cell, means over the repetitions:
 
+- start-up: building the system before its loop (revtree: ``Orchestrator(...)``, which
+  wires the agents and imports the model SDK; OpenEvolve: importing ``openevolve`` and
+  ``OpenEvolve(...)``), both in the process that then runs the loop;
 - overhead per candidate: (wall of the candidate loop - N*S/K) / N, where the loop is
   ``Orchestrator.drive()`` (baseline, candidates, verification, final checks) for
   revtree and ``OpenEvolve.run()`` (initial evaluation and iterations) for OpenEvolve;
@@ -27,7 +31,9 @@ first run from PyPI, reused after). Measured here, never asserted in tests.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import multiprocessing
 import random
 import re
 import shutil
@@ -37,7 +43,9 @@ import sys
 import tempfile
 import time
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -88,15 +96,17 @@ database:
 """
 OE_DRIVER = """\
 import asyncio, json, sys, time
+t0 = time.monotonic()
 from openevolve import OpenEvolve
 from openevolve.config import load_config
 folder, out, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
 oe = OpenEvolve(f"{folder}/initial_program.py", f"{folder}/evaluator.py",
                 load_config(f"{folder}/config.yaml"), output_dir=out)
-t0 = time.monotonic()
+t1 = time.monotonic()
 best = asyncio.run(oe.run(iterations=n))
-wall = time.monotonic() - t0
-print(json.dumps({"wall": wall, "best": best.metrics.get("combined_score") if best else None}))
+wall = time.monotonic() - t1
+score = best.metrics.get("combined_score") if best else None
+print(json.dumps({"wall": wall, "start": t1 - t0, "best": score}))
 """
 
 
@@ -124,6 +134,40 @@ class Model:
         )
 
 
+class Counted:
+    """A responder that counts its calls in memory shared with the benchmark."""
+
+    def __init__(self, model: Model, count: Any) -> None:
+        self.model, self.count = model, count
+
+    def __call__(self, req: FakeRequest) -> str:
+        with self.count.get_lock():
+            self.count.value += 1
+        return self.model(req)
+
+
+def _serve(responder: Counted, ready: Any, stop: Any) -> None:
+    with FakeLLMServer(responder) as srv:
+        ready.put(srv.openai_url)
+        stop.wait(3600)
+
+
+@contextlib.contextmanager
+def served(model: Model) -> Iterator[tuple[str, Any]]:
+    """The fake server in a forked process: its URL and its shared call counter."""
+    ctx = multiprocessing.get_context("fork")
+    count, ready, stop = ctx.Value("i", 0), ctx.Queue(), ctx.Event()
+    proc = ctx.Process(target=_serve, args=(Counted(model, count), ready, stop), daemon=True)
+    proc.start()
+    try:
+        yield ready.get(timeout=60), count
+    finally:
+        stop.set()
+        proc.join(10)
+        if proc.is_alive():
+            proc.kill()
+
+
 def _a(text: str) -> float:
     m = re.search(r"^A = ([-+0-9.e]+)$", text, re.M)
     return float(m.group(1)) if m else 0.0
@@ -148,7 +192,7 @@ def oe_python(cache: Path) -> Path:
     return py
 
 
-def run_revtree(tmp: Path, folder: Path, n: int, k: int, srv: FakeLLMServer) -> dict[str, float]:
+def run_revtree(tmp: Path, folder: Path, n: int, k: int, url: str, count: Any) -> dict[str, float]:
     home = tmp / "home"
     store = Store(f"sqlite:///{home / 'revtree.db'}")
     with warnings.catch_warnings():
@@ -161,29 +205,30 @@ def run_revtree(tmp: Path, folder: Path, n: int, k: int, srv: FakeLLMServer) -> 
         agents={
             "mode": "llm",
             "model": "openai-compatible:fake-model",
-            "base_url": srv.openai_url,
+            "base_url": url,
             "max_retries": 0,
             "reviewer": {"enabled": False},
         },
     )
     run = create_run(store, spec, home)
-    before = len(srv.requests)
+    before = count.value
     t0 = time.monotonic()
-    Orchestrator(store, run.id, home=home).drive()
-    wall = time.monotonic() - t0
-    calls = len(srv.requests) - before
+    orchestrator = Orchestrator(store, run.id, home=home)
+    t1 = time.monotonic()
+    orchestrator.drive()
+    wall = time.monotonic() - t1
+    calls = count.value - before
     kinds = store.evaluations_by_kind(run.id, spec.evaluate.repeats)
     best = max(x.score for x in store.nodes(run.id) if x.score is not None)
     store.close()
-    return {"wall": wall, "calls": calls, "trust": kinds.get("verify", 0), "best": best}
+    trust = kinds.get("verify", 0)
+    return {"wall": wall, "start": t1 - t0, "calls": calls, "trust": trust, "best": best}
 
 
-def run_openevolve(
-    tmp: Path, folder: Path, n: int, py: Path, srv: FakeLLMServer
-) -> dict[str, float]:
+def run_openevolve(tmp: Path, folder: Path, n: int, py: Path, count: Any) -> dict[str, float]:
     driver = tmp / "oe_driver.py"
     driver.write_text(OE_DRIVER)
-    before = len(srv.requests)
+    before = count.value
     out = subprocess.run(
         [str(py), str(driver), str(folder), str(tmp / "oe-out"), str(n)],
         capture_output=True,
@@ -194,7 +239,8 @@ def run_openevolve(
     if out.returncode != 0:
         raise RuntimeError(f"OpenEvolve failed:\n{out.stderr[-3000:]}")
     r = json.loads(out.stdout.strip().splitlines()[-1])
-    return {"wall": r["wall"], "calls": len(srv.requests) - before, "trust": 0, "best": r["best"]}
+    calls = count.value - before
+    return {"wall": r["wall"], "start": r["start"], "calls": calls, "trust": 0, "best": r["best"]}
 
 
 def cli_times(py: Path, reps: int) -> dict[str, float]:
@@ -231,6 +277,7 @@ def main() -> None:
         "S (s)",
         "K",
         "system",
+        "start-up (s)",
         "wall (s)",
         "overhead/cand (ms)",
         "utilisation",
@@ -247,12 +294,12 @@ def main() -> None:
                 for rep in range(args.reps):
                     for system in rows:
                         where = tmp / f"{system}-{sleep}-{k}-{rep}"
-                        with FakeLLMServer(Model(seed=rep)) as srv:
-                            folder = make_folder(where / "task", sleep, args.n, k, srv.openai_url)
+                        with served(Model(seed=rep)) as (url, count):
+                            folder = make_folder(where / "task", sleep, args.n, k, url)
                             if system == "revtree":
-                                r = run_revtree(where, folder, args.n, k, srv)
+                                r = run_revtree(where, folder, args.n, k, url, count)
                             else:
-                                r = run_openevolve(where, folder, args.n, py, srv)
+                                r = run_openevolve(where, folder, args.n, py, count)
                         rows[system].append(r)
                         shutil.rmtree(where, ignore_errors=True)
                 for system, rs in rows.items():
@@ -262,6 +309,7 @@ def main() -> None:
                         f"{sleep:g}",
                         str(k),
                         system,
+                        f"{statistics.fmean(r['start'] for r in rs):.2f}",
                         f"{wall:.2f}",
                         f"{(wall - ideal) / args.n * 1000:.0f}",
                         f"{ideal / wall:.2f}" if ideal else "-",
