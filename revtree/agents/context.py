@@ -39,7 +39,7 @@ from revtree.agents.outline import (
     symbols_text,
 )
 from revtree.agents.retrieval import Embedder, Hit, Index, words
-from revtree.tasks.load import matches
+from revtree.tasks.names import matches
 from revtree.tasks.spec import TaskSpec
 
 SMALL_REPO_SHARE = 0.5  # a repository within this share of the budget is shown whole

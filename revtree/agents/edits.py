@@ -47,7 +47,7 @@ from dataclasses import dataclass
 
 from revtree.agents.parsing import Edit, scan_edits
 from revtree.errors import EditError
-from revtree.tasks.load import matches
+from revtree.tasks.names import matches
 
 __all__ = ["END", "FUZZY", "START", "Edit", "apply_edits", "evolve_regions", "parse_edits"]
 

@@ -52,7 +52,7 @@ from revtree.agents.edits import evolve_regions
 from revtree.agents.knobs import KnobCoder, KnobProposer, derive_seed
 from revtree.errors import EditError
 from revtree.memory.records import Node, NodeStatus
-from revtree.tasks.load import matches
+from revtree.tasks.names import matches
 from revtree.tasks.spec import MutateAgent, TaskSpec
 
 BASE_WEIGHTS = {

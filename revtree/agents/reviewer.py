@@ -38,7 +38,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from revtree.agents.base import Change, Job, Proposal, Verdict
-from revtree.tasks.load import matches
+from revtree.tasks.names import matches
 from revtree.tasks.spec import TaskSpec
 
 RULES: dict[str, str] = {

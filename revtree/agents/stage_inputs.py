@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from revtree.errors import SandboxError
 from revtree.sandboxes.base import ExecRequest, ExecResult, Limits, Sandbox, archive_of
-from revtree.tasks.load import matches
+from revtree.tasks.names import matches
 from revtree.tasks.spec import TaskSpec
 
 STAGE_VAR = "REVTREE_STAGE"

@@ -35,7 +35,7 @@ from revtree.agents.outline import symbols_text
 from revtree.agents.retrieval import Index, words
 from revtree.errors import EditError, RevtreeError, SandboxError
 from revtree.sandboxes.base import ExecResult
-from revtree.tasks.load import matches
+from revtree.tasks.names import matches
 from revtree.tasks.spec import TaskSpec
 
 RESULT_CHARS = 6000  # of each tool result given back to the model

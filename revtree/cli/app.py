@@ -183,22 +183,33 @@ def order_commands() -> None:
     app.registered_commands.sort(key=key)
 
 
-def open_store(db: str | None, create: bool = False, empty: bool = False) -> Store:
+def open_store(db: str | None, create: bool = False) -> Store:
     """The store of ``--db`` (else ``$REVTREE_DB``, else the home's SQLite file).
 
     Only a command that records a new run passes ``create``; any other leaves a missing
-    SQLite file (and its folder) uncreated and says so in one line, except that with
-    ``empty`` (``ls``) the default database that no run has made yet reads as no runs.
-    A URL that does not parse or a database that cannot be reached is one line too."""
+    SQLite file (and its folder) uncreated and says so in one line. A URL that does not
+    parse or a database that cannot be reached is one line too."""
     from revtree.memory import Store
-    from revtree.memory.db import MEMORY, NoDatabase
+    from revtree.memory.db import NoDatabase
 
     try:
         return Store(db, create=create)
     except NoDatabase as e:
-        if empty and not (db or os.environ.get("REVTREE_DB")):
-            return Store(MEMORY)
         raise RevtreeError(f"{e} (--db, $REVTREE_DB)") from None
+
+
+def store_if_any(db: str | None) -> Store | None:
+    """``open_store``, except that the default database that no run has made yet is
+    None (``ls``: no runs), not an error, and is neither created nor migrated."""
+    from revtree.memory import Store
+    from revtree.memory.db import NoDatabase
+
+    try:
+        return Store(db, create=False)
+    except NoDatabase as e:
+        if db or os.environ.get("REVTREE_DB"):
+            raise RevtreeError(f"{e} (--db, $REVTREE_DB)") from None
+        return None
 
 
 def node_or_best(store: Store, run: RunInfo, node: int | None) -> int:

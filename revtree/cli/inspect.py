@@ -22,6 +22,7 @@ from revtree.cli.app import (
     node_or_best,
     open_store,
     plain,
+    store_if_any,
     visible,
 )
 from revtree.cli.render import (
@@ -98,8 +99,8 @@ def ls(
     """List runs."""
     from revtree.orchestrator.commands.report import summarize
 
-    store = open_store(db, empty=True)
-    rows = [summarize(store, r) for r in store.list_runs()]
+    store = store_if_any(db)
+    rows = [] if store is None else [summarize(store, r) for r in store.list_runs()]
     if as_json:
         console.print_json(json.dumps(rows))
         return

@@ -38,6 +38,7 @@ import fcntl
 import functools
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -46,7 +47,7 @@ from pathlib import Path
 from revtree.sandboxes import cgroups
 from revtree.sandboxes.base import ExecRequest
 from revtree.sandboxes.env import sandbox_env
-from revtree.sandboxes.local import Launch, LocalSandbox, as_supervisor, supervised
+from revtree.sandboxes.local import Launch, LocalSandbox, prctl, supervised
 
 DISK_CAP = 1 << 30  # bytes each of the workspace, /tmp and /dev/shm may hold
 PIDS_CAP = 512  # processes per evaluation, where a cgroup enforces it
@@ -194,6 +195,14 @@ def _argv(inner: list[str], tmp: Path, ws: Path, disk: int) -> list[str]:
     argv += ["--tmpfs", str(tmp), *size, "--tmpfs", str(ws), "--chdir", str(ws)]
     argv += ["--setenv", "TMPDIR", "/tmp", "--", *inner]
     return argv
+
+
+def as_supervisor() -> None:
+    """In the child, before exec (bwrap must enter its cgroup there, so it is forked with
+    a preexec anyway): SIGTERM when we die, and a subreaper."""
+    if prctl is not None:
+        prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        prctl(36, 1)  # PR_SET_CHILD_SUBREAPER
 
 
 def _high(fd: int) -> int:

@@ -65,16 +65,14 @@ from revtree.sandboxes.base import (
 from revtree.sandboxes.env import sandbox_env
 from revtree.sandboxes.supervise import PARENT_ENV
 
-_PR_SET_PDEATHSIG = 1
 _PR_SET_DUMPABLE = 4
-_PR_SET_CHILD_SUBREAPER = 36
 METRICS_CAP = 1 << 20
 STOP_GRACE = 3.0  # seconds the supervisor has to kill its descendants before the group kill
 SUPERVISOR = str(Path(__file__).with_name("supervise.py"))
 
 # Resolved in the parent: the child of a threaded process must not import or load
 # libraries (another thread may hold the import lock).
-_prctl = ctypes.CDLL(None).prctl if sys.platform == "linux" else None
+prctl = ctypes.CDLL(None).prctl if sys.platform == "linux" else None
 
 
 def protect_orchestrator() -> bool:
@@ -83,9 +81,9 @@ def protect_orchestrator() -> bool:
     ``maps`` or ``fd``, nor attach a debugger. Call once, at start. Returns whether it
     was set. It is no protection from root: a sandbox running as root reads it anyway.
     Children are not affected (an exec makes a process dumpable again)."""
-    if _prctl is None:
+    if prctl is None:
         return False
-    return int(_prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)) == 0
+    return int(prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)) == 0
 
 
 class LocalSandbox:
@@ -377,12 +375,6 @@ SHM = ShmJanitor()
 
 
 # ---------------------------------------------------------------- the process
-
-
-def as_supervisor() -> None:  # runs in the child, before exec
-    if _prctl is not None:
-        _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-        _prctl(_PR_SET_CHILD_SUBREAPER, 1)
 
 
 def supervised(command: str, fd: int, limits: Limits) -> list[str]:

@@ -8,7 +8,6 @@ glob matches a file, and each knob's file and location exist.
 from __future__ import annotations
 
 import difflib
-import functools
 import json
 import os
 import re
@@ -23,6 +22,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from revtree.errors import TaskSpecError
+from revtree.tasks.names import matches
 from revtree.tasks.search import PLUGIN
 from revtree.tasks.spec import POLICIES, Knob, TaskSpec
 
@@ -200,45 +200,6 @@ def _key(loc: Iterable[Any]) -> str:
 
 def source_dir(spec: TaskSpec) -> Path:
     return (Path(spec.root) / spec.source).resolve()
-
-
-def matches(path: str, globs: Iterable[str]) -> bool:
-    """Whether a relative posix path matches any glob.
-
-    Globs follow git and pathlib: ``*`` and ``?`` stay within one folder, ``**`` spans
-    folders (``**/x`` also matches ``x`` at the top), ``[...]`` is a character class.
-    """
-    return any(_glob_regex(g).fullmatch(path) is not None for g in globs)
-
-
-@functools.lru_cache(maxsize=1024)
-def _glob_regex(glob: str) -> re.Pattern[str]:
-    out, i = [], 0
-    while i < len(glob):
-        c = glob[i]
-        if glob.startswith("**/", i):
-            out.append("(?:.*/)?")
-            i += 3
-            continue
-        if glob.startswith("**", i):
-            out.append(".*")
-            i += 2
-            continue
-        if c == "*":
-            out.append("[^/]*")
-        elif c == "?":
-            out.append("[^/]")
-        elif c == "[" and (end := glob.find("]", i + 2)) != -1:
-            body = glob[i + 1 : end]
-            out.append(
-                "[" + ("^" + body[1:] if body[0] in "!^" else body).replace("\\", "\\\\") + "]"
-            )
-            i = end + 1
-            continue
-        else:
-            out.append(re.escape(c))
-        i += 1
-    return re.compile("".join(out))
 
 
 def code_files(spec: TaskSpec) -> list[str]:
