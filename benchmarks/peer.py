@@ -21,7 +21,9 @@ N candidates each. Per cell, means over the repetitions:
 - utilisation: (N*S/K) / wall, the share of the loop spent in candidate sleeps;
 - model calls per candidate (counted at the server);
 - trust cost: evaluations spent re-running bests (revtree's verification; OpenEvolve
-  has none).
+  has none);
+- disk per candidate: what the run left on disk over N (revtree: its home, the SQLite
+  file with its WAL and the runs' git repository; OpenEvolve: its output folder).
 
 Then the median time of ``revtree --version``, ``revtree ls`` and
 ``openevolve-run --help``. OpenEvolve lives in a venv under ``--cache`` (created on the
@@ -221,8 +223,20 @@ def run_revtree(tmp: Path, folder: Path, n: int, k: int, url: str, count: Any) -
     kinds = store.evaluations_by_kind(run.id, spec.evaluate.repeats)
     best = max(x.score for x in store.nodes(run.id) if x.score is not None)
     store.close()
-    trust = kinds.get("verify", 0)
-    return {"wall": wall, "start": t1 - t0, "calls": calls, "trust": trust, "best": best}
+    trust, used = kinds.get("verify", 0), disk(home)
+    return {
+        "wall": wall,
+        "start": t1 - t0,
+        "calls": calls,
+        "trust": trust,
+        "best": best,
+        "disk": used,
+    }
+
+
+def disk(folder: Path) -> int:
+    """Bytes of the files under ``folder``."""
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file() and not p.is_symlink())
 
 
 def run_openevolve(tmp: Path, folder: Path, n: int, py: Path, count: Any) -> dict[str, float]:
@@ -239,8 +253,15 @@ def run_openevolve(tmp: Path, folder: Path, n: int, py: Path, count: Any) -> dic
     if out.returncode != 0:
         raise RuntimeError(f"OpenEvolve failed:\n{out.stderr[-3000:]}")
     r = json.loads(out.stdout.strip().splitlines()[-1])
-    calls = count.value - before
-    return {"wall": r["wall"], "start": r["start"], "calls": calls, "trust": 0, "best": r["best"]}
+    calls, used = count.value - before, disk(tmp / "oe-out")
+    return {
+        "wall": r["wall"],
+        "start": r["start"],
+        "calls": calls,
+        "trust": 0,
+        "best": r["best"],
+        "disk": used,
+    }
 
 
 def cli_times(py: Path, reps: int) -> dict[str, float]:
@@ -283,6 +304,7 @@ def main() -> None:
         "utilisation",
         "calls/cand",
         "trust cost (evals)",
+        "disk/cand (KB)",
         "best",
         title=f"revtree vs OpenEvolve {OE_VERSION}, N={args.n}, {args.reps} interleaved reps",
     )
@@ -315,6 +337,7 @@ def main() -> None:
                         f"{ideal / wall:.2f}" if ideal else "-",
                         f"{statistics.fmean(r['calls'] for r in rs) / args.n:.2f}",
                         f"{statistics.fmean(r['trust'] for r in rs):.1f}",
+                        f"{statistics.fmean(r['disk'] for r in rs) / args.n / 1024:.1f}",
                         f"{statistics.fmean(r['best'] for r in rs):.3g}",
                     )
     console.print(table)
