@@ -60,12 +60,12 @@ def stop(run_id: RunArg, db: DbOpt = None) -> None:
         found = store.get_run(run_id)
     if found.status.is_finished() or not found.pid:
         console.print(f"run {found.id} is not running ({found.status.value})")
-        return
+        raise typer.Exit(1)
     try:
         os.kill(found.pid, signal.SIGTERM)
     except ProcessLookupError:
         console.print(f"run {found.id}: its process {found.pid} is gone; `revtree resume` it")
-        return
+        raise typer.Exit(1) from None
     console.print(f"asked pid {found.pid} to stop run {found.id}")
 
 

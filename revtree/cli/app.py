@@ -48,7 +48,12 @@ COMMAND_ORDER = (
     "gc",
 )
 
+# Help in click's plain layout: it wraps descriptions at words to the terminal's width
+# under a short option column, reflows docstring paragraphs, and reads no markup (so
+# ``[runner]`` in a help text shows as written); rich's panels squeeze the descriptions
+# into a narrow column at 80 columns and cut them with an ellipsis.
 app = typer.Typer(
+    rich_markup_mode=None,
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
@@ -118,8 +123,12 @@ DbOpt = Annotated[
         "--db", help="SQLAlchemy URL (default $REVTREE_DB or sqlite at $REVTREE_HOME/revtree.db)."
     ),
 ]
-DetachOpt = Annotated[bool, typer.Option(help="Keep running in the background.")]
-QuietOpt = Annotated[bool, typer.Option(help="No live log lines, only the summary.")]
+DetachOpt = Annotated[
+    bool, typer.Option(help="Keep running in the background.", show_default=False)
+]
+QuietOpt = Annotated[
+    bool, typer.Option(help="No live log lines, only the summary.", show_default=False)
+]
 
 
 def _parallel(value: str | None) -> str | None:

@@ -4,12 +4,14 @@ export (which writes only your patch file or branch)."""
 from __future__ import annotations
 
 import json
+import re
 import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
+from rich import box
 from rich.markup import escape
 from rich.table import Table
 
@@ -29,7 +31,7 @@ from revtree.cli.render import (
     family_tree,
     fmt,
     fmt_value,
-    format_event,
+    print_event,
     print_pipe_safe,
     runs_table,
 )
@@ -56,7 +58,7 @@ def watch(
     while True:
         events = store.events_since(found.id, last)
         for ev in events:
-            console.print(format_event(ev), soft_wrap=True)
+            print_event(ev)
             last = ev.seq
         if not events:
             current = store.get_run(found.id)
@@ -93,7 +95,9 @@ def _exit_if_gone(run: RunInfo) -> None:
 @app.command("ls")
 def ls(
     db: DbOpt = None,
-    as_json: Annotated[bool, typer.Option("--json")] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print JSON (every digit) instead of a table.")
+    ] = False,
     tree: Annotated[bool, typer.Option("--tree", help="Show forks as a family tree.")] = False,
 ) -> None:
     """List runs."""
@@ -110,11 +114,39 @@ def ls(
     console.print(runs_table(rows, console))
 
 
+# ``show``'s rows whose key alone does not say what the number is.
+LABELS = {
+    "improvement": "improvement (relative)",
+    "gain": "gain (absolute)",
+}
+
+
+def show_value(key: str, v: object) -> str:
+    """A ``show`` row's value: the relative improvement as a signed percentage of the
+    baseline (positive: better), the rest as :func:`fmt_value` writes them."""
+    if key == "improvement" and isinstance(v, float):
+        return f"{v:+.2%} of the baseline (positive: better)"
+    return fmt_value(key, v)
+
+
+def clip(text: str, limit: int) -> str:
+    """``text`` on one line, cut to at most ``limit`` characters at a space with an
+    ellipsis (a single word longer than that is cut, with the ellipsis)."""
+    text = re.sub(r"[ \t\n]+", " ", text).strip()  # other controls: shown by plain()
+    if len(text) <= limit:
+        return text
+    cut = text[: limit - 1]
+    at = cut.rfind(" ")
+    return (cut[:at] if at > 0 else cut).rstrip(" ,;:") + "…"
+
+
 @app.command()
 def show(
     run_id: RunArg,
     node: Annotated[int | None, typer.Option(help="Show one node in detail.")] = None,
-    as_json: Annotated[bool, typer.Option("--json")] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print JSON (every digit) instead of a table.")
+    ] = False,
     nodes: Annotated[bool, typer.Option("--nodes", help="Include every node.")] = False,
     transcript: Annotated[
         bool,
@@ -151,7 +183,7 @@ def show(
     table = Table(show_header=False, title=f"run {found.id}" + (f" node {node}" if node else ""))
     for k, v in data.items():
         if k not in ("nodes", "evaluations"):
-            table.add_row(plain(k), plain(fmt_value(k, v)))
+            table.add_row(plain(LABELS.get(k, k)), plain(show_value(k, v)))
     console.print(table)
     if data.get("evaluations"):
         et = Table("stage", "repeat", "attempt", "ok", "score", "seconds", "host", "gpus")
@@ -168,16 +200,21 @@ def show(
             )
         console.print(et)
     if nodes and "nodes" in data:
-        nt = Table("id", "parent", "op", "status", "score", "commit", "hypothesis / error")
-        for n in data["nodes"]:
+        nt = Table(box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), show_edge=False)
+        for name in ("id", "parent", "op", "status", "score", "commit"):
+            nt.add_column(name, no_wrap=True)
+        texts = [clip(n["error"] or n["hypothesis"] or "", 70) for n in data["nodes"]]
+        longest = max((len(w) for t in texts for w in t.split()), default=10)
+        nt.add_column("hypothesis / error", min_width=min(longest, 40))
+        for n, text in zip(data["nodes"], texts, strict=True):
             nt.add_row(
                 str(n["id"]),
-                str(n["parent"]),
+                "-" if n["parent"] is None else str(n["parent"]),
                 plain(n["operator"]),
                 n["status"],
                 fmt(n["score"]),
                 (n["commit"] or "")[:10],
-                plain((n["error"] or n["hypothesis"] or "")[:70]),
+                plain(text),
             )
         console.print(nt)
 
@@ -185,7 +222,9 @@ def show(
 @app.command()
 def compare(
     run_ids: Annotated[list[str], typer.Argument(help="Two or more runs (ids, prefixes, 'last').")],
-    as_json: Annotated[bool, typer.Option("--json")] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print JSON (every digit) instead of a table.")
+    ] = False,
     db: DbOpt = None,
 ) -> None:
     """Runs side by side: a fork against its parent, say (what each added itself too)."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import sys
+import textwrap
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -81,14 +82,47 @@ def fmt_value(key: str, v: Any, indent: str = "") -> str:
     return fmt(v)
 
 
-def format_event(ev: Event) -> Text:
+def format_event(ev: Event, width: int | None = None) -> Text:
+    """One live-log line: time, seq, kind, message. With ``width`` (the terminal's
+    columns) the message is wrapped at spaces to fit, each further line indented under
+    the message's first (a hanging indent), so that the terminal never breaks a word; a
+    word longer than a line (a URL, a path) is kept whole and overflows rather than cut.
+    Print it with ``soft_wrap=True``, so that the console does not wrap it again."""
     stamp = time.strftime("%H:%M:%S", time.localtime(ev.ts))
     style = STYLES.get(ev.kind, "")
     if ev.kind == "node" and (ev.data or {}).get("status") in ("failed", "rejected"):
         style = "red"
-    line = Text(f"{stamp} {ev.seq:>5} {ev.kind:<8} ", style="dim")
-    line.append(visible(ev.message), style=style)
+    prefix = f"{stamp} {ev.seq:>5} {ev.kind:<8} "
+    line = Text(prefix, style="dim")
+    message = visible(ev.message)
+    if width is not None:
+        message = hang(message, width, len(prefix))
+    line.append(message, style=style)
     return line
+
+
+def print_event(ev: Event) -> None:
+    """Print one live-log line, wrapped to the terminal by :func:`format_event`."""
+    console.print(format_event(ev, console.width), soft_wrap=True)
+
+
+def hang(message: str, width: int, indent: int) -> str:
+    """``message`` wrapped at spaces into ``width`` columns after a first-line prefix of
+    ``indent`` columns, later lines indented by as much (two spaces where that would leave
+    under 30 columns for the text); its own line breaks are kept, words are never split."""
+    if width - indent < 30:
+        indent = 2
+    pad = " " * indent
+    lines: list[str] = []
+    for para in message.split("\n"):
+        lines += textwrap.wrap(
+            para,
+            max(width - indent, 1),
+            break_long_words=False,
+            break_on_hyphens=False,
+            drop_whitespace=True,
+        ) or [""]
+    return ("\n" + pad).join(lines)
 
 
 def print_summary(store: Store, run: RunInfo) -> None:
@@ -103,7 +137,10 @@ def print_summary(store: Store, run: RunInfo) -> None:
         f"{s['n_in_flight']} unfinished)",
     )
     table.add_row("baseline", fmt(s["baseline_score"]))
-    table.add_row("best", f"{fmt(s['best_score'])} at node {s['best_node']}{gain_text(s)}")
+    if s["best_node"] is None:
+        table.add_row("best", "- (no node scored)")
+    else:
+        table.add_row("best", f"{fmt(s['best_score'])} at node {s['best_node']}{gain_text(s)}")
     for h in s["holdout"]:
         table.add_row(
             "holdout", plain(f"node {h['node']}: {fmt(h['score']) if h['ok'] else h['error']}")
@@ -128,7 +165,13 @@ def print_summary(store: Store, run: RunInfo) -> None:
     console.print(table)
     if (note := recommendation_note(s)) is not None:
         console.print(escape(note))
-    if s["best_node"] not in (None, 0):  # the baseline is your own code: nothing to export
+    final = s.get("final_holdout")
+    if final is not None and not final["better"]:  # better on dev only: nothing to take
+        console.print(
+            f"not an improvement: node {s['best_node']} is better on dev only (its final "
+            "holdout is no better than the baseline's), so there is nothing to export"
+        )
+    elif s["best_node"] not in (None, 0):  # the baseline is your own code: nothing to export
         console.print(
             f"export it:  revtree export {run.id} --node {s['best_node']} --patch best.patch"
         )
@@ -225,7 +268,8 @@ class LiveLog:
     def __call__(self, ev: Event) -> None:
         if not self.quiet:
             try:
-                self.progress.console.print(format_event(ev), soft_wrap=True)
+                out = self.progress.console
+                out.print(format_event(ev, out.width), soft_wrap=True)
             except OSError:  # the reader went away (EPIPE, EIO): the run goes on, unseen
                 console.on_broken_pipe()
                 self.quiet = True

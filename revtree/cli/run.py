@@ -30,7 +30,7 @@ from revtree.cli.app import (
     node_or_best,
     open_store,
 )
-from revtree.cli.render import LiveLog, fmt, format_event, print_summary
+from revtree.cli.render import LiveLog, fmt, print_event, print_summary
 from revtree.errors import RevtreeError, RunBusy, SandboxError
 from revtree.memory.records import RunInfo, RunStatus
 from revtree.tasks.names import POLICIES
@@ -378,7 +378,7 @@ def holdout(
     store = open_store(db)
     found = store.get_run(run_id)
     node_id = node_or_best(store, found, node)
-    orch = Orchestrator(store, found.id, on_event=lambda ev: console.print(format_event(ev)))
+    orch = Orchestrator(store, found.id, on_event=print_event)
     try:
         result = orch.trust.holdout(node_id)
     finally:
@@ -490,7 +490,7 @@ def retry(
 
     store = open_store(db)
     found = store.get_run(run_id)
-    show = None if quiet else (lambda ev: console.print(format_event(ev), soft_wrap=True))
+    show = None if quiet else print_event
     done = run_retry(store, found.id, node, from_, set_ or [], revtree_home(), show)
     what = (
         f"scored {fmt(done.score)}"

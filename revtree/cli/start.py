@@ -40,6 +40,17 @@ def main():
 '''
 
 
+def direction_of(answer: str) -> str | None:
+    """The direction a person typed: ``minimize``/``maximize``, or a prefix of either of
+    at least 3 letters (``min``, ``max``); None for anything else."""
+    from revtree.orchestrator.commands.scaffold import DIRECTIONS
+
+    for full in DIRECTIONS:
+        if len(answer) >= 3 and full.startswith(answer):
+            return full
+    return None
+
+
 @app.command()
 def init(
     folder: Annotated[Path, typer.Argument(help="Task folder to write (made if missing).")] = Path(
@@ -100,7 +111,10 @@ def init(
         if metric is None:
             metric = typer.prompt("Metric name", default="score")
         while direction not in DIRECTIONS:
-            direction = typer.prompt("Direction (minimize or maximize)").strip()
+            answer = typer.prompt("Direction (minimize or maximize)").strip().lower()
+            direction = direction_of(answer)
+            if direction is None:
+                err.print(f"{escape(answer)!r}: type minimize (or min) or maximize (or max)")
     assert program is not None and metric is not None and direction is not None
     if direction not in DIRECTIONS:
         raise typer.BadParameter(

@@ -254,3 +254,5 @@ def test_the_hash_attack_without_the_guard_is_not_called_an_improvement(
     assert final["score"] == pytest.approx(final["baseline"])
     assert "no better than the baseline" in out
     assert "% better" not in out and "better:" not in out
+    # not an improvement: the summary does not offer to export it (issue 26)
+    assert "export it" not in out and "nothing to export" in out

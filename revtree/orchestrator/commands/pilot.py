@@ -198,12 +198,13 @@ def _any_policy(report: PilotReport) -> tuple[str, dict[str, Any], tuple[str, ..
     """The recommendation when the knob proposer ignores the parent: the policy does not
     change which candidates are evaluated, so ``optuna`` (any would do)."""
     source = (
-        "the pilot's proposals all set knob values: "
+        "the pilot's proposals all set knob values, so the offline Optuna knob proposer "
+        "decides them"
         if report.driver_inferred
-        else "this task is driven by "
+        else "this task is driven by the offline Optuna knob proposer, which decides the values"
     )
     reasons = [
-        f"{source}the offline Optuna knob proposer decides the values, and with its tpe "
+        f"{source}; with its tpe "
         "(default) or random sampler a proposal ignores its parent: every policy evaluates "
         "the same candidates and scores the same, so any policy will do; optuna is the "
         "plainest",
