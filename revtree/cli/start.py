@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.markup import escape
 
-from revtree.cli.app import DbOpt, app, console, err
+from revtree.cli.app import DbOpt, QuietOpt, app, console, err
 from revtree.cli.run import run as run_command
 
 if TYPE_CHECKING:
@@ -284,7 +284,7 @@ def demo(
     budget_nodes: Annotated[int, typer.Option(help="Nodes, root included.")] = 6,
     sandbox: Annotated[str, typer.Option(help="local, docker or auto.")] = "local",
     db: DbOpt = None,
-    quiet: Annotated[bool, typer.Option(help="No live log lines, only the summary.")] = False,
+    quiet: QuietOpt = False,
 ) -> None:
     """Run a bundled example; --llm: LLM agents against a simulated model, no key.
 

@@ -110,6 +110,9 @@ def test_run_help_is_written_for_80_columns(tmp_path: Path) -> None:
     assert "[runner] cpus" in " ".join(proc.stdout.split())  # markup is not read in help
     # descriptions get more than a 20-column box: some line holds 40 characters of one
     assert max(len(line) - len(line.lstrip()) for line in lines if "--" not in line) <= 32
+    for cmd in ("run", "resume", "demo", "init", "check", "pilot", "fork", "retry", "watch"):
+        for line in narrow(tmp_path, cmd, "--help").stdout.splitlines():
+            assert len(line) <= 80 and not re.search(r"[a-z]-$", line), (cmd, line)
     for cmd in ("show", "ls", "compare"):
         help_text = narrow(tmp_path, cmd, "--help").stdout
         assert "--json" in help_text and "Print JSON" in help_text
