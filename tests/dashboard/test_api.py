@@ -557,7 +557,8 @@ def test_a_signal_stops_it_cleanly(site: Site, finished_run: str, sig: int) -> N
         assert d.url.startswith("http://127.0.0.1:") and not d.url.endswith(":0")
         r = post(d, f"/api/runs/{finished_run}/stop", token=TOKEN)
         assert r.status_code == 403
-        assert post(d, f"/api/runs/{finished_run}/stop", token=d.token).status_code == 200
+        ok = post(d, f"/api/runs/{finished_run}/stop", token=d.token)  # the token admits
+        assert ok.status_code == 400 and "is not running" in ok.json()["error"], ok.text
         with client(d).stream("GET", f"/api/runs/{finished_run}/stream?after=0") as r:
             assert r.status_code == 200
             os.kill(d.proc.pid, sig)  # with a stream open

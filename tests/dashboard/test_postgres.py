@@ -55,5 +55,5 @@ def test_the_dashboard_serves_a_postgres_store(pg_site: Site) -> None:
         assert missing.status_code == 404 and password not in missing.text, missing.text
 
         stop = c.post(f"/api/runs/{run_id}/stop", headers=d.headers())
-        assert stop.status_code == 200, stop.text
-        assert "not running" in stop.json()["message"] and password not in stop.text
+        assert stop.status_code == 400, stop.text  # the CLI's exit 1: nothing to stop
+        assert "not running" in stop.json()["error"] and password not in stop.text
