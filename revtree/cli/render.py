@@ -87,6 +87,7 @@ def format_event(ev: Event, width: int | None = None) -> Text:
     columns) the message is wrapped at spaces to fit, each further line indented under
     the message's first (a hanging indent), so that the terminal never breaks a word; a
     word longer than a line (a URL, a path) is kept whole and overflows rather than cut.
+    Without ``width`` (piped, captured: see :func:`wrap_width`) it is one whole line.
     Print it with ``soft_wrap=True``, so that the console does not wrap it again."""
     stamp = time.strftime("%H:%M:%S", time.localtime(ev.ts))
     style = STYLES.get(ev.kind, "")
@@ -101,9 +102,20 @@ def format_event(ev: Event, width: int | None = None) -> Text:
     return line
 
 
+def wrap_width(out: Console) -> int | None:
+    """The columns to wrap live-log lines to: the terminal's width when ``out`` writes to a
+    real terminal (its file is a tty), None (whole lines) when it is piped or captured, so
+    that ``| grep``, a log file and a test see each event on one line."""
+    try:
+        tty = out.file.isatty()
+    except (AttributeError, ValueError, OSError):  # a closed or odd stream
+        tty = False
+    return out.width if tty else None
+
+
 def print_event(ev: Event) -> None:
-    """Print one live-log line, wrapped to the terminal by :func:`format_event`."""
-    console.print(format_event(ev, console.width), soft_wrap=True)
+    """Print one live-log line, wrapped (in a terminal only) by :func:`format_event`."""
+    console.print(format_event(ev, wrap_width(console)), soft_wrap=True)
 
 
 def hang(message: str, width: int, indent: int) -> str:
@@ -269,7 +281,7 @@ class LiveLog:
         if not self.quiet:
             try:
                 out = self.progress.console
-                out.print(format_event(ev, out.width), soft_wrap=True)
+                out.print(format_event(ev, wrap_width(out)), soft_wrap=True)
             except OSError:  # the reader went away (EPIPE, EIO): the run goes on, unseen
                 console.on_broken_pipe()
                 self.quiet = True

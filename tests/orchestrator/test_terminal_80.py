@@ -1,15 +1,20 @@
-"""Issue 26 item 6, the terminal at 80 columns: the real ``revtree`` command in
-subprocesses with ``COLUMNS=80`` against a real local run of examples/tsp-anneal."""
+"""Issue 26 item 6, the terminal at 80 columns: the real ``revtree`` command in a real
+terminal 80 columns wide (a pty with that window size, as a person's terminal is) against
+a real local run of examples/tsp-anneal. The live log wraps only there: piped or captured,
+each event stays one whole line (for ``| grep`` and for tests that look for one)."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import pty
 import re
 import select
 import shutil
+import struct
 import subprocess
 import sys
+import termios
 import time
 from pathlib import Path
 
@@ -20,6 +25,52 @@ from tests.orchestrator.conftest import cli_env, revtree
 EXAMPLE = Path(__file__).parents[2] / "examples" / "tsp-anneal"
 LOG_LINE = re.compile(r"^\d\d:\d\d:\d\d +\d+ \w+ +")  # time, seq, kind: the message after
 HANG = " " * 24  # the width of that prefix: continuation lines start under the message
+ESCAPE = re.compile(r"\x1b(\[[0-9;?]*[A-Za-z]|\][^\x07]*\x07|[()][A-Z0-9])")
+
+
+class Shown:
+    """What a command showed in a terminal: its exit code and the lines as they stood
+    on the screen (colours and cursor moves taken out, a line redrawn after ``\\r``
+    kept as last drawn)."""
+
+    def __init__(self, returncode: int, raw: str) -> None:
+        self.returncode = returncode
+        text = ESCAPE.sub("", raw).replace("\r\n", "\n")
+        self.lines = [line.rsplit("\r", 1)[-1] for line in text.split("\n")]
+        self.stdout = "\n".join(self.lines)
+
+
+def in_terminal(home: Path, *args: str, columns: int = 80, timeout: float = 300) -> Shown:
+    """``revtree ARGS`` with stdout, stderr and stdin on a pty of ``columns`` x 50."""
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 50, columns, 0, 0))
+    env = cli_env(home, COLUMNS=str(columns), TERM="xterm-256color")
+    for name in ("NO_COLOR", "FORCE_COLOR"):
+        env.pop(name, None)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "revtree", *args],
+        stdin=follower,
+        stdout=follower,
+        stderr=follower,
+        env=env,
+    )
+    os.close(follower)
+    chunks: list[bytes] = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not select.select([leader], [], [], 1)[0]:
+            continue
+        try:
+            data = os.read(leader, 65536)
+        except OSError:  # EIO: the child closed the pty
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(leader)
+    if proc.poll() is None:
+        proc.kill()
+    return Shown(proc.wait(30), b"".join(chunks).decode("utf-8", "replace"))
 
 
 def narrow(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -27,21 +78,19 @@ def narrow(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture(scope="module")
-def tsp(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess[str]]:
+def tsp(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Shown]:
     home = tmp_path_factory.mktemp("home")
     task = tmp_path_factory.mktemp("task") / "tsp"
     shutil.copytree(EXAMPLE, task)
-    proc = narrow(home, "run", str(task), "--sandbox", "local", "--budget-nodes", "6")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return home, proc
+    shown = in_terminal(home, "run", str(task), "--sandbox", "local", "--budget-nodes", "6")
+    assert shown.returncode == 0, shown.stdout
+    return home, shown
 
 
 @pytest.mark.slow  # a whole run (about 10 s)
-def test_the_live_log_wraps_at_words_with_a_hanging_indent(
-    tsp: tuple[Path, subprocess.CompletedProcess[str]],
-) -> None:
-    _, proc = tsp
-    lines = proc.stdout.splitlines()
+def test_the_live_log_wraps_at_words_with_a_hanging_indent(tsp: tuple[Path, Shown]) -> None:
+    _, shown = tsp
+    lines = shown.lines
     log = [i for i, line in enumerate(lines) if LOG_LINE.match(line)]
     assert len(log) > 20
     wrapped = 0
@@ -54,18 +103,28 @@ def test_the_live_log_wraps_at_words_with_a_hanging_indent(
         # a line is as wide as the terminal at most, unless one word alone is wider
         assert len(lines[i]) <= 80, lines[i]
     assert wrapped > 5  # the proposals' knob lists and the local sandbox's warning
-    text = proc.stdout
+    text = shown.stdout
     assert "FINAL_TEMP" in text and "FINAL_\n" not in text  # never a word cut in two
 
 
 @pytest.mark.slow
-def test_show_nodes_cuts_hypotheses_at_words(
-    tsp: tuple[Path, subprocess.CompletedProcess[str]],
-) -> None:
+def test_the_live_log_piped_keeps_each_event_on_one_line(tsp: tuple[Path, Shown]) -> None:
+    """``watch`` (the same lines as the run's) captured at 80 columns: no wrapping."""
     home, _ = tsp
-    proc = narrow(home, "show", "last", "--nodes")
+    proc = narrow(home, "watch", "last")
     assert proc.returncode == 0, proc.stderr
-    assert all(len(line) <= 80 for line in proc.stdout.splitlines())
+    lines = proc.stdout.splitlines()
+    assert sum(bool(LOG_LINE.match(line)) for line in lines) > 20
+    assert max(len(line) for line in lines) > 80  # whole lines, wider than the terminal
+    assert not any(line.startswith(HANG) for line in lines)
+
+
+@pytest.mark.slow
+def test_show_nodes_cuts_hypotheses_at_words(tsp: tuple[Path, Shown]) -> None:
+    home, _ = tsp
+    proc = in_terminal(home, "show", "last", "--nodes")
+    assert proc.returncode == 0, proc.stdout
+    assert all(len(line) <= 80 for line in proc.lines)
     words = set()
     for n in range(6):
         shown = narrow(home, "show", "last", "--node", str(n), "--json").stdout
@@ -74,13 +133,13 @@ def test_show_nodes_cuts_hypotheses_at_words(
     for cell in re.findall(r"\d{10}  (.*)$", table, re.M):  # the text after the commit
         for word in cell.split():
             assert word.rstrip("…,") in {w.rstrip(",") for w in words}, word
-    assert "improvement (relative)" in narrow(home, "show", "last").stdout
+    shown = in_terminal(home, "show", "last")
+    assert "improvement (relative)" in shown.stdout
+    assert all(len(line) <= 80 for line in shown.lines)
 
 
 @pytest.mark.slow
-def test_knob_values_are_written_short(
-    tsp: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path
-) -> None:
+def test_knob_values_are_written_short(tsp: tuple[Path, Shown], tmp_path: Path) -> None:
     home, _ = tsp
     for n in range(1, 6):
         diff = narrow(home, "diff", "last", str(n)).stdout
@@ -92,9 +151,7 @@ def test_knob_values_are_written_short(
 
 
 @pytest.mark.slow
-def test_stop_of_a_run_that_is_not_running_exits_1(
-    tsp: tuple[Path, subprocess.CompletedProcess[str]],
-) -> None:
+def test_stop_of_a_run_that_is_not_running_exits_1(tsp: tuple[Path, Shown]) -> None:
     home, _ = tsp
     proc = narrow(home, "stop", "last")
     assert proc.returncode == 1
@@ -102,9 +159,9 @@ def test_stop_of_a_run_that_is_not_running_exits_1(
 
 
 def test_run_help_is_written_for_80_columns(tmp_path: Path) -> None:
-    proc = narrow(tmp_path, "run", "--help")
-    assert proc.returncode == 0
-    lines = proc.stdout.splitlines()
+    proc = in_terminal(tmp_path, "run", "--help", timeout=60)
+    assert proc.returncode == 0, proc.stdout
+    lines = proc.lines
     assert all(len(line) <= 80 for line in lines)
     assert "…" not in proc.stdout and "openai-compatible:NAME" in proc.stdout
     assert "[runner] cpus" in " ".join(proc.stdout.split())  # markup is not read in help
