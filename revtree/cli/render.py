@@ -146,7 +146,8 @@ def print_summary(store: Store, run: RunInfo) -> None:
     table.add_row(
         "nodes",
         f"{s['n_nodes']} ({s['n_succeeded']} ok, {s['n_failed']} failed, "
-        f"{s['n_in_flight']} unfinished)",
+        + (f"{s['n_rejected']} rejected, " if s["n_rejected"] else "")
+        + f"{s['n_in_flight']} unfinished)",
     )
     table.add_row("baseline", fmt(s["baseline_score"]))
     if s["best_node"] is None:

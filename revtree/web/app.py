@@ -185,12 +185,16 @@ def create_app(
     async def index(request: Request) -> Response:
         return FileResponse(STATIC / "index.html", headers=HEADERS)
 
+    async def favicon(request: Request) -> Response:  # browsers ask for it unprompted
+        return FileResponse(STATIC / "favicon.svg", media_type="image/svg+xml")
+
     async def api_missing(request: Request) -> Response:
         return error(404, f"no such route: {request.method} {request.url.path}")
 
     run_ = "/api/runs/{run}"
     routes = [
         Route("/", index),
+        Route("/favicon.ico", favicon),
         Route(
             "/api/info",
             json_route(

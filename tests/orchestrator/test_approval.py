@@ -4,6 +4,7 @@ process decide; a stop and resume while a candidate waits loses nothing."""
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 from pathlib import Path
@@ -56,8 +57,13 @@ def test_approve_and_reject_from_a_second_process(tmp_path: Path, home: Path, st
         wait_for(lambda: waiting(store, run_id) == [2], what="node 2 to wait")
         revtree(home, "reject", run_id, "2", "--why", "touches the wrong constant")
         assert proc.wait(timeout=120) == 0, proc.stdout.read() if proc.stdout else ""
+        said = proc.stdout.read() if proc.stdout else ""
     finally:
         proc.kill()
+    # a rejection is not a failure: the summary counts it apart (issue 26)
+    assert "(2 ok, 0 failed, 1 rejected, 0 unfinished)" in said, said
+    shown = json.loads(revtree(home, "show", run_id, "--json").stdout)
+    assert (shown["n_failed"], shown["n_rejected"]) == (0, 1)
     node2 = store.node(run_id, 2)
     assert node2.status is NodeStatus.REJECTED and node2.error_kind == "rejected"
     assert "rejected by the user: touches the wrong constant" in (node2.error or "")

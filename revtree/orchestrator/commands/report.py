@@ -23,7 +23,9 @@ if TYPE_CHECKING:
 
 
 def summarize(store: Store, run: RunInfo, with_nodes: bool = False) -> dict[str, Any]:
-    """The run as a JSON-able dict (the contract of ``revtree show --json``)."""
+    """The run as a JSON-able dict (the contract of ``revtree show --json``). ``n_failed``
+    counts the nodes that failed; ``n_rejected``, apart, the candidates a reviewer or a
+    person rejected before their evaluation (not failures of the candidate's code)."""
     nodes = store.nodes(run.id)
     tree = Tree.of(nodes, run.maximize)
     best = tree.best()
@@ -43,7 +45,7 @@ def summarize(store: Store, run: RunInfo, with_nodes: bool = False) -> dict[str,
         "n_nodes": len(nodes),
         "n_evaluated": sum(1 for n in nodes if n.n_evals > 0 or n.status is NodeStatus.SUCCEEDED),
         "n_succeeded": count[NodeStatus.SUCCEEDED],
-        "n_failed": count[NodeStatus.FAILED] + count[NodeStatus.REJECTED],
+        "n_failed": count[NodeStatus.FAILED],  # rejected ones apart: never evaluated
         "n_rejected": count[NodeStatus.REJECTED],
         "n_in_flight": sum(not n.status.is_finished() for n in nodes),
         "baseline_score": root.score if root and root.status is NodeStatus.SUCCEEDED else None,
@@ -141,6 +143,7 @@ COMPARE_KEYS = (
     "n_inherited",
     "n_new",
     "n_failed",
+    "n_rejected",
     "baseline_score",
     "best_score",
     "best_node",

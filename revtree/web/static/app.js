@@ -47,8 +47,45 @@
     if (typeof v !== "number") return String(v);
     const a = Math.abs(v);
     if (a < 1e-12) return "0";
-    if (a !== 0 && (a >= 1e6 || a < 1e-3)) return v.toExponential(2);
+    if (a !== 0 && (a >= 1e6 || a < 1e-3)) return v.toExponential(Math.max(2, (digits || 3) - 1));
     return String(Number(v.toPrecision(digits || 4)));
+  }
+  // the fewest significant digits (4 at least, 15 at most) that write different numbers
+  // of ``values`` differently: best and baseline side by side are never both "1.234"
+  function digitsApart(values) {
+    const vs = values.filter((v) => typeof v === "number" && Number.isFinite(v));
+    for (let d = 4; d < 15; d++) {
+      const seen = new Map();
+      if (vs.every((v) => { const t = fmtNum(v, d); const o = seen.get(t); seen.set(t, v); return o === undefined || o === v; })) return d;
+    }
+    return 15;
+  }
+  // ticks at 1, 2 or 5 times a power of ten over [lo, hi] (Heckbert's nice numbers), each
+  // with as many decimals as its step needs, so that no two labels are the same
+  function niceStep(x, round) {
+    const e = Math.floor(Math.log10(x)), f = x / Math.pow(10, e);
+    const nf = round ? (f < 1.5 ? 1 : f < 3 ? 2 : f < 7 ? 5 : 10) : (f <= 1 ? 1 : f <= 2 ? 2 : f <= 5 ? 5 : 10);
+    return nf * Math.pow(10, e);
+  }
+  function niceTicks(lo, hi, count) {
+    if (!(hi > lo) || !Number.isFinite(hi - lo)) return [{ v: lo, label: fmtNum(lo) }];
+    const step = niceStep(niceStep(hi - lo, false) / Math.max(1, (count || 5) - 1), true);
+    const first = Math.ceil(lo / step - 1e-9), last = Math.floor(hi / step + 1e-9);
+    const vs = [];
+    for (let k = first; k <= last && vs.length < 50; k++) vs.push(k * step);
+    const big = Math.max(...vs.map(Math.abs));
+    const sci = big >= 1e6 || (big < 1e-3 && big > 0);
+    let d = Math.max(0, -Math.floor(Math.log10(step) + 1e-9));
+    const write = (v, extra) => {
+      if (Math.abs(v) < step * 1e-6) return "0";
+      if (!sci) return v.toFixed(d + extra);
+      return v.toExponential(Math.max(0, Math.floor(Math.log10(big)) - Math.floor(Math.log10(step) + 1e-9)) + extra);
+    };
+    for (let extra = 0; extra < 6; extra++) {
+      const labels = vs.map((v) => write(v, extra));
+      if (new Set(labels).size === labels.length) return vs.map((v, j) => ({ v, label: labels[j] }));
+    }
+    return vs.map((v) => ({ v, label: String(v) }));
   }
   function fmtUsd(v) { return v == null ? "–" : "$" + (v < 1 ? v.toFixed(3) : v.toFixed(2)); }
   function fmtDur(s) {
@@ -101,14 +138,26 @@
     toastTimer = setTimeout(() => { t.hidden = true; }, isErr ? 7000 : 3500);
   }
   function canAct() { return !!TOKEN && !INFO.read_only; }
+  // a button that runs ``fn``: "label…" while it works, then its outcome ("✓ label" or
+  // "✗ label", data-outcome ok/error; the message in a toast) for a few seconds
   function action(label, fn, cls) {
+    let timer = null;
     return el("button", {
       class: cls || "",
       "data-action": label,
       onclick: async (ev) => {
         const b = ev.currentTarget;
+        clearTimeout(timer);
         b.disabled = true;
-        try { await fn(); } catch (e) { toast(label + ": " + e.message, true); } finally { b.disabled = false; }
+        b.setAttribute("aria-busy", "true");
+        b.dataset.outcome = "busy";
+        b.textContent = label + "…";
+        let ok = true;
+        try { await fn(); } catch (e) { ok = false; toast(label + ": " + e.message, true); }
+        b.removeAttribute("aria-busy");
+        b.dataset.outcome = ok ? "ok" : "error";
+        b.textContent = (ok ? "✓ " : "✗ ") + label;
+        timer = setTimeout(() => { b.textContent = label; delete b.dataset.outcome; b.disabled = false; }, ok ? 2500 : 4000);
       },
     }, label);
   }
@@ -210,6 +259,7 @@
         put(this.body, el("tr", {}, el("td", { colspan: 12, class: "empty" }, "no runs in this store yet")));
       }
       for (const [r, depth] of order) {
+        const dg = digitsApart([r.best_score, r.baseline_score, r.holdout_score]);
         const box = el("input", { type: "checkbox", "aria-label": "select " + r.id, onclick: (ev) => {
           ev.stopPropagation();
           if (ev.target.checked) this.checked.add(r.id); else this.checked.delete(r.id);
@@ -225,9 +275,9 @@
           el("td", { class: "mono" }, el("a", { href: "#/run/" + encodeURIComponent(r.id) }, r.id)),
           task,
           el("td", {}, r.policy || ""),
-          el("td", { class: "num" }, fmtNum(r.best_score), r.best_node != null ? el("span", { class: "muted" }, " #" + r.best_node) : null),
-          el("td", { class: "num" }, fmtNum(r.holdout_score)),
-          el("td", { class: "num" }, fmtNum(r.baseline_score)),
+          el("td", { class: "num" }, fmtNum(r.best_score, dg), r.best_node != null ? el("span", { class: "muted" }, " #" + r.best_node) : null),
+          el("td", { class: "num" }, fmtNum(r.holdout_score, dg)),
+          el("td", { class: "num" }, fmtNum(r.baseline_score, dg)),
           el("td", { class: "num" }, r.n_nodes ?? "–"),
           el("td", { class: "num" }, r.n_alarms ? badge("alarm", String(r.n_alarms)) : ""),
           el("td", { class: "num" }, fmtUsd(r.usd)),
@@ -505,7 +555,7 @@
     clear(svg);
     const rect = svg.getBoundingClientRect();
     const W = rect.width || 480, H = rect.height || 220;
-    const m = { l: 52, r: 12, t: 10, b: 24 };
+    const m = { l: 60, r: 12, t: 10, b: 24 };
     const maximize = !!run.maximize;
     // a fork's copied history finished before the fork was made: start at the earliest
     let t0 = run.created_at || Infinity;
@@ -531,8 +581,9 @@
     }
     const all = pts.map((p) => p.s).sort((a, b) => a - b);
     const q = (f) => all[Math.min(all.length - 1, Math.max(0, Math.round(f * (all.length - 1))))];
-    let lo = Math.min(q(0.03), ...step.map((s) => s[1]), ...hold.map((h) => h.s));
-    let hi = Math.max(q(0.97), ...step.map((s) => s[1]), ...hold.map((h) => h.s));
+    const base = run.baseline_score != null && Number.isFinite(run.baseline_score) ? [run.baseline_score] : [];
+    let lo = Math.min(q(0.03), ...step.map((s) => s[1]), ...hold.map((h) => h.s), ...base);
+    let hi = Math.max(q(0.97), ...step.map((s) => s[1]), ...hold.map((h) => h.s), ...base);
     if (hi === lo) { hi += Math.abs(hi) * 0.1 || 1; lo -= Math.abs(lo) * 0.1 || 1; }
     const pad = (hi - lo) * 0.06; lo -= pad; hi += pad;
     let tmax = 1;
@@ -541,18 +592,25 @@
     const X = (t) => m.l + (t / tmax) * (W - m.l - m.r);
     const Y = (s) => m.t + (1 - (Math.max(lo, Math.min(hi, s)) - lo) / (hi - lo)) * (H - m.t - m.b);
     const grid = sv("g", { class: "grid" }), axis = sv("g", { class: "axis" });
-    for (let j = 0; j <= 4; j++) {
-      const v = lo + ((hi - lo) * j) / 4, y = Y(v);
+    for (const tick of niceTicks(lo, hi, 5)) {
+      const y = Y(tick.v);
       put(grid, sv("line", { x1: m.l, x2: W - m.r, y1: y, y2: y }));
-      put(axis, sv("text", { x: m.l - 4, y: y + 3, "text-anchor": "end" }, fmtNum(v, 3)));
+      put(axis, sv("text", { x: m.l - 4, y: y + 3, "text-anchor": "end", class: "ytick" }, tick.label));
     }
-    for (let j = 0; j <= 5; j++) {
-      const t = (tmax * j) / 5;
-      put(axis, sv("text", { x: X(t), y: H - 8, "text-anchor": j === 0 ? "start" : j === 5 ? "end" : "middle" }, fmtDur(t)));
+    const nx = Math.max(2, Math.min(5, Math.floor((W - m.l - m.r) / 64))); // labels ~50 px wide
+    for (let j = 0; j <= nx; j++) {
+      const t = (tmax * j) / nx;
+      put(axis, sv("text", { x: X(t), y: H - 8, "text-anchor": j === 0 ? "start" : j === nx ? "end" : "middle" }, fmtDur(t)));
     }
     put(axis, sv("line", { x1: m.l, x2: m.l, y1: m.t, y2: H - m.b }));
     put(axis, sv("line", { x1: m.l, x2: W - m.r, y1: H - m.b, y2: H - m.b }));
     put(svg, [grid, axis]);
+    if (base.length) {
+      const y = Y(base[0]);
+      put(svg, sv("g", { class: "baseline" },
+        sv("line", { x1: m.l, x2: W - m.r, y1: y, y2: y }, sv("title", {}, "baseline " + fmtNum(base[0], digitsApart([base[0], best])))),
+        sv("text", { x: W - m.r - 2, y: y - 3, "text-anchor": "end" }, "baseline")));
+    }
     if (step.length) {
       let d = "M" + X(step[0][0]) + " " + Y(step[0][1]);
       for (let j = 1; j < step.length; j++) d += "H" + X(step[j][0]) + "V" + Y(step[j][1]);
@@ -611,7 +669,7 @@
       this.body = el("div", { class: "runbody" },
           el("div", { class: "card", id: "treecard" }, el("h3", {}, "tree", el("span", { class: "grow" }), treeBar), this.lod, this.treeSvg, this.legend()),
           el("div", { class: "right" },
-            el("div", { class: "card" }, el("h3", {}, "score over time", el("span", { class: "grow" }), el("span", { class: "muted", style: "text-transform:none" }, "● candidate  ━ best so far  ◆ holdout")), this.plotSvg),
+            el("div", { class: "card" }, el("h3", {}, "score over time", el("span", { class: "grow" }), el("span", { class: "muted", style: "text-transform:none" }, "● candidate  ━ best so far  ┄ baseline  ◆ holdout")), this.plotSvg),
             el("div", { class: "card", id: "logcard" }, el("h3", {}, "live log", el("span", { class: "grow" }), this.logState), this.log)));
       put(app, [this.head, this.gauges, this.body, this.evo]);
       this.panel = el("aside", { id: "panel", hidden: true });
@@ -700,28 +758,38 @@
       put(l1, el("h2", {}, r.task || "run"));
       put(l1, el("span", { class: "mono muted" }, r.run_id || this.id));
       put(l1, el("span", { id: "run-status", "data-status": r.status, title: r.reason || "" }, badge(r.status)));
-      if (r.reason) put(l1, el("span", { class: "muted reason", title: r.reason }, r.reason));
+      // a stopped or failed run offers the page's resume button, in its reason where the
+      // reason names the plain `revtree resume` (not a variant with flags), else at the end
+      const resumable = canAct() && (r.status === "stopped" || r.status === "failed");
+      const resume = resumable ? this.resumeButton() : null;
+      const hint = r.reason ? /`revtree resume(?: [^`\s-][^`\s]*)?`/.exec(r.reason) : null;
+      if (r.reason && resume && hint) {
+        put(l1, el("span", { class: "muted reason", title: r.reason, id: "run-reason" },
+          r.reason.slice(0, hint.index), resume, r.reason.slice(hint.index + hint[0].length)));
+      } else if (r.reason) put(l1, el("span", { class: "muted reason", title: r.reason, id: "run-reason" }, r.reason));
       if (r.parent_run) put(l1, el("span", { class: "kv" }, "fork of ", el("a", { href: "#/run/" + encodeURIComponent(r.parent_run) }, r.parent_run), r.parent_node != null ? " @" + r.parent_node : ""));
       if (r.alarms && r.alarms.length) put(l1, badge("alarm", r.alarms.length + " alarm" + (r.alarms.length > 1 ? "s" : "")));
       put(l2, kv("policy", r.policy || "–"));
       if (r.n_nodes != null) {
         put(l2, el("span", { class: "kv", id: "run-counts" }, el("b", {}, String(r.n_nodes)), " nodes",
           r.n_failed ? [" · ", el("b", { style: "color:#b91c1c" }, String(r.n_failed)), " failed"] : null,
+          r.n_rejected ? [" · ", el("b", { style: "color:#b45309" }, String(r.n_rejected)), " rejected"] : null,
           r.n_in_flight ? [" · ", el("b", { style: "color:#1d4ed8" }, String(r.n_in_flight)), " in flight"] : null));
       }
-      const best = kv(r.maximize ? "best (max)" : "best (min)", fmtNum(r.best_score));
+      const hold = (r.holdout || []).filter((x) => x.score != null && x.node === r.best_node);
+      const dg = digitsApart([r.best_score, r.baseline_score, hold.length ? hold[hold.length - 1].score : null]);
+      const best = kv(r.maximize ? "best (max)" : "best (min)", fmtNum(r.best_score, dg));
       if (r.best_node != null) put(best, [" ", el("a", { href: "#/run/" + encodeURIComponent(this.id) + "/node/" + r.best_node }, "#" + r.best_node)]);
       put(l2, best);
-      put(l2, kv("baseline", fmtNum(r.baseline_score)));
+      put(l2, kv("baseline", fmtNum(r.baseline_score, dg)));
       if (r.gain) {
         const g = r.gain;
         put(l2, kv("gain", fmtNum(g.delta) + (g.stderr != null ? " ± " + fmtNum(g.stderr, 2) : "") +
           (g.beyond_noise === true ? " (beyond noise)" : g.beyond_noise === false ? " (within noise)" : "")));
       } else if (r.improvement != null) {
-        put(l2, kv("gain", (r.improvement * 100).toFixed(1) + "%"));
+        put(l2, kv("gain", fmtNum(r.improvement * 100, 2) + "%"));
       }
-      const hold = (r.holdout || []).filter((x) => x.score != null && x.node === r.best_node);
-      if (hold.length) put(l2, kv("holdout", fmtNum(hold[hold.length - 1].score)));
+      if (hold.length) put(l2, kv("holdout", fmtNum(hold[hold.length - 1].score, dg)));
       const fin = r.final_holdout;
       if (fin && fin.better === false) put(l2, el("span", { class: "kv", id: "final-no-better", style: "color:#b91c1c" }, fin.message));
       if (r.llm && r.llm.calls) put(l2, kv("LLM", r.llm.calls + " calls, " + fmtUsd(r.llm.usd)));
@@ -734,13 +802,16 @@
           toast(res.message || "stop requested");
           this.scheduleRefresh();
         }, "danger"));
-        else acts.appendChild(action("resume", async () => {
-          const res = await post(this.url("/resume"));
-          toast(res.message || "resumed");
-          this.watchRevival(1000, 60);
-        }));
+        else if (resume && !hint) acts.appendChild(resume);
         put(l1, acts);
       }
+    }
+    resumeButton() {
+      return action("resume", async () => {
+        const res = await post(this.url("/resume"));
+        toast(res.message || "resumed");
+        this.watchRevival(1000, 60);
+      }, "primary small");
     }
     renderGauges() {
       const b = this.run.budget || {};
@@ -1034,7 +1105,8 @@
       const tb = el("tbody");
       for (const row of data.rows || []) {
         const [key, vals] = row;
-        tb.appendChild(el("tr", {}, el("th", {}, key), (vals || []).map((v) => el("td", { class: typeof v === "number" ? "num" : "" }, typeof v === "number" ? fmtNum(v) : shortJson(v)))));
+        const dg = digitsApart(vals || []);
+        tb.appendChild(el("tr", {}, el("th", {}, key), (vals || []).map((v) => el("td", { class: typeof v === "number" ? "num" : "" }, typeof v === "number" ? fmtNum(v, dg) : shortJson(v)))));
       }
       put(app, el("div", { class: "section" }, el("table", { class: "grid", id: "cmptable" },
         el("thead", {}, el("tr", {}, el("th", {}, ""), runs.map((r, j) => el("th", { style: "color:" + PALETTE[j % PALETTE.length] }, r)))), tb)));
@@ -1051,9 +1123,9 @@
       const tmax = Math.max(1, ...all.map((p) => p[0])) * 1.02;
       const X = (t) => m.l + (t / tmax) * (W - m.l - m.r), Y = (s) => m.t + (1 - (s - lo) / (hi - lo)) * (H - m.t - m.b);
       const axis = sv("g", { class: "axis" });
-      for (let j = 0; j <= 4; j++) {
-        const v = lo + ((hi - lo) * j) / 4;
-        put(axis, [sv("line", { x1: m.l, x2: W - m.r, y1: Y(v), y2: Y(v), stroke: "#eef1f5" }), sv("text", { x: m.l - 4, y: Y(v) + 3, "text-anchor": "end", "font-size": 10, fill: "#667085" }, fmtNum(v, 3))]);
+      for (const tick of niceTicks(lo, hi, 5)) {
+        const v = tick.v;
+        put(axis, [sv("line", { x1: m.l, x2: W - m.r, y1: Y(v), y2: Y(v), stroke: "#eef1f5" }), sv("text", { x: m.l - 4, y: Y(v) + 3, "text-anchor": "end", "font-size": 10, fill: "#667085", class: "ytick" }, tick.label)]);
       }
       for (let j = 0; j <= 5; j++) put(axis, sv("text", { x: X((tmax * j) / 5), y: H - 8, "text-anchor": "middle", "font-size": 10, fill: "#667085" }, fmtDur((tmax * j) / 5)));
       put(svg, axis);
