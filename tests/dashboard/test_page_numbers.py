@@ -90,6 +90,9 @@ def test_close_scores_ticks_counts_and_the_stopped_banner(
     assert "best (min) 1.2341" in head and "baseline 1.2345" in head, head
     counts = page.inner_text("#run-counts")
     assert "1 failed" in counts and "1 rejected" in counts, counts
+    page.evaluate(f"location.hash = '#/run/{run_id}/node/1'")
+    page.wait_for_selector("#panel #node-score")
+    assert page.inner_text("#panel #node-score") == "1.2349"  # not 1.235 beside 1.2345
     # the stopped banner offers the page's button, not the command
     reason = page.inner_text("#run-reason")
     assert "revtree resume" not in reason and "stopped by the user" in reason, reason

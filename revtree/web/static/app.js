@@ -227,14 +227,14 @@
       this.count = el("span", { class: "muted" });
       this.body = el("tbody");
       put(app, el("div", { class: "toolbar" }, el("h2", {}, "Runs"), this.count, this.cmp));
-      put(app, el("table", { class: "grid", id: "runs" },
+      put(app, el("div", { class: "scrollx" }, el("table", { class: "grid", id: "runs" },
         el("thead", {}, el("tr", {},
           el("th", {}, ""), el("th", {}, "status"), el("th", {}, "run"), el("th", {}, "task"),
           el("th", {}, "policy"), el("th", { class: "num" }, "best"), el("th", { class: "num" }, "holdout"),
           el("th", { class: "num" }, "baseline"), el("th", { class: "num" }, "nodes"),
           el("th", { class: "num" }, "alarms"), el("th", { class: "num" }, "cost"),
           el("th", { class: "num" }, "age"))),
-        this.body));
+        this.body)));
       await this.load();
       this.timer = setInterval(() => this.load().catch(() => {}), 5000);
     }
@@ -632,7 +632,7 @@
         const out = p.s < lo || p.s > hi;
         put(g, sv("circle", { class: "dot" + (p.alarm ? " alarm" : ""), cx: X(p.t), cy: Y(p.s), r: out ? 2.5 : 3.6,
           fill: p.alarm ? "#fde68a" : color(p.s), "data-id": p.id, onclick: () => onPick(p.id) },
-          sv("title", {}, "#" + p.id + " · " + fmtNum(p.s) + (p.alarm ? " · ALARM" : "") + (out ? " (off scale)" : ""))));
+          sv("title", {}, "#" + p.id + " · " + fmtNum(p.s, digitsApart([p.s, run.baseline_score])) + (p.alarm ? " · ALARM" : "") + (out ? " (off scale)" : ""))));
       }
       put(svg, g);
     }
@@ -764,8 +764,10 @@
       const resume = resumable ? this.resumeButton() : null;
       const hint = r.reason ? /`revtree resume(?: [^`\s-][^`\s]*)?`/.exec(r.reason) : null;
       if (r.reason && resume && hint) {
-        put(l1, el("span", { class: "muted reason", title: r.reason, id: "run-reason" },
-          r.reason.slice(0, hint.index), resume, r.reason.slice(hint.index + hint[0].length)));
+        // the text around the button may be cut (an ellipsis), never the button
+        put(l1, el("span", { class: "reasonbox", title: r.reason, id: "run-reason" },
+          el("span", { class: "muted reason" }, r.reason.slice(0, hint.index)), resume,
+          el("span", { class: "muted reason" }, r.reason.slice(hint.index + hint[0].length))));
       } else if (r.reason) put(l1, el("span", { class: "muted reason", title: r.reason, id: "run-reason" }, r.reason));
       if (r.parent_run) put(l1, el("span", { class: "kv" }, "fork of ", el("a", { href: "#/run/" + encodeURIComponent(r.parent_run) }, r.parent_run), r.parent_node != null ? " @" + r.parent_node : ""));
       if (r.alarms && r.alarms.length) put(l1, badge("alarm", r.alarms.length + " alarm" + (r.alarms.length > 1 ? "s" : "")));
@@ -954,7 +956,7 @@
         n ? badge(n.status) : null,
         n && n.alarm ? badge("alarm", "alarm") : null,
         n && n.operator ? el("span", { class: "muted" }, n.operator) : null,
-        n && n.score != null ? el("span", {}, "score ", el("b", {}, fmtNum(n.score)), n.score_std ? " ± " + fmtNum(n.score_std, 2) : "") : null,
+        n && n.score != null ? el("span", {}, "score ", el("b", { id: "node-score" }, fmtNum(n.score, digitsApart([n.score, this.run && this.run.baseline_score]))), n.score_std ? " ± " + fmtNum(n.score_std, 2) : "") : null,
         el("button", { class: "close small", title: "close", onclick: () => { location.hash = "#/run/" + encodeURIComponent(this.id); } }, "✕"));
     }
     renderPanel(n) {
