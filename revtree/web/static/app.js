@@ -47,16 +47,21 @@
     if (typeof v !== "number") return String(v);
     const a = Math.abs(v);
     if (a < 1e-12) return "0";
-    if (a !== 0 && (a >= 1e6 || a < 1e-3)) return v.toExponential(Math.max(2, (digits || 3) - 1));
+    if (a !== 0 && (a >= 1e6 || a < 1e-3)) return v.toExponential(Math.max(2, (digits || 4) - 2));
     return String(Number(v.toPrecision(digits || 4)));
   }
-  // the fewest significant digits (4 at least, 15 at most) that write different numbers
-  // of ``values`` differently: best and baseline side by side are never both "1.234"
+  // significant digits (4 at least, 15 at most) that write the different numbers of
+  // ``values`` differently, with their closest two apart in their last digit or two:
+  // best 1.2341 beside baseline 1.2345, not both "1.234" (nor 1.235 beside 1.234)
   function digitsApart(values) {
-    const vs = values.filter((v) => typeof v === "number" && Number.isFinite(v));
-    for (let d = 4; d < 15; d++) {
-      const seen = new Map();
-      if (vs.every((v) => { const t = fmtNum(v, d); const o = seen.get(t); seen.set(t, v); return o === undefined || o === v; })) return d;
+    const vs = [...new Set(values.filter((v) => typeof v === "number" && Number.isFinite(v)))].sort((a, b) => a - b);
+    if (vs.length < 2) return 4;
+    let gap = Infinity;
+    for (let j = 1; j < vs.length; j++) gap = Math.min(gap, vs[j] - vs[j - 1]);
+    const big = Math.max(...vs.map(Math.abs));
+    let d = gap > 0 && big > 0 ? Math.floor(Math.log10(big)) - Math.floor(Math.log10(gap)) + 1 : 4;
+    for (d = Math.max(4, Math.min(15, d)); d < 15; d++) {
+      if (new Set(vs.map((v) => fmtNum(v, d))).size === vs.length) return d;
     }
     return 15;
   }
