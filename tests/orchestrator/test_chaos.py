@@ -267,6 +267,7 @@ def _reference(tmp: Path, home: Path) -> list[tuple[Any, ...]]:
         store.close()
 
 
+@pytest.mark.timeout(900)  # about 60 s on an idle machine; 300+ under a loaded one
 def test_kill_9_at_random_moments_loses_nothing(tmp_path: Path, home: Path, db_url: str) -> None:
     started = time.monotonic()
     expected = _reference(tmp_path, home)

@@ -272,24 +272,39 @@ def scenario_cancel(work: Path) -> dict[str, Any]:
             files = {f"cancel_{name}.py": script.encode()}
             return ExecRequest(archive_of(files), f"python cancel_{name}.py", Limits(60))
 
-        def attempt(name: str, delay: float, seconds: float = 3.0) -> None:
-            cancel = threading.Event()
-            threading.Timer(delay, cancel.set).start()
+        def attempt(
+            name: str, delay: float, seconds: float = 3.0, told: threading.Event | None = None
+        ) -> None:
+            """Execute, cancelled ``delay`` s after it starts, or when ``told`` is set (at
+            ``cancel_at[0]``)."""
+            cancel = told or threading.Event()
             t0 = time.monotonic()
+            if told is None:
+                threading.Timer(delay, cancel.set).start()
             try:
                 sandbox.execute(request(name, seconds), cancel)
                 outcome = "returned"
             except Cancelled:
                 outcome = "cancelled"
-            took = time.monotonic() - t0
-            cases.append({"name": name, "outcome": outcome, "late": took - delay})
+            late = time.monotonic() - (t0 + delay if told is None else cancel_at[0])
+            cases.append({"name": name, "outcome": outcome, "late": late})
 
-        # the cluster busy with two long ones: a third queues, is cancelled while queued
-        busy = [threading.Thread(target=attempt, args=(f"busy{i}", 4, 8)) for i in (0, 1)]
+        # the cluster busy with two long ones (cancelled once both have started, however
+        # long a loaded machine takes to start Ray's workers): a third queues behind
+        # them and is cancelled while queued
+        stop_busy, cancel_at = threading.Event(), [0.0]
+        busy = [
+            threading.Thread(target=attempt, args=(f"busy{i}", 0.0, 60, stop_busy)) for i in (0, 1)
+        ]
         for t in busy:
             t.start()
-        time.sleep(1.5)
+        deadline = time.monotonic() + 120
+        while not all((marks / f"start-busy{i}").exists() for i in (0, 1)):
+            assert time.monotonic() < deadline, "the busy evaluations did not start in 120 s"
+            time.sleep(0.05)
         attempt("queued", 1.0)
+        cancel_at[0] = time.monotonic()
+        stop_busy.set()
         for t in busy:
             t.join()
         for i, delay in enumerate((0.01, 0.1, 0.4, 1.5, 2.5)):
