@@ -158,6 +158,9 @@ def _sqlite_connect(dbapi_conn: Any, _record: Any) -> None:
     cur = dbapi_conn.cursor()
     for pragma in (  # the busy timeout first: switching a fresh file to WAL takes a lock
         "busy_timeout=60000",
+        # a new file only (no effect once it has tables): pages freed by the checkpoint
+        # prunes can be given back to the file system (checkpoints.prune_run)
+        "auto_vacuum=INCREMENTAL",
         "journal_mode=WAL",
         "synchronous=NORMAL",
         "foreign_keys=ON",

@@ -17,6 +17,7 @@ in a row at the same step with the same error class stop the run as failed, resu
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 import time
 import traceback
@@ -27,11 +28,14 @@ from typing import Any
 from revtree.agents.llm import BudgetExhausted
 from revtree.errors import Cancelled
 from revtree.memory import NodeStatus
+from revtree.memory.checkpoints import checkpoint_tables, prune_run
 from revtree.orchestrator.steps import BaselineFailed, InfraFailure, Steps
 from revtree.orchestrator.trust import SameFailures
 from revtree.orchestrator.wiring import AUTO_MAX, Parts
 
 HEARTBEAT = 2.0
+PRUNE_EVERY = 16  # finished candidates between prunes of their checkpoints
+PRUNE_ENV = "REVTREE_PRUNE_EVERY"  # another number; 0 keeps them all (for revtree gc)
 POLL = 0.5  # seconds between looks at the work in flight and at stored decisions
 
 
@@ -45,6 +49,8 @@ class Scheduler:
         self.infra_streak = 0
         self.same = SameFailures(parts.spec.trust.same_failures)
         self.waiting: dict[str, int] = {}  # ticket -> node, parked at approval
+        self.unpruned = 0  # candidates finished since their checkpoints were last pruned
+        self.prune_every = int(os.environ.get(PRUNE_ENV) or PRUNE_EVERY)
 
     def candidate(self, ticket: str) -> str:
         """Drive one candidate's thread as far as it goes; how it ended, in a word."""
@@ -189,6 +195,7 @@ class Scheduler:
                 for fut, ticket in zip(finished, tickets, strict=True):
                     if fut.result() == "waiting":
                         self.waiting[ticket] = self.mirror.by_ticket[ticket]
+                self._prune([fut.result() for fut in finished])
                 starved = all(t in steps.idle for t in tickets)
                 with self.mirror.lock:
                     steps.unselected.difference_update(tickets)
@@ -200,7 +207,20 @@ class Scheduler:
             if stop.is_set() or self.fatal is not None:
                 p.cancel.set()
                 wait(in_flight)
+        self._prune([], at_end=True)
         return reason
+
+    def _prune(self, outcomes: list[str], at_end: bool = False) -> None:
+        """Every ``PRUNE_EVERY`` finished candidates, and when scheduling ends, delete
+        their LangGraph checkpoints (``checkpoints.prune_run``): a finished candidate's
+        state is in the SQL rows, and its checkpoints would otherwise stay until
+        ``revtree gc``."""
+        self.unpruned += sum(o in ("done", "error") for o in outcomes)
+        if self.prune_every <= 0 or self.unpruned < (1 if at_end else self.prune_every):
+            return
+        self.unpruned = 0
+        with contextlib.suppress(Exception):  # disk reclaimed later by gc, never a failure
+            prune_run(self.store, self.run_id, checkpoint_tables(self.store))
 
     def _abandon_waiting(self, spent: str) -> str:
         """The budget is spent while candidates wait: none could be evaluated in this

@@ -31,6 +31,13 @@ from ..pg import fresh_database
 from .conftest import make_task, revtree, wait_for
 
 
+@pytest.fixture(autouse=True)
+def _keep_checkpoints(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Runs keep their finished candidates' checkpoints (REVTREE_PRUNE_EVERY=0), as
+    before runs pruned their own: what gc and retry do with them is under test here."""
+    monkeypatch.setenv("REVTREE_PRUNE_EVERY", "0")
+
+
 def _finished_run(store: Store, home: Path, task: Path) -> str:
     run = create_run(store, load_task(task), home)
     Orchestrator(store, run.id, home=home).drive()

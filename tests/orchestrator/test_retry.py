@@ -34,6 +34,13 @@ if (sol.X, sol.N) != (3.0, 2) and not os.path.exists(os.environ["MARKER"]):
 """
 
 
+@pytest.fixture(autouse=True)
+def _keep_checkpoints(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Runs keep their finished candidates' checkpoints (REVTREE_PRUNE_EVERY=0), as
+    before runs pruned their own: what gc and retry do with them is under test here."""
+    monkeypatch.setenv("REVTREE_PRUNE_EVERY", "0")
+
+
 @pytest.fixture
 def st(db_url: str) -> Iterator[Store]:
     s = Store(db_url)
