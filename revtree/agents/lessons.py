@@ -2,8 +2,10 @@
 
 A lesson is one line: what was tried, from where, and what came of it (score delta
 or failure reason). The proposer gets, within a token budget and in this order: the
-best nodes, the ancestry of the parent, recent failures near the parent, and the
-lessons most related to the parent's line of work (lexical overlap; no embeddings).
+best nodes, the latest candidates refused as near twins of evaluated code (so the
+proposer knows not to repeat them), the ancestry of the parent, recent failures near
+the parent, and the lessons most related to the parent's line of work (lexical
+overlap; no embeddings).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import re
 from collections.abc import Mapping
 
 from revtree.agents.llm.base import estimate_tokens
-from revtree.memory.records import Node, NodeStatus
+from revtree.memory.records import TWIN, Node, NodeStatus
 
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]{2,}")
 _STOP = frozenset(
@@ -59,6 +61,8 @@ def render_memory(
     good = [n for n in done if n.status is NodeStatus.SUCCEEDED and n.score is not None]
     good.sort(key=lambda n: n.score_of(maximize), reverse=True)
     sections.append(("Best so far", [n.id for n in good[:3]]))
+    twins = [n.id for n in done if n.error_kind == TWIN]
+    sections.append(("Refused as repeats of code already evaluated", twins[-3:][::-1]))
     chain, cur = [], nodes.get(parent_id)
     while cur is not None and cur.parent_id is not None:
         chain.append(cur.id)

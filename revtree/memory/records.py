@@ -104,6 +104,13 @@ class Score:
     def __hash__(self) -> int:
         return hash(self._key())
 
+    def gain_over(self, other: Score) -> float | None:
+        """How much better this score is than ``other`` (negative: worse), in the metric's
+        units; None when either is not a valid score."""
+        if not (self.is_valid and other.is_valid):
+            return None
+        return self._key() - other._key()
+
     def __str__(self) -> str:
         return "-" if self.value is None else f"{self.value:.6g}"
 
@@ -155,6 +162,7 @@ class Node:
 FULL = "full"
 HOLDOUT = "holdout"
 GUARD = "guard"  # the holdout run during the search (``HOLDOUT``: the final judge)
+TWIN = "duplicate"  # the error kind of a candidate refused as a near twin, unevaluated
 
 
 @dataclass(frozen=True)

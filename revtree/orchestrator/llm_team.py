@@ -67,6 +67,7 @@ from revtree.agents.structured import Structured, structured_kind
 from revtree.agents.toolcoder import ToolCoder
 from revtree.agents.tools import Runner, ToolBox, archive, hidden_paths
 from revtree.memory.records import Node, NodeStatus
+from revtree.orchestrator.model_choice import ModelChoice, Setting
 from revtree.sandboxes.base import ExecRequest, ExecResult, Limits
 from revtree.tasks.spec import Role, TaskSpec
 
@@ -166,6 +167,10 @@ class Team:
         self.one_call = self.spec.agents.one_call
         self.models = role_models(spec)
         self.structured = self._structured()
+        setting = Setting.of(spec.agents, spec.search.seed, spec.maximize)
+        self.choice = ModelChoice(
+            store, setting, self.run_id, mirror.nodes, self.models, self.meter.by_node
+        )
         self._answers: dict[tuple[int, int], Completion] = {}  # one-call, (node, attempt)
         root = mirror.get(0)
         assert root.commit is not None
@@ -215,7 +220,8 @@ class Team:
 
     def _role(self, cls: type[Any], name: str, node: Node, **kw: Any) -> Any:
         a, role = self.spec.agents, getattr(self.spec.agents, name)
-        llm = self.meter.bind(name, node.id, self.models[name], node.attempt)
+        model = self.choice.llm(name, node, self.models[name])
+        llm = self.meter.bind(name, node.id, model, node.attempt)
         return cls(
             name,
             llm,
@@ -343,7 +349,10 @@ class Team:
         return proposal
 
     def observe(self, node: Node) -> None:
-        """The models read what finished nodes taught from the memory in the context."""
+        """The models read what finished nodes taught from the memory in the context; the
+        bandits (``model_choice``) reward the model that made the node."""
+        if node.parent_id is not None:
+            self.choice.observe(node, self.mirror.get(node.parent_id))
 
     def rebuild(self, nodes: Iterable[Node]) -> None:
         """Nothing to rebuild: the memory is read from SQL at each context."""

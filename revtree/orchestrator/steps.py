@@ -35,7 +35,9 @@ from revtree.errors import (
     SandboxError,
 )
 from revtree.memory import Node, NodeStatus
+from revtree.memory.records import TWIN
 from revtree.orchestrator.measures import node_features
+from revtree.orchestrator.novelty import Novelty
 from revtree.orchestrator.policies import Selection
 from revtree.orchestrator.tree import Tree
 from revtree.orchestrator.trust import Failure, foreign_failure, infra_cause
@@ -83,6 +85,7 @@ class Steps:
         self.unselected: set[str] = set()  # tickets started that have no node yet
         self.announced: set[tuple[int, int]] = set()  # (node, attempt) shown as waiting
         self.failures: dict[int, Failure] = {}  # node -> its failure, where not its code's
+        self.novelty = Novelty(parts.spec, parts.git, parts.mirror)
 
     # -- the candidate boundary --------------------------------------------------------
     def guarded(self, step: str, fn: Callable[[State], State | None]) -> Callable[[State], State]:
@@ -276,13 +279,15 @@ class Steps:
         return Change(paths, git.diff(parent.commit, node.commit))
 
     def review(self, state: State) -> State | None:
-        """The reviewers in turn (the static checks first); the first rejection is the
-        verdict. A rejection goes to ``record``; an acceptance a model gave is stored on
-        the node (a user's decision is an event: see ``approve``). A replay after a crash
-        reviews again (the checks are pure)."""
+        """The near-twin check (``novelty``), then the reviewers in turn (the static
+        checks first); the first rejection is the verdict. A rejection goes to ``record``;
+        an acceptance a model gave is stored on the node (a user's decision is an event:
+        see ``approve``). A replay after a crash reviews again (the checks are pure)."""
         node = self.mirror.get(state["node_id"])
         if node.status is not NodeStatus.CODED:
             return None
+        if (twin := self.novelty.twin(node)) is not None:
+            return {"verdict": {"accepted": False, "reasons": [twin.reason()], "by": "novelty"}}
         assert node.proposal is not None
         job, proposal, change = self.job(node), Proposal(**node.proposal), self.change(node)
         verdict = Verdict(True, stored=False)
@@ -402,7 +407,7 @@ class Steps:
                 NodeStatus.REJECTED,
                 f"node {node.id} rejected: {reason}",
                 error=f"review: {reason}",
-                error_kind="rejected",
+                error_kind=TWIN if verdict.get("by") == "novelty" else "rejected",
                 review={k: verdict[k] for k in ("accepted", "reasons", "by") if k in verdict},
             )
         else:

@@ -258,6 +258,18 @@ class Agents(Section):
     )
     run_timeout: Duration = Field(20.0, description="Time limit of each run(command) check.")
     prices: dict[str, Price] = Field(default_factory=dict, description="Per-model price overrides.")
+    model_selection: Literal["weights", "bandit"] = Field(
+        "weights",
+        description="How a role with an ensemble (the proposer's, the coder's) picks the "
+        "model of each candidate: weights (by its weight, each call), or bandit (Thompson "
+        "sampling, per candidate, rewarded by the candidate's gain over its parent).",
+    )
+    bandit_cost_penalty: float = Field(
+        0.0,
+        ge=0,
+        description="bandit: reward taken off per dollar a candidate's calls to the model "
+        "cost (a reward is between 0 and 1).",
+    )
     proposer: Role = Role()
     coder: Role = Role()
     reviewer: Role = Field(

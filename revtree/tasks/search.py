@@ -39,6 +39,16 @@ class _Search(Section):
         "until `revtree approve RUN NODE` (or `revtree reject RUN NODE --why TEXT`); its "
         "hypothesis and diff are in the live log.",
     )
+    novelty_threshold: float = Field(
+        0.98,
+        ge=0,
+        le=1,
+        description="Refuse, before its evaluation, a candidate whose code is more alike than "
+        "this to a node already evaluated in the run (1 - the characters that differ from "
+        "that node / the characters it changed from its parent, over the editable files, "
+        "trailing spaces and blank lines aside); the twin is named and the proposer told. "
+        "1.0: off.",
+    )
 
 
 class GreedySearch(_Search):

@@ -159,6 +159,7 @@ class Meter:
         self.secrets = secret_values(tuple(k for k in keys if k))
         self._prefixes: set[str] = set()  # hashes of the prefixes stored in full
         self._noticed: set[str] = set()  # keys of the notices said
+        self.by_node: dict[tuple[int, str], float] = {}  # (node, role) -> dollars, this process
         self._lock = threading.Lock()
 
     def exhausted(self) -> str | None:
@@ -232,6 +233,9 @@ class Meter:
         with self._lock:
             self.usd += call.cost_usd
             self.tokens += call.input_tokens + call.output_tokens
+            if call.node_id is not None:
+                key = (call.node_id, call.role)
+                self.by_node[key] = self.by_node.get(key, 0.0) + call.cost_usd
         self.store.record_llm_call(self.run_id, call)
 
 

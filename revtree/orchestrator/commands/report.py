@@ -74,6 +74,7 @@ def summarize(store: Store, run: RunInfo, with_nodes: bool = False) -> dict[str,
     }
     if run.policy == "evolution":
         out["islands"] = islands(run, tree)
+    out.update(learning(store, run, nodes))
     calls = store.llm_calls(run.id)
     out["llm"] = llm_spend(calls)
     if with_nodes:
@@ -85,6 +86,28 @@ def summarize(store: Store, run: RunInfo, with_nodes: bool = False) -> dict[str,
         out["nodes"] = [
             {**node_json(n), **per_node.get(n.id, {"usd": 0.0, "tokens": 0})} for n in nodes
         ]
+    return out
+
+
+def learning(store: Store, run: RunInfo, nodes: list[Node]) -> dict[str, Any]:
+    """What the search learnt to skip or prefer: ``novelty`` (the threshold, and the
+    candidates refused as near twins of evaluated ones, each an evaluation saved at
+    least) and, where a bandit picks the models, ``models`` (each model's candidates and
+    mean reward, per role)."""
+    from revtree.memory.records import TWIN
+    from revtree.orchestrator.model_choice import Setting, summary
+    from revtree.tasks.agent_settings import Agents
+
+    stored = run.spec or {}  # read by section: a plugin policy need not import here
+    search = stored.get("search") or {}
+    twins = sum(n.error_kind == TWIN for n in nodes)
+    out: dict[str, Any] = {
+        "novelty": {"threshold": search.get("novelty_threshold"), "evaluations_saved": twins}
+    }
+    agents = Agents.model_validate(stored.get("agents") or {})
+    setting = Setting.of(agents, int(search.get("seed", 0)), run.maximize)
+    if setting.arms:
+        out["models"] = summary(setting, store.events_since(run.id, 0, 10**9), nodes)
     return out
 
 

@@ -1,0 +1,145 @@
+"""Search that learns: a bandit over the coder's models, and the near-twin check.
+
+    python benchmarks/learning.py [--seeds 3] [--budget 31] [--part models|novelty|both]
+
+Real runs (``Orchestrator``, local sandbox, SQLite in a temporary home) of a task that
+maximises X in prog.py, against the fake model server over HTTP on 127.0.0.1, whose
+coder answers come from ``revtree.agents.llm.fake_models.Climber``:
+
+- models: three models whose edits raise the score with chances 0.9, 0.3 and 0.05,
+  equal weights; per seed, the share of the coder's calls that went to the best model
+  with ``model_selection = "bandit"`` and with ``"weights"``.
+- novelty: one model (chance 0.6) that repeats one of its earlier answers a third of the
+  time; per seed, with ``novelty_threshold`` 0.98 and 1.0 (off), at an equal budget of
+  candidates (and, with ``--sandbox-seconds``, of sandbox seconds): the candidates
+  evaluated, those refused as near twins (evaluations saved) or as identical to their
+  parent (refused either way), the evaluations run (the final checks of the best
+  included), the sandbox seconds and the best score.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # runnable as a plain script
+from revtree.agents.llm.fake_models import Climber
+from revtree.agents.llm.fake_server import FakeLLMServer
+from revtree.memory import Store
+from revtree.memory.records import TWIN
+from revtree.orchestrator import Orchestrator, create_run
+from revtree.tasks import load_task
+from tests.orchestrator.test_model_bandit import QUALITY, climb_task
+
+os.environ.setdefault("REVTREE_SANDBOX", "local")  # the fake model's code is harmless
+
+
+def run_once(home: Path, task: Path, climber: Climber) -> tuple[Store, str]:
+    store = Store(f"sqlite:///{home / 'db.sqlite'}")
+    with FakeLLMServer(climber) as srv:
+        spec = load_task(task).with_overrides(agents={"base_url": srv.openai_url})
+        run = create_run(store, spec, home)
+        Orchestrator(store, run.id, home=home).drive()
+    return store, run.id
+
+
+def models(seeds: int, budget: int, work: Path) -> Table:
+    table = Table("seed", "bandit: share to best", "weights: share to best", "best weight")
+    got: dict[str, list[float]] = {"bandit": [], "weights": []}
+    for seed in range(seeds):
+        row = []
+        for selection in ("bandit", "weights"):
+            home = work / f"m{seed}{selection}"
+            task = climb_task(home / "task", selection=selection, budget=budget)
+            text = (task / "task.toml").read_text().replace("seed = 1", f"seed = {seed}")
+            (task / "task.toml").write_text(text)
+            store, run_id = run_once(home, task, Climber(QUALITY, seed=seed))
+            calls = [c.model for c in store.llm_calls(run_id) if c.role == "coder" and c.ok]
+            got[selection].append(calls.count("good") / len(calls))
+            row.append(f"{got[selection][-1]:.2f} ({calls.count('good')}/{len(calls)})")
+        table.add_row(str(seed), *row, "1/3")
+    table.add_row(
+        "mean", *(f"{statistics.mean(got[s]):.2f}" for s in ("bandit", "weights")), "0.33"
+    )
+    return table
+
+
+def novelty(seeds: int, budget: int, work: Path, seconds: float | None) -> Table:
+    """``seconds``: an equal budget of sandbox seconds instead of candidates."""
+    table = Table(
+        "seed",
+        "novelty",
+        "candidates",
+        "evaluated",
+        "twins refused",
+        "same as parent",
+        "evaluations",
+        "sandbox s",
+        "best score",
+        title=f"equal budget: {seconds:g} sandbox seconds"
+        if seconds
+        else f"equal budget: {budget - 1} candidates",
+    )
+    for seed in range(seeds):
+        for threshold in (0.98, 1.0):
+            home = work / f"n{seed}{threshold}{seconds}"
+            task = climb_task(
+                home / "task",
+                selection="weights",
+                budget=1000 if seconds else budget,
+                novelty=threshold,
+                extra=f"max_sandbox_seconds = {seconds}" if seconds else "",
+            )
+            text = (task / "task.toml").read_text()
+            text = text.split("[[agents.coder.ensemble]]")[0].replace("seed = 1", f"seed = {seed}")
+            (task / "task.toml").write_text(
+                text + '[agents.coder]\nmodel = "openai-compatible:one"\n'
+            )
+            climber = Climber({"one": 0.6}, seed=seed, repeat=1 / 3)
+            store, run_id = run_once(home, task, climber)
+            nodes = [n for n in store.nodes(run_id) if n.id > 0]
+            evals = [e for e in store.evaluations(run_id) if e.node_id != 0]
+            best = max((n.score for n in nodes if n.score is not None), default=None)
+            table.add_row(
+                str(seed),
+                "off" if threshold >= 1 else f"{threshold:g}",
+                str(len(nodes)),
+                str(sum(n.n_evals > 0 for n in nodes)),
+                str(sum(n.error_kind == TWIN for n in nodes)),
+                str(sum("changes nothing" in (n.error or "") for n in nodes)),
+                str(len(evals)),
+                f"{sum(e.duration for e in evals):.2f}",
+                "-" if best is None else f"{best:.4g}",
+            )
+    return table
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--budget", type=int, default=31, help="max_nodes (the root included)")
+    ap.add_argument("--part", choices=("models", "novelty", "both"), default="both")
+    ap.add_argument(
+        "--sandbox-seconds", type=float, help="novelty: also at this equal sandbox-seconds budget"
+    )
+    args = ap.parse_args()
+    console = Console()
+    with tempfile.TemporaryDirectory() as tmp:
+        os.environ["REVTREE_HOME"] = tmp
+        if args.part in ("models", "both"):
+            console.print(models(args.seeds, args.budget, Path(tmp)))
+        if args.part in ("novelty", "both"):
+            console.print(novelty(args.seeds, args.budget, Path(tmp), None))
+            if args.sandbox_seconds:
+                console.print(novelty(args.seeds, args.budget, Path(tmp), args.sandbox_seconds))
+
+
+if __name__ == "__main__":
+    main()

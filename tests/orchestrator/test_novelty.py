@@ -1,0 +1,78 @@
+"""Novelty before evaluation: near twins of evaluated code are refused unevaluated, the
+twin named and the proposer told; a real run against the fake server over HTTP."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from revtree.agents.llm.fake_models import Climber
+from revtree.agents.llm.fake_server import FakeLLMServer
+from revtree.memory import NodeStatus, Store
+from revtree.memory.records import TWIN
+from revtree.orchestrator.novelty import distance, normalise, similarity
+
+from .test_model_bandit import climb_task, drive
+
+LONG = [f"line_{i} = {i} * 2" for i in range(300)]
+
+
+def one_model(task: Path) -> Path:
+    """The climb task on one model instead of the ensemble."""
+    text = (task / "task.toml").read_text().split("[[agents.coder.ensemble]]")[0]
+    (task / "task.toml").write_text(text + '[agents.coder]\nmodel = "openai-compatible:one"\n')
+    return task
+
+
+def test_similarity_is_relative_to_the_change() -> None:
+    edited = [*LONG[:100], "line_100 = 100 * 3", *LONG[101:]]
+    assert distance(edited, LONG) == 2  # a character out, another in
+    assert similarity(edited, LONG, LONG) == 0.0  # a one-line edit is not its parent's twin
+    assert similarity(edited, LONG, list(edited)) == 1.0  # an exact repeat
+    other = [*LONG[:100], "line_100 = 100 * 4", *LONG[101:]]
+    assert similarity(edited, LONG, other) == 0.0  # another tweak of the same constant
+    bigger = [*LONG[:10], *(f"new_{i} = compute({i}, 'long argument')" for i in range(20))]
+    near = normalise("\n".join([*bigger[:-1], bigger[-1] + "  ", "", "  "]))  # spaces aside
+    assert similarity(bigger, LONG[:10], near) == 1.0
+    slightly = [*bigger[:-1], bigger[-1].replace("long", "lung")]
+    assert 0.98 < similarity(bigger, LONG[:10], slightly) < 1.0
+
+
+@pytest.mark.slow  # a run of 16 candidates
+def test_a_repeated_candidate_is_refused_unevaluated_naming_its_twin(
+    tmp_path: Path, home: Path, store: Store
+) -> None:
+    from .conftest import revtree
+
+    task = one_model(climb_task(tmp_path / "t", selection="weights", budget=17, novelty=0.98))
+    with FakeLLMServer(Climber({"one": 0.6}, seed=2, repeat=1 / 3)) as srv:
+        run_id = drive(store, home, task, srv.openai_url)
+        prompts = [r.user for r in srv.requests if "prog.py" in r.user + r.system]
+    nodes = {n.id: n for n in store.nodes(run_id)}
+    twins = [n for n in nodes.values() if n.error_kind == TWIN]
+    assert twins, "the fake model repeated itself: some candidate must be a twin"
+    for n in twins:
+        assert n.status is NodeStatus.REJECTED and not store.evaluations(run_id, n.id)
+        named = int(re.search(r"near twin of node (\d+)", n.error or "").group(1))  # type: ignore[union-attr]
+        other = nodes[named]
+        assert other.id == 0 or other.n_evals > 0  # the twin was evaluated
+        git_files = _files(home, run_id, n.commit), _files(home, run_id, other.commit)
+        assert git_files[0] == git_files[1]  # the fake model repeated an answer verbatim
+    first = min(twins, key=lambda n: n.id)
+    told = [p for p in prompts if "Refused as repeats of code already evaluated" in p]
+    assert told and f"node {first.id} (" in told[0] and "near twin of node" in told[0]
+    assert prompts[-len(told) :] == told  # every prompt after the first twin says it
+    assert len(prompts) - len(told) >= first.id  # the prompts of nodes 1..first did not
+    shown = json.loads(revtree(home, "show", run_id, "--json").stdout)
+    assert shown["novelty"] == {"threshold": 0.98, "evaluations_saved": len(twins)}
+
+
+def _files(home: Path, run_id: str, commit: str | None) -> dict[str, bytes]:
+    from revtree.memory import GitStore
+    from revtree.orchestrator import RunPaths
+
+    assert commit is not None
+    return GitStore(RunPaths(home, run_id).repo).read_files(commit, ["prog.py"])
