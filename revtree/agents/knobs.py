@@ -40,7 +40,7 @@ from optuna.trial import TrialState, create_trial
 
 from revtree.agents.base import Job, Proposal, Refusal
 from revtree.errors import EditError
-from revtree.memory.records import Node, NodeStatus
+from revtree.memory.records import TWIN, Node, NodeStatus
 from revtree.tasks.load import knob_regex
 from revtree.tasks.spec import Knob, KnobAgent
 
@@ -323,8 +323,8 @@ class KnobProposer:
             number = self._trials.pop(node.id, None)
             if number is None:
                 self._add(node, params)
-            elif node.status is NodeStatus.SUCCEEDED and _finite(node.score):
-                self.study.tell(number, node.score)
+            elif (value := self._value(node, params)) is not None:
+                self.study.tell(number, value)
             else:
                 self.study.tell(number, state=TrialState.FAIL)
 
@@ -346,15 +346,27 @@ class KnobProposer:
         self._trials[node_id] = self.study.get_trials(deepcopy=False)[-1].number
 
     def _add(self, node: Node, params: dict[str, Any]) -> None:
-        ok = node.status is NodeStatus.SUCCEEDED and _finite(node.score)
+        value = self._value(node, params)
         self.study.add_trial(
             create_trial(
                 params=params,
                 distributions=self._d(params),
-                value=node.score if ok else None,
-                state=TrialState.COMPLETE if ok else TrialState.FAIL,
+                value=value,
+                state=TrialState.FAIL if value is None else TrialState.COMPLETE,
             )
         )
+
+    def _value(self, node: Node, params: Mapping[str, Any]) -> float | None:
+        """What the study is told of a finished node: its score; for a candidate refused
+        unevaluated as a near twin (``TWIN``), the score of the same values tried before
+        (so the sampler learns them, rather than a failure it would ask again); else None."""
+        if node.status is NodeStatus.SUCCEEDED and _finite(node.score):
+            return node.score
+        if node.error_kind != TWIN:
+            return None
+        done = self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        same = [t.value for t in done if t.params == dict(params) and t.value is not None]
+        return same[-1] if same else None
 
 
 # -- local moves (numbers in Optuna's internal space: the log for a log knob) ---------

@@ -604,3 +604,21 @@ def test_sampled_floats_are_written_short_and_comments_keep_their_column() -> No
             digits = repr(value).replace(".", "").lstrip("0")
             # the cooling rate's narrow range needs more digits than the others
             assert len(digits) <= (8 if name == "c" else 4), (name, value)
+
+
+def test_a_twin_refused_unevaluated_teaches_the_study_the_score_of_its_values():
+    from revtree.memory.records import TWIN
+
+    p = proposer()
+    _, history = drive(p, range(1, 5))
+    done = next(n for n in history if n.status is NodeStatus.SUCCEEDED)
+    repeat = Proposal("again", knobs=dict(done.proposal["knobs"]))  # the same values
+    twin = Node(
+        "r", 5, 0, "improve", NodeStatus.REJECTED, proposal=repeat.to_json(), error_kind=TWIN
+    )
+    p.observe(twin)
+    last = p.study.get_trials(deepcopy=False)[-1]
+    assert last.state.name == "COMPLETE" and last.value == done.score
+    resumed = proposer()
+    resumed.rebuild([ROOT, *history, twin])
+    assert resumed.study.get_trials(deepcopy=False)[-1].value == done.score
