@@ -130,7 +130,7 @@ def main() -> None:
         "--sandbox-seconds", type=float, help="novelty: also at this equal sandbox-seconds budget"
     )
     args = ap.parse_args()
-    console = Console()
+    console = Console(width=150)
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["REVTREE_HOME"] = tmp
         if args.part in ("models", "both"):

@@ -104,7 +104,10 @@ def learning(store: Store, run: RunInfo, nodes: list[Node]) -> dict[str, Any]:
     out: dict[str, Any] = {
         "novelty": {"threshold": search.get("novelty_threshold"), "evaluations_saved": twins}
     }
-    agents = Agents.model_validate(stored.get("agents") or {})
+    try:
+        agents = Agents.model_validate(stored.get("agents") or {})
+    except ValueError:  # a task stored by another version: no bandit to show
+        return out
     setting = Setting.of(agents, int(search.get("seed", 0)), run.maximize)
     if setting.arms:
         out["models"] = summary(setting, store.events_since(run.id, 0, 10**9), nodes)
