@@ -31,7 +31,7 @@ from revtree.orchestrator.mirror import Mirror
 from revtree.tasks import TaskSpec, matches
 
 CHAR_MATCH_LIMIT = 4_000_000  # a replaced block larger (product of lengths): all differ
-CACHE = 4096  # normalised files kept, by blob
+CACHE = 4096  # normalised files kept, by blob, and commits' texts, by commit
 
 
 @dataclass(frozen=True)
@@ -86,6 +86,7 @@ class Novelty:
         self.threshold, self.editable = spec.search.novelty_threshold, spec.editable
         self.git, self.mirror = git, mirror
         self._lines: dict[bytes, list[str]] = {}
+        self._texts: dict[str, list[str]] = {}
         self._lock = threading.Lock()
 
     def twin(self, node: Node) -> Twin | None:
@@ -123,12 +124,20 @@ class Novelty:
         )
 
     def text(self, commit: str) -> list[str]:
-        """The editable files of ``commit``, normalised, each under its path."""
-        out: list[str] = []
-        for path, (blob, _) in sorted(self.git.list_files(commit).items()):
-            if matches(path, self.editable):
-                out += [f"--- {path}", *self._normalised(blob)]
-        return out
+        """The editable files of ``commit``, normalised, each under its path (cached:
+        commits are immutable; the lines are the blobs' own, shared)."""
+        with self._lock:
+            cached = self._texts.get(commit)
+        if cached is None:
+            cached = []
+            for path, (blob, _) in sorted(self.git.list_files(commit).items()):
+                if matches(path, self.editable):
+                    cached += [f"--- {path}", *self._normalised(blob)]
+            with self._lock:
+                if len(self._texts) >= CACHE:
+                    self._texts.clear()
+                self._texts[commit] = cached
+        return cached
 
     def _normalised(self, blob: bytes) -> list[str]:
         with self._lock:
