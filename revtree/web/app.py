@@ -32,7 +32,7 @@ from revtree.errors import RevtreeError
 from revtree.memory import Store
 from revtree.memory.db import revtree_home
 from revtree.web.actions import Actions, node_arg
-from revtree.web.stream import MAX_SEQ, event_json, log_events, start_seq
+from revtree.web.stream import MAX_SEQ, SEQ, event_json, log_events, start_seq
 from revtree.web.views import NotFound, Views, hidden_password
 
 STATIC = Path(__file__).resolve().parent / "static"
@@ -176,6 +176,15 @@ def create_app(
         gen = log_events(request, store, run.id, start_seq(request), poll)
         return EventSourceResponse(gen, ping=10, headers={"Cache-Control": "no-store"})
 
+    def nodes(request: Request) -> dict[str, Any]:
+        raw = request.query_params.get("since")
+        if raw is None:
+            return views.nodes(request.path_params["run"])
+        if not SEQ.fullmatch(raw.strip()):
+            raise RevtreeError("since must be an event seq (an integer)")
+        since = max(0, min(int(raw), MAX_SEQ))
+        return views.nodes(request.path_params["run"], since)
+
     def compare(request: Request) -> dict[str, Any]:
         ids = [i for i in request.query_params.get("runs", "").split(",") if i.strip()]
         if len(ids) > MAX_COMPARE:  # each run is a summary to build: bound one request's work
@@ -208,7 +217,7 @@ def create_app(
         Route("/api/runs", json_route(lambda r: views.runs())),
         Route("/api/compare", json_route(compare)),
         Route(run_, json_route(lambda r: views.run_detail(r.path_params["run"]))),
-        Route(run_ + "/nodes", json_route(lambda r: views.nodes(r.path_params["run"]))),
+        Route(run_ + "/nodes", json_route(nodes)),
         Route(
             run_ + "/nodes/{node}",
             json_route(

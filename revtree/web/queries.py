@@ -5,7 +5,8 @@ Store has no method for, sized for runs of 10k nodes.
   ``report.summarize`` looks at (nodes without their texts, the evaluations it reads,
   model calls without prompts), so that the summary of a 10k-node run is the very
   function ``revtree show --json`` runs, at a fraction of the cost.
-- ``node_columns``: a run's nodes as columns (the tree view's data).
+- ``node_columns``: a run's nodes as columns (the tree view's data), whole or only
+  those changed since an event seq (a live page's poll).
 - ``run_marks``: per run, what changes whenever anything in it changes (the cache key).
 """
 
@@ -22,9 +23,10 @@ from revtree.agents.evaluator import FULL, GUARD, HOLDOUT
 from revtree.memory import Store
 from revtree.memory.db import transaction
 from revtree.memory.records import EvalResult, LLMCall, Node, NodeStatus
-from revtree.memory.rows import CALLS, EVALS, NODES, RUNS, row_to_eval
+from revtree.memory.rows import CALLS, EVALS, EVENTS, NODES, RUNS, row_to_eval
 
 HYPOTHESIS_CHARS = 80
+MAX_CHANGED = 5000  # a delta of more nodes is answered whole (and bounds an IN list)
 
 
 def alarm_text() -> Any:
@@ -164,76 +166,118 @@ def last_seq(store: Store, run_id: str) -> int:
     return int(seq or 0)
 
 
-def node_columns(store: Store, run_id: str, maximize: bool, repeats: int) -> dict[str, Any]:
-    """A run's nodes as columns (``GET /api/runs/{id}/nodes``), see docs/dashboard.md."""
+FINISHED = [s.value for s in NodeStatus if s.is_finished()]
+
+
+def changed_ids(conn: Connection, run_id: str, since: int) -> list[int]:
+    """The nodes an answer ``since`` event seq must carry: those named by an event after
+    it, and every node still in flight (a step of one may be stored without an event).
+    A node inserted without its own event (a fork's copied history) is caught by the
+    client, which compares its count with the answer's ``n`` and then reads all."""
+    named = select(EVENTS.c.node_id).where(
+        EVENTS.c.run_id == run_id, EVENTS.c.seq > since, EVENTS.c.node_id.is_not(None)
+    )
+    flying = select(NODES.c.id).where(NODES.c.run_id == run_id, NODES.c.status.not_in(FINISHED))
+    return sorted(set(conn.execute(named).scalars()) | set(conn.execute(flying).scalars()))
+
+
+def best_lineage(conn: Connection, run_id: str, maximize: bool) -> tuple[int | None, list[int]]:
+    """The best node (``Tree.best``'s rule, over lean columns) and its ancestry, root first."""
+    rows = conn.execute(
+        select(NODES.c.id, NODES.c.parent_id, NODES.c.status, NODES.c.score, alarm_text())
+        .where(NODES.c.run_id == run_id)
+        .order_by(NODES.c.id)
+    ).all()
+    best: int | None = None
+    top = 0.0
+    for r in rows:
+        s = r.score
+        if r.status != NodeStatus.SUCCEEDED.value or r.alarm not in (None, "null"):
+            continue
+        if s is None or not math.isfinite(s):
+            continue
+        if best is None or (s > top if maximize else s < top):
+            best, top = r.id, s
+    up = {r.id: r.parent_id for r in rows}
+    lineage: list[int] = []
+    node: int | None = best
+    while node is not None and len(lineage) <= len(rows):
+        lineage.append(node)
+        node = up.get(node)
+    lineage.reverse()
+    return best, lineage
+
+
+def _verified(conn: Connection, run_id: str, repeats: int, ids: list[int] | None) -> set[int]:
+    query = (
+        select(EVALS.c.node_id)
+        .join(NODES, (NODES.c.run_id == EVALS.c.run_id) & (NODES.c.id == EVALS.c.node_id))
+        .where(
+            EVALS.c.run_id == run_id,
+            EVALS.c.stage == FULL,
+            EVALS.c.repeat >= repeats,
+            EVALS.c.attempt == NODES.c.attempt,
+            EVALS.c.ok.is_(True),
+        )
+    )
+    if ids is not None:
+        query = query.where(EVALS.c.node_id.in_(ids))
+    return set(conn.execute(query.distinct()).scalars())
+
+
+def node_columns(
+    store: Store, run_id: str, maximize: bool, repeats: int, since: int | None = None
+) -> dict[str, Any]:
+    """A run's nodes as columns (``GET /api/runs/{id}/nodes``), see docs/dashboard.md.
+    ``since`` (an event seq): only the nodes :func:`changed_ids` names, for a live page
+    that holds the rest; ``seq`` is the cursor of the next ask, ``n`` the run's count."""
     hypothesis = NODES.c.proposal["hypothesis"].as_string()
     with transaction(store.engine) as conn:
-        rows = conn.execute(
-            select(
-                NODES.c.id,
-                NODES.c.parent_id,
-                NODES.c.status,
-                NODES.c.score,
-                NODES.c.operator,
-                NODES.c.created_at,
-                NODES.c.finished_at,
-                alarm_text(),
-                hypothesis,
-            )
-            .where(NODES.c.run_id == run_id)
-            .order_by(NODES.c.id)
-        ).all()
-        verified = set(
-            conn.execute(
-                select(EVALS.c.node_id)
-                .join(NODES, (NODES.c.run_id == EVALS.c.run_id) & (NODES.c.id == EVALS.c.node_id))
-                .where(
-                    EVALS.c.run_id == run_id,
-                    EVALS.c.stage == FULL,
-                    EVALS.c.repeat >= repeats,
-                    EVALS.c.attempt == NODES.c.attempt,
-                    EVALS.c.ok.is_(True),
-                )
-                .distinct()
-            ).scalars()
-        )
+        seq = int(conn.execute(select(RUNS.c.last_event).where(RUNS.c.id == run_id)).scalar() or 0)
+        ids = None if since is None else changed_ids(conn, run_id, since)
+        if ids is not None and len(ids) > MAX_CHANGED:  # as much as the whole: send the whole
+            ids, since = None, None
+        query = select(
+            NODES.c.id,
+            NODES.c.parent_id,
+            NODES.c.status,
+            NODES.c.score,
+            NODES.c.operator,
+            NODES.c.created_at,
+            NODES.c.finished_at,
+            alarm_text(),
+            hypothesis,
+            NODES.c.extra_parents,
+        ).where(NODES.c.run_id == run_id)
+        if ids is not None:
+            query = query.where(NODES.c.id.in_(ids))
+        rows = conn.execute(query.order_by(NODES.c.id)).all()
+        verified = _verified(conn, run_id, repeats, ids)
         holdout = conn.execute(
             select(EVALS.c.node_id, EVALS.c.score)
             .where(EVALS.c.run_id == run_id, EVALS.c.stage == HOLDOUT, EVALS.c.ok.is_(True))
             .order_by(EVALS.c.id)
         ).all()
-    ids = [r.id for r in rows]
-    parent = [r.parent_id for r in rows]
-    scores = [r.score for r in rows]
-    status = [r.status for r in rows]
-    alarm = [0 if r.alarm in (None, "null") else 1 for r in rows]
-    best: int | None = None
-    best_score = 0.0
-    for i, s, st, a in zip(ids, scores, status, alarm, strict=True):
-        if st != NodeStatus.SUCCEEDED.value or a or s is None or not math.isfinite(s):
-            continue
-        if best is None or (s > best_score if maximize else s < best_score):
-            best, best_score = i, s
-    lineage: list[int] = []
-    if best is not None:
-        up = dict(zip(ids, parent, strict=True))
-        node: int | None = best
-        while node is not None and len(lineage) <= len(ids):
-            lineage.append(node)
-            node = up.get(node)
-        lineage.reverse()
+        best, lineage = best_lineage(conn, run_id, maximize)
+        count = conn.execute(
+            select(func.count()).select_from(NODES).where(NODES.c.run_id == run_id)
+        ).scalar()
     return {
-        "id": ids,
-        "parent": parent,
-        "status": status,
-        "score": [None if s is None or not math.isfinite(s) else s for s in scores],
+        "id": [r.id for r in rows],
+        "parent": [r.parent_id for r in rows],
+        "status": [r.status for r in rows],
+        "score": [None if r.score is None or not math.isfinite(r.score) else r.score for r in rows],
         "op": [r.operator for r in rows],
         "created": [r.created_at for r in rows],
         "finished": [r.finished_at for r in rows],
-        "alarm": alarm,
-        "verified": [1 if i in verified else 0 for i in ids],
+        "alarm": [0 if r.alarm in (None, "null") else 1 for r in rows],
+        "verified": [1 if r.id in verified else 0 for r in rows],
         "hypothesis": [(r[8] or "")[:HYPOTHESIS_CHARS] for r in rows],
+        "extra_parents": {str(r.id): list(r.extra_parents) for r in rows if r.extra_parents},
         "best": best,
         "lineage": lineage,
         "holdout": [{"node": h.node_id, "score": h.score} for h in holdout],
+        "since": since,
+        "seq": seq,
+        "n": int(count or 0),
     }

@@ -20,7 +20,7 @@ from revtree.memory import NodeStatus, RunInfo, Store
 from revtree.memory.db import revtree_home, transaction
 from revtree.memory.gitstore import GitStore
 from revtree.memory.records import Node, Score
-from revtree.memory.rows import NODES
+from revtree.memory.rows import NODES, RUNS
 from revtree.orchestrator.commands.report import (
     compare,
     llm_spend,
@@ -124,7 +124,18 @@ class Views:
         s["approve"] = (run.spec.get("search") or {}).get("approve") == "evaluate"
         s["waiting"] = self.waiting(run) if s["approve"] else []
         s["last_seq"] = last_seq(self.store, run.id)
+        s["forks"] = self.forks(run.id)
         return s
+
+    def forks(self, run_id: str) -> list[dict[str, Any]]:
+        """The runs forked from ``run_id``: ``{"id", "node", "status"}``, oldest first."""
+        with transaction(self.store.engine) as conn:
+            rows = conn.execute(
+                select(RUNS.c.id, RUNS.c.parent_node, RUNS.c.status)
+                .where(RUNS.c.parent_run == run_id)
+                .order_by(RUNS.c.created_at, RUNS.c.id)
+            ).all()
+        return [{"id": r.id, "node": r.parent_node, "status": r.status} for r in rows]
 
     def waiting(self, run: RunInfo) -> list[int]:
         """Candidates held for approval: coded, not the root, and not yet decided."""
@@ -141,10 +152,10 @@ class Views:
         decided = self.store.decisions(run.id, coded) if coded else {}
         return sorted(n for n in coded if n not in decided)
 
-    def nodes(self, run_id: str) -> dict[str, Any]:
+    def nodes(self, run_id: str, since: int | None = None) -> dict[str, Any]:
         run = self.run(run_id)
         repeats = int(run.spec.get("evaluate", {}).get("repeats", 1))
-        return node_columns(self.store, run.id, run.maximize, repeats)
+        return node_columns(self.store, run.id, run.maximize, repeats, since)
 
     def node_of(self, run: RunInfo, node_id: int) -> Node:
         """The node, else :class:`NotFound`."""

@@ -9,22 +9,17 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
-import random
-import shutil
-import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from revtree.memory import NodeStatus, Store
-from revtree.memory.records import Node
 from tests.dashboard.conftest import (
+    ARTIFACTS,
     TOKEN,
     Dashboard,
     Site,
+    big_run,
     make_run,
     make_task,
     start_dashboard,
@@ -32,55 +27,7 @@ from tests.dashboard.conftest import (
 )
 
 pytestmark = pytest.mark.browser
-
-ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "dashboard"
 XSS = '<script>window.__xss=1</script><img src=x onerror="window.__xss=2">'
-WAIT_MS = 20_000  # the longest any single browser wait may take
-
-
-def chromium_path() -> str | None:
-    return os.environ.get("REVTREE_TEST_CHROMIUM") or shutil.which("chromium")
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    exe = chromium_path()
-    if not exe:
-        pytest.skip("no Chromium: set REVTREE_TEST_CHROMIUM or install Debian's chromium")
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError as e:  # pragma: no cover - playwright is a test dependency
-        pytest.skip(f"no Chromium: playwright is not importable ({e})")
-    with sync_playwright() as p:
-        b = p.chromium.launch(
-            executable_path=exe,
-            headless=True,
-            args=["--no-sandbox", "--no-proxy-server", "--disable-extensions"],
-        )
-        try:
-            yield b
-        finally:
-            b.close()
-
-
-@pytest.fixture
-def page(browser: Any, request: pytest.FixtureRequest) -> Iterator[Any]:
-    """A fresh 1280x800 page; its console errors are collected in ``page.errors`` and a
-    screenshot of its last state is written under test-artifacts/dashboard/."""
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    ctx = browser.new_context(viewport={"width": 1280, "height": 800})
-    pg = ctx.new_page()
-    pg.set_default_timeout(WAIT_MS)
-    pg.errors = []
-    pg.on("pageerror", lambda e: pg.errors.append(str(e)))
-    try:
-        yield pg
-    finally:
-        ARTIFACTS.mkdir(parents=True, exist_ok=True)
-        try:
-            pg.screenshot(path=str(ARTIFACTS / f"{request.node.name}.png"))
-        finally:
-            ctx.close()
 
 
 def open_run(page: Any, dash: Dashboard, run_id: str, suffix: str = "") -> None:
@@ -244,58 +191,6 @@ def test_a_hypothesis_with_html_renders_as_text(
 
 
 # -- e. 10k nodes ---------------------------------------------------------------------
-def big_run(site: Site, template_run: str, n: int = 10_000, seed: int = 3) -> str:
-    """A run of ``n`` finished nodes inserted in bulk through the Store (the spec of a
-    real run, a random tree that favours recent parents, 5% failures, a few alarms)."""
-    rng = random.Random(seed)
-    store = Store(site.db)
-    try:
-        spec = store.get_run(template_run).spec
-        run_id = f"big-{int(time.time())}-{rng.randrange(10**6)}"
-        t0 = time.time() - 3600
-        root = Node(
-            run_id,
-            0,
-            None,
-            "baseline",
-            NodeStatus.SUCCEEDED,
-            score=25.0,
-            created_at=t0,
-            finished_at=t0 + 1,
-        )
-        store.create_run(
-            run_id, "big", "greedy", "minimize", seed, spec, root=(root, ("node", "baseline", None))
-        )
-        nodes, depth = [], [0]
-        for i in range(1, n):
-            lo = max(0, i - 200)
-            parent = rng.randrange(lo, i) if rng.random() < 0.9 else rng.randrange(0, i)
-            depth.append(depth[parent] + 1)
-            failed = rng.random() < 0.05
-            nodes.append(
-                Node(
-                    run_id,
-                    i,
-                    parent,
-                    rng.choice(["draft", "improve", "debug"]),
-                    NodeStatus.FAILED if failed else NodeStatus.SUCCEEDED,
-                    depth=depth[i],
-                    score=None if failed else 25.0 * rng.random() * (1 - i / (2 * n)),
-                    proposal={"hypothesis": f"candidate {i}: try something {rng.random():.3f}"},
-                    created_at=t0 + i * 0.3,
-                    finished_at=t0 + i * 0.3 + 0.2,
-                    alarm={"kind": "drift", "message": "staged"} if i % 2500 == 0 else None,
-                )
-            )
-            if len(nodes) == 2000 or i == n - 1:
-                store.copy_history(run_id, nodes, [], ("run", f"bulk {i + 1}", None))
-                nodes = []
-        store.update_run(run_id, status="completed", reason="bulk-built for a test")
-    finally:
-        store.close()
-    return run_id
-
-
 def test_ten_thousand_nodes_open_fast_and_pan_zoom(
     page: Any, site: Site, dashboard: Dashboard, finished_run: str
 ) -> None:

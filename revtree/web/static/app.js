@@ -107,6 +107,10 @@
     const d = new Date(ts * 1000);
     return d.toTimeString().slice(0, 8);
   }
+  // a node's status in the words of a user (the stored ones name pipeline steps)
+  const NODE_WORDS = { pending: "selected", proposed: "planned", coded: "code written", reviewed: "reviewed",
+    evaluating: "evaluating", succeeded: "succeeded", failed: "failed", rejected: "rejected" };
+  function nodeWord(status, waiting) { return waiting ? "waits for approval" : NODE_WORDS[status] || status || "?"; }
   function badge(status, extra) { return el("span", { class: "badge " + (status || "") }, extra || status || "?"); }
   function shortJson(v) {
     if (v == null) return "";
@@ -306,11 +310,12 @@
       this.view = sv("g", { class: "viewport" });
       this.edgePath = sv("path", { class: "edges" });
       this.linePath = sv("path", { class: "lineage" });
+      this.crossPath = sv("path", { class: "cross" });
       this.nodeLayer = sv("g", { class: "nodes" });
-      put(this.view, [this.edgePath, this.linePath, this.nodeLayer]);
+      put(this.view, [this.edgePath, this.crossPath, this.linePath, this.nodeLayer]);
       put(svg, this.view);
       this.k = 1; this.tx = 20; this.ty = 20; this.userMoved = false; this.dy = DY;
-      this.collapsed = new Set(); this.autoDone = false; this.selected = null;
+      this.collapsed = new Set(); this.autoDone = false; this.selected = null; this.waiting = new Set();
       this.lodNote = null; this.raf = 0; this.drawnKey = "";
       this.bindEvents();
     }
@@ -441,6 +446,23 @@
       }
       this.edgePath.setAttribute("d", e.join(""));
       this.linePath.setAttribute("d", l.join(""));
+      this.crossPath.setAttribute("d", this.crossEdges());
+    }
+    crossEdges() {
+      // a crossover's other parents: a dashed curve from each (both ends shown) to it
+      const xs = this.xs, ys = this.ys, out = [];
+      for (const [id, ps] of Object.entries(this.cols.extra_parents || {})) {
+        const i = this.index.get(Number(id));
+        if (i === undefined || Number.isNaN(xs[i]) || !Array.isArray(ps)) continue;
+        for (const p of ps) {
+          const pi = this.index.get(p);
+          if (pi === undefined || Number.isNaN(xs[pi])) continue;
+          const x0 = xs[pi], y0 = ys[pi] + R, x1 = xs[i], y1 = ys[i] - R, bend = Math.max(20, Math.abs(x1 - x0) * 0.15);
+          out.push("M" + x0.toFixed(1) + " " + y0.toFixed(1) + "C" + x0.toFixed(1) + " " + (y0 + bend).toFixed(1) + " " +
+            x1.toFixed(1) + " " + (y1 - bend).toFixed(1) + " " + x1.toFixed(1) + " " + y1.toFixed(1));
+        }
+      }
+      return out.join("");
     }
     fit() {
       const rect = this.svg.getBoundingClientRect();
@@ -509,7 +531,8 @@
     nodeEl(i) {
       const c = this.cols, id = c.id[i], st = c.status[i];
       let cls = "node " + st;
-      if (INFLIGHT.has(st)) cls += " inflight";
+      if (this.waiting.has(id)) cls += " waiting";
+      else if (INFLIGHT.has(st)) cls += " inflight";
       if (id === c.best) cls += " best";
       if (id === this.selected) cls += " sel";
       if (this.alarm[i]) cls += " alarmed";
@@ -517,13 +540,14 @@
       const g = sv("g", { class: cls, transform: "translate(" + this.xs[i].toFixed(1) + "," + this.ys[i] + ")", "data-id": id });
       const r = id === c.best ? R + 2 : R;
       const fill = st === "succeeded" && !this.alarm[i] ? this.color(c.score[i]) : (st === "succeeded" ? "#fde68a" : "#e2e8f0");
-      const title = "#" + id + " · " + st + (c.score[i] != null ? " · " + fmtNum(c.score[i]) : "") +
+      const title = "#" + id + " · " + nodeWord(st, this.waiting.has(id)) + (c.score[i] != null ? " · " + fmtNum(c.score[i]) : "") +
         (c.op && c.op[i] ? " · " + c.op[i] : "") + (this.alarm[i] ? " · ALARM" : "") +
         (this.verified[i] ? " · verified" : "") + (c.hypothesis && c.hypothesis[i] ? "\n" + c.hypothesis[i] : "");
       put(g, sv("title", {}, title));
       if (this.verified[i]) put(g, sv("circle", { class: "vring", r: r + 3 }));
       put(g, sv("circle", { class: "dot", r: r, fill: fill }));
       if (st === "failed") put(g, sv("path", { class: "xmark", d: "M-3 -3L3 3M3 -3L-3 3" }));
+      if (this.waiting.has(id)) put(g, sv("path", { class: "hourglass", d: "M-2 -2.5h4l-4 5h4z" }));
       if (this.alarm[i]) put(g, sv("path", { class: "alarm", d: "M" + (r - 1) + " " + (-r - 5) + "l5 8h-10z" }));
       put(g, sv("text", { x: r + 3, y: 3 }, String(id)));
       const ks = this.kids[i];
@@ -650,6 +674,21 @@
   // ======================================================================================
   // Run page
   // ======================================================================================
+  const PER_NODE = ["parent", "status", "score", "op", "created", "finished", "alarm", "verified", "hypothesis"];
+  // the columns ``held`` with the delta ``d`` of /nodes?since= merged in (in place): its
+  // nodes replace or join theirs; best, lineage, holdout and the cursor are d's
+  function mergeColumns(held, d) {
+    const at = new Map();
+    held.id.forEach((id, i) => at.set(id, i));
+    d.id.forEach((id, j) => {
+      let i = at.get(id);
+      if (i === undefined) { i = held.id.length; held.id.push(id); at.set(id, i); }
+      for (const k of PER_NODE) if (held[k] && d[k]) held[k][i] = d[k][j];
+    });
+    held.extra_parents = Object.assign(held.extra_parents || {}, d.extra_parents || {});
+    for (const k of ["best", "lineage", "holdout", "seq", "n"]) held[k] = d[k];
+    return held;
+  }
   class RunPage {
     constructor(id, node) {
       this.kind = "run"; this.id = id; this.node = node; this.against = "parent";
@@ -678,7 +717,7 @@
             el("div", { class: "card", id: "logcard" }, el("h3", {}, "live log", el("span", { class: "grow" }), this.logState), this.log)));
       put(app, [this.head, this.gauges, this.body, this.evo]);
       this.panel = el("aside", { id: "panel", hidden: true });
-      document.body.appendChild(this.panel);
+      app.appendChild(this.panel);
       this.tree = new TreeView(this.treeSvg, (id) => this.pick(id));
       this.tree.lodNote = this.lod;
       this.onResize = () => { this.fitBody(); if (this.cols) { scorePlot(this.plotSvg, this.cols, this.run, (id) => this.pick(id)); this.tree.draw(true); } };
@@ -695,7 +734,8 @@
     fitBody() {
       // the tree and the log fill the window below the header (at least 420 px)
       const top = this.body.getBoundingClientRect().top + window.scrollY;
-      this.body.style.height = Math.max(420, window.innerHeight - top - 10) + "px";
+      const narrow = window.matchMedia("(max-width: 1000px)").matches;
+      this.body.style.height = narrow ? "" : Math.max(420, window.innerHeight - top - 10) + "px";
     }
     legend() {
       const dot = (attrs, extra) => sv("svg", { width: 16, height: 16, viewBox: "-8 -8 16 16" }, sv("circle", Object.assign({ r: 5, "stroke-width": 1.4 }, attrs)), extra || null);
@@ -704,9 +744,11 @@
         el("span", {}, dot({ fill: "#fff", stroke: "#b91c1c" }, sv("path", { d: "M-2.5 -2.5L2.5 2.5M2.5 -2.5L-2.5 2.5", stroke: "#b91c1c", "stroke-width": 1.4 })), "failed"),
         el("span", {}, dot({ fill: "#fff", stroke: "#d97706", "stroke-dasharray": "2 1.5" }), "rejected"),
         el("span", {}, dot({ fill: "#fff", stroke: "#2563eb", "stroke-dasharray": "3 2" }), "in flight"),
+        el("span", {}, dot({ fill: "#fef3c7", stroke: "#b45309", "stroke-width": 2.2 }, sv("path", { d: "M-2 -2.5h4l-4 5h4z", fill: "none", stroke: "#b45309", "stroke-width": 1 })), "waits for approval"),
         el("span", {}, sv("svg", { width: 16, height: 16, viewBox: "-8 -8 16 16" }, sv("circle", { r: 7, fill: "none", stroke: "#6d28d9" }), sv("circle", { r: 4, fill: "#91cf60", stroke: "#334155" })), "verified"),
         el("span", {}, sv("svg", { width: 14, height: 14, viewBox: "-7 -7 14 14" }, sv("path", { d: "M0 -6l6 10h-12z", fill: "#d97706" })), "alarm"),
-        el("span", {}, sv("svg", { width: 22, height: 10 }, sv("path", { d: "M0 5H22", stroke: "#7c3aed", "stroke-width": 2.6 })), "best lineage"));
+        el("span", {}, sv("svg", { width: 22, height: 10 }, sv("path", { d: "M0 5H22", stroke: "#7c3aed", "stroke-width": 2.6 })), "best lineage"),
+        el("span", {}, sv("svg", { width: 22, height: 10 }, sv("path", { d: "M0 5H22", stroke: "#0f766e", "stroke-width": 1.6, "stroke-dasharray": "4 3" })), "crossover"));
     }
     destroy() {
       this.destroyed = true;
@@ -715,9 +757,26 @@
       clearTimeout(this.reviveTimer);
       window.removeEventListener("resize", this.onResize);
       if (this.panel) this.panel.remove();
+      document.body.classList.remove("panel-open");
     }
-    async refresh() {
-      const [run, cols] = await Promise.all([api(this.url()), api(this.url("/nodes"))]);
+    refresh() {
+      // one at a time: a delta is merged into what the one before it left
+      const next = (this.refreshing || Promise.resolve()).catch(() => {}).then(() => this.refreshNow());
+      this.refreshing = next;
+      return next;
+    }
+    async fetchNodes() {
+      // after the first load only the nodes changed since the last answer's event seq
+      // (docs/dashboard.md); the whole again when the count says a node was missed
+      const held = this.cols;
+      if (!held || held.seq == null) return api(this.url("/nodes"));
+      const d = await api(this.url("/nodes?since=" + held.seq));
+      if (d.since == null) return d;
+      const merged = mergeColumns(held, d);
+      return merged.id.length === d.n ? merged : api(this.url("/nodes"));
+    }
+    async refreshNow() {
+      const [run, cols] = await Promise.all([api(this.url()), this.fetchNodes()]);
       if (this.destroyed) return;
       const first = !this.cols;
       this.run = run; this.cols = cols;
@@ -725,6 +784,7 @@
       this.renderHead();
       this.renderGauges();
       this.fitBody();
+      this.tree.waiting = new Set(run.waiting || []);
       this.tree.setData(cols, !!run.maximize);
       if (first || !this.tree.userMoved) this.tree.fit();
       this.tree.draw(true);
@@ -761,7 +821,7 @@
       const l1 = el("div", { class: "line" }), l2 = el("div", { class: "line stats" });
       put(h, [l1, l2]);
       put(l1, el("h2", {}, r.task || "run"));
-      put(l1, el("span", { class: "mono muted" }, r.run_id || this.id));
+      put(l1, el("span", { class: "mono muted runid", title: r.run_id || this.id }, r.run_id || this.id));
       put(l1, el("span", { id: "run-status", "data-status": r.status, title: r.reason || "" }, badge(r.status)));
       // a stopped or failed run offers the page's resume button, in its reason where the
       // reason names the plain `revtree resume` (not a variant with flags), else at the end
@@ -774,7 +834,7 @@
           el("span", { class: "muted reason" }, r.reason.slice(0, hint.index)), resume,
           el("span", { class: "muted reason" }, r.reason.slice(hint.index + hint[0].length))));
       } else if (r.reason) put(l1, el("span", { class: "muted reason", title: r.reason, id: "run-reason" }, r.reason));
-      if (r.parent_run) put(l1, el("span", { class: "kv" }, "fork of ", el("a", { href: "#/run/" + encodeURIComponent(r.parent_run) }, r.parent_run), r.parent_node != null ? " @" + r.parent_node : ""));
+      put(l1, this.family(r));
       if (r.alarms && r.alarms.length) put(l1, badge("alarm", r.alarms.length + " alarm" + (r.alarms.length > 1 ? "s" : "")));
       put(l2, kv("policy", r.policy || "–"));
       if (r.n_nodes != null) {
@@ -812,6 +872,16 @@
         else if (resume && !hint) acts.appendChild(resume);
         put(l1, acts);
       }
+    }
+    family(r) {
+      // links to the run this one was forked from (at its node) and to the runs forked from it
+      const runLink = (id, node) => el("a", { href: "#/run/" + encodeURIComponent(id) + (node != null ? "/node/" + node : "") }, id + (node != null ? " @" + node : ""));
+      const forks = r.forks || [];
+      if (!r.parent_run && !forks.length) return null;
+      return el("span", { class: "kv family", id: "run-family" },
+        r.parent_run ? ["fork of ", runLink(r.parent_run, r.parent_node)] : null,
+        r.parent_run && forks.length ? " · " : null,
+        forks.length ? ["forks: ", forks.map((f, j) => [j ? ", " : "", el("a", { href: "#/run/" + encodeURIComponent(f.id), title: "forked at node " + f.node + " · " + f.status }, f.id)])] : null);
     }
     resumeButton() {
       return action("resume", async () => {
@@ -941,10 +1011,12 @@
     async showNode(id, quiet) {
       this.node = id;
       if (this.tree) this.tree.select(id);
-      if (id == null) { this.panel.hidden = true; this.panelNode = null; return; }
+      if (id == null) { this.panel.hidden = true; this.panelNode = null; this.placePanel(); return; }
       const req = ++this.nodeReq;
       this.panelNode = id;
+      const opened = this.panel.hidden;
       this.panel.hidden = false;
+      if (opened) this.placePanel();
       if (!quiet) put(clear(this.panel), this.panelHead(id, null), el("div", { class: "empty" }, "loading node " + id + "…"));
       let n;
       try { n = await api(this.url("/nodes/" + id + "?against=" + this.against)); } catch (e) {
@@ -955,10 +1027,19 @@
       this.panelSig = this.nodeSig(id);
       this.renderPanel(n);
     }
+    placePanel() {
+      // the open panel takes its own room (beside the page, or below it on a narrow
+      // window): the tree, the plot and the log reflow instead of being covered
+      document.body.classList.toggle("panel-open", !this.panel.hidden);
+      this.onResize();
+      if (this.tree && this.cols && !this.tree.userMoved) { this.tree.fit(); this.tree.draw(true); }
+      if (!this.panel.hidden && window.matchMedia("(max-width: 1000px)").matches) this.panel.scrollIntoView({ block: "start" });
+    }
+    isWaiting(id) { return !!(this.run && (this.run.waiting || []).includes(id)); }
     panelHead(id, n) {
       return el("div", { class: "phead" },
         el("h2", {}, "node #" + id),
-        n ? badge(n.status) : null,
+        n ? badge(this.isWaiting(id) ? "waiting" : n.status, nodeWord(n.status, this.isWaiting(id))) : null,
         n && n.alarm ? badge("alarm", "alarm") : null,
         n && n.operator ? el("span", { class: "muted" }, n.operator) : null,
         n && n.score != null ? el("span", {}, "score ", el("b", { id: "node-score" }, fmtNum(n.score, digitsApart([n.score, this.run && this.run.baseline_score]))), n.score_std ? " ± " + fmtNum(n.score_std, 2) : "") : null,
@@ -985,7 +1066,7 @@
       // actions
       if (canAct()) {
         const acts = el("div", { class: "pactions" });
-        const waiting = (this.run.waiting || []).includes(id);
+        const waiting = this.isWaiting(id);
         if (waiting) {
           put(acts, action("approve", async () => { const r = await post(this.url("/approve"), { node: id }); toast(r.message || "approved"); this.scheduleRefresh(); }, "primary"));
           const why = el("input", { type: "text", placeholder: "why (reject)", style: "width:180px" });
@@ -1008,7 +1089,7 @@
           if (r.run) location.hash = "#/run/" + encodeURIComponent(r.run);
         }, "primary"))]);
         put(acts, el("button", { onclick: () => { form.hidden = !form.hidden; } }, "fork from here…"));
-        put(p, el("section", {}, el("h4", {}, "actions", waiting ? badge("pending", "waits for approval") : null), acts, form));
+        put(p, el("section", {}, el("h4", {}, "actions"), acts, form));
       }
       // diff
       const seg = el("span", { class: "seg" });
@@ -1116,7 +1197,7 @@
         tb.appendChild(el("tr", {}, el("th", {}, key), (vals || []).map((v) => el("td", { class: typeof v === "number" ? "num" : "" }, typeof v === "number" ? fmtNum(v, dg) : shortJson(v)))));
       }
       put(app, el("div", { class: "section" }, el("table", { class: "grid", id: "cmptable" },
-        el("thead", {}, el("tr", {}, el("th", {}, ""), runs.map((r, j) => el("th", { style: "color:" + PALETTE[j % PALETTE.length] }, r)))), tb)));
+        el("thead", {}, el("tr", {}, el("th", {}, ""), runs.map((r, j) => el("th", { class: "runid", style: "color:" + PALETTE[j % PALETTE.length] }, r)))), tb)));
       this.plot(svg, runs, data.curves || {});
     }
     plot(svg, runs, curves) {
