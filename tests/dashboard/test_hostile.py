@@ -27,8 +27,7 @@ from revtree.orchestrator.run import RunPaths
 from revtree.web.actions import ActionError, Actions
 from revtree.web.app import create_app
 from revtree.web.stream import log_events
-from tests.dashboard.conftest import TOKEN, Dashboard, Site, end_process
-from tests.dashboard.test_browser import chromium_path
+from tests.dashboard.conftest import TOKEN, Dashboard, Site, chromium_path, end_process
 from tests.orchestrator.conftest import cli_env
 
 EVIL_FILE = "a<img src=x onerror=alert(1)>.py"

@@ -25,6 +25,8 @@ pytestmark = pytest.mark.browser
 
 ROOT = Path(__file__).resolve().parents[2]
 SHOTS = Path(os.environ.get("REVTREE_ARTIFACTS") or ROOT / "test-artifacts") / "screenshots"
+TOAST = """() => { const t = document.getElementById("toast"); t.hidden = false;
+  t.textContent = "resume: run is not resumable: " + "a long reason ".repeat(12); }"""
 LONG = "Replace the insertion sort of the inner loop with a merge of sorted runs, " * 3
 
 
@@ -134,6 +136,14 @@ def test_screenshots_at_800_and_1400_px(
                 pg.wait_for_selector(ready, timeout=20_000)
                 pg.wait_for_timeout(300)
                 pg.screenshot(path=str(SHOTS / f"{name}-{width}.png"), full_page=True)
+                if name == "run":  # a long toast: in the header's end, not over the legend
+                    counts = pg.inner_text("#run-counts")
+                    assert "2 in flight · 1 waiting" in counts, counts
+                    pg.evaluate(TOAST)
+                    pg.screenshot(path=str(SHOTS / f"toast-{width}.png"))
+                    toast = pg.locator("#toast").bounding_box()
+                    assert not overlap(toast, pg.locator("#treecard .legend").bounding_box())
+                    assert not overlap(toast, pg.locator("#plot").bounding_box())
                 if name == "approval":
                     waiting = pg.get_attribute("#tree g.node[data-id='7']", "class") or ""
                     assert "waiting" in waiting and "inflight" not in waiting, waiting

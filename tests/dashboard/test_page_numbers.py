@@ -16,7 +16,7 @@ import pytest
 from revtree.memory import NodeStatus, Store
 from revtree.memory.records import Node
 from tests.dashboard.conftest import Dashboard, Site
-from tests.dashboard.test_browser import browser, open_run, page  # noqa: F401 (fixtures)
+from tests.dashboard.test_browser import open_run
 
 pytestmark = pytest.mark.browser
 
@@ -73,7 +73,7 @@ def close_run(site: Site, template_run: str) -> str:
 
 
 def test_close_scores_ticks_counts_and_the_stopped_banner(
-    page: Any,  # noqa: F811
+    page: Any,
     site: Site,
     dashboard: Dashboard,
     finished_run: str,
@@ -111,7 +111,7 @@ def test_close_scores_ticks_counts_and_the_stopped_banner(
 
 
 def test_an_action_button_shows_its_outcome(
-    page: Any,  # noqa: F811
+    page: Any,
     site: Site,
     dashboard: Dashboard,
     finished_run: str,

@@ -837,11 +837,14 @@
       put(l1, this.family(r));
       if (r.alarms && r.alarms.length) put(l1, badge("alarm", r.alarms.length + " alarm" + (r.alarms.length > 1 ? "s" : "")));
       put(l2, kv("policy", r.policy || "–"));
+      // a node waiting for approval is not finished (the summary counts it in flight): said apart
+      const held = (r.waiting || []).length, flying = Math.max(0, (r.n_in_flight || 0) - held);
       if (r.n_nodes != null) {
         put(l2, el("span", { class: "kv", id: "run-counts" }, el("b", {}, String(r.n_nodes)), " nodes",
           r.n_failed ? [" · ", el("b", { style: "color:#b91c1c" }, String(r.n_failed)), " failed"] : null,
           r.n_rejected ? [" · ", el("b", { style: "color:#b45309" }, String(r.n_rejected)), " rejected"] : null,
-          r.n_in_flight ? [" · ", el("b", { style: "color:#1d4ed8" }, String(r.n_in_flight)), " in flight"] : null));
+          flying ? [" · ", el("b", { style: "color:#1d4ed8" }, String(flying)), " in flight"] : null,
+          held ? [" · ", el("b", { style: "color:#b45309" }, String(held)), " waiting"] : null));
       }
       const hold = (r.holdout || []).filter((x) => x.score != null && x.node === r.best_node);
       const dg = digitsApart([r.best_score, r.baseline_score, hold.length ? hold[hold.length - 1].score : null]);
