@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import Text, cast, func, or_, select
@@ -188,17 +189,21 @@ def best_lineage(conn: Connection, run_id: str, maximize: bool) -> tuple[int | N
         .where(NODES.c.run_id == run_id)
         .order_by(NODES.c.id)
     ).all()
+    return lineage_of([tuple(r) for r in rows], maximize)
+
+
+def lineage_of(rows: Sequence[Sequence[Any]], maximize: bool) -> tuple[int | None, list[int]]:
+    """:func:`best_lineage` of rows whose first five columns are ``id, parent_id, status,
+    score, alarm`` (plain tuples: a Row's attributes cost a microsecond apiece)."""
     best: int | None = None
     top = 0.0
-    for r in rows:
-        s = r.score
-        if r.status != NodeStatus.SUCCEEDED.value or r.alarm not in (None, "null"):
-            continue
-        if s is None or not math.isfinite(s):
+    ok = NodeStatus.SUCCEEDED.value
+    for i, _, st, s, alarm in (r[:5] for r in rows):
+        if st != ok or alarm not in (None, "null") or s is None or not math.isfinite(s):
             continue
         if best is None or (s > top if maximize else s < top):
-            best, top = r.id, s
-    up = {r.id: r.parent_id for r in rows}
+            best, top = i, s
+    up = {r[0]: r[1] for r in rows}
     lineage: list[int] = []
     node: int | None = best
     while node is not None and len(lineage) <= len(rows):
@@ -247,33 +252,43 @@ def node_columns(
             NODES.c.finished_at,
             alarm_text(),
             hypothesis,
-            NODES.c.extra_parents,
+            cast(NODES.c.extra_parents, Text).label("extra"),
         ).where(NODES.c.run_id == run_id)
         if ids is not None:
             query = query.where(NODES.c.id.in_(ids))
-        rows = conn.execute(query.order_by(NODES.c.id)).all()
+        rows = [tuple(r) for r in conn.execute(query.order_by(NODES.c.id)).all()]
         verified = _verified(conn, run_id, repeats, ids)
         holdout = conn.execute(
             select(EVALS.c.node_id, EVALS.c.score)
             .where(EVALS.c.run_id == run_id, EVALS.c.stage == HOLDOUT, EVALS.c.ok.is_(True))
             .order_by(EVALS.c.id)
         ).all()
-        best, lineage = best_lineage(conn, run_id, maximize)
+        best, lineage = (
+            lineage_of([r[:4] + r[7:8] for r in rows], maximize)
+            if ids is None
+            else best_lineage(conn, run_id, maximize)
+        )
         count = conn.execute(
             select(func.count()).select_from(NODES).where(NODES.c.run_id == run_id)
         ).scalar()
+    cols: list[tuple[Any, ...]] = list(zip(*rows, strict=True)) if rows else [()] * 10
+    node_ids, _, _, scores, _, _, _, alarms, hyps, extra = cols
     return {
-        "id": [r.id for r in rows],
-        "parent": [r.parent_id for r in rows],
-        "status": [r.status for r in rows],
-        "score": [None if r.score is None or not math.isfinite(r.score) else r.score for r in rows],
-        "op": [r.operator for r in rows],
-        "created": [r.created_at for r in rows],
-        "finished": [r.finished_at for r in rows],
-        "alarm": [0 if r.alarm in (None, "null") else 1 for r in rows],
-        "verified": [1 if r.id in verified else 0 for r in rows],
-        "hypothesis": [(r[8] or "")[:HYPOTHESIS_CHARS] for r in rows],
-        "extra_parents": {str(r.id): list(r.extra_parents) for r in rows if r.extra_parents},
+        "id": list(node_ids),
+        "parent": list(cols[1]),
+        "status": list(cols[2]),
+        "score": [None if s is None or not math.isfinite(s) else s for s in scores],
+        "op": list(cols[4]),
+        "created": list(cols[5]),
+        "finished": list(cols[6]),
+        "alarm": [0 if a in (None, "null") else 1 for a in alarms],
+        "verified": [1 if i in verified else 0 for i in node_ids],
+        "hypothesis": [(h or "")[:HYPOTHESIS_CHARS] for h in hyps],
+        "extra_parents": {  # crossovers only: most nodes have one parent
+            str(i): json.loads(e)
+            for i, e in zip(node_ids, extra, strict=True)
+            if e not in (None, "null")
+        },
         "best": best,
         "lineage": lineage,
         "holdout": [{"node": h.node_id, "score": h.score} for h in holdout],
