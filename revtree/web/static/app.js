@@ -956,6 +956,7 @@
         es.close();
         this.ended = true;
         this.logState.textContent = "run finished";
+        if (this.cols) this.cols.seq = null; // the last read is whole: whatever no event named
         this.scheduleRefresh();
         this.watchRevival(10000, Infinity);
       });
