@@ -182,7 +182,8 @@ class ModelChoice:
         self.store.add_event(
             self.run_id,
             EVENT,
-            f"node {node.id}: {role} on {model} (bandit: {arm.pulls} candidates, mean "
+            f"node {node.id}: {role} on {model} (bandit: {arm.pulls} "
+            f"candidate{'' if arm.pulls == 1 else 's'}, mean "
             f"reward {mean}; all: {bandit.line()})",
             node.id,
             {"role": role, "chose": model, "attempt": node.attempt, "models": bandit.stats()},
