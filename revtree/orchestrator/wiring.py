@@ -32,7 +32,7 @@ from revtree.orchestrator.mirror import Mirror
 from revtree.orchestrator.policies import make_policy
 from revtree.orchestrator.policies.base import Policy
 from revtree.orchestrator.run import RunPaths
-from revtree.sandboxes import BackendChoice, Sandbox, choose_backend, make_sandbox
+from revtree.sandboxes import BackendChoice, Capacity, Sandbox, choose_backend, make_sandbox
 from revtree.tasks import TaskSpec, matches
 
 AUTO_PERIOD = 3.0  # seconds between looks at the cluster's resources (--parallel auto)
@@ -120,9 +120,8 @@ class AutoParallel:
 def auto_parallel(spec: TaskSpec, sandbox: Sandbox) -> int:
     """``--parallel auto`` now: what the sandbox's cluster holds (``capacity``), else
     this machine's CPUs divided by the CPUs each evaluation asks for."""
-    capacity = getattr(sandbox, "capacity", None)
-    if capacity is not None:
-        return max(1, min(AUTO_MAX, int(capacity())))
+    if isinstance(sandbox, Capacity):
+        return max(1, min(AUTO_MAX, int(sandbox.capacity())))
     cpus = spec.runner.cpus or 1.0
     return max(1, min(AUTO_MAX, int((os.cpu_count() or 1) / cpus)))
 
@@ -193,14 +192,13 @@ def wire(
             on_event=lambda kind, message, node: store.add_event(run.id, kind, message, node),
         )
     elif sandbox is None:
-        extra: dict[str, Any] = {"gpu_pool": GpuPool()} if spec.sandbox.gpus else {}
         sandbox = make_sandbox(
             choice.name,
             base_dir=paths.work,
             config=spec.sandbox,
             task_root=spec.root,
             labels={"revtree.run": run.id},
-            **extra,
+            gpu_pool=GpuPool() if spec.sandbox.gpus else None,
         )
     auto = parallel == "auto"
     parallel = auto_parallel(spec, sandbox) if auto else int(parallel or spec.search.parallel)
@@ -221,9 +219,9 @@ def wire(
     mirror.updaters.append(policy.update)  # under the tree lock, with the best
     slots = Slots(parallel, cancel, budget)
     follower = None
-    if auto and (capacity := getattr(sandbox, "capacity", None)) is not None:
+    if auto and isinstance(sandbox, Capacity):
         follower = AutoParallel(
-            capacity, slots, lambda message: store.add_event(run.id, "run", message, None)
+            sandbox.capacity, slots, lambda message: store.add_event(run.id, "run", message, None)
         )
     return Parts(
         store,

@@ -15,21 +15,22 @@ with one line saying why.
 from __future__ import annotations
 
 import getpass
-import importlib
-import inspect
 import os
 from dataclasses import dataclass
 from typing import Any
 
 from revtree.errors import SandboxError
-from revtree.sandboxes.base import ExecRequest, ExecResult, Limits, Sandbox
+from revtree.sandboxes import registry
+from revtree.sandboxes.base import (
+    Capacity,
+    ExecRequest,
+    ExecResult,
+    Limits,
+    Sandbox,
+    SandboxContext,
+)
+from revtree.sandboxes.registry import BUILTIN as BACKENDS
 
-BACKENDS = {
-    "local": "revtree.sandboxes.local.LocalSandbox",
-    "bwrap": "revtree.sandboxes.bwrap.BwrapSandbox",  # local, in Linux namespaces
-    "docker": "revtree.sandboxes.docker.DockerSandbox",
-    "ray": "revtree.sandboxes.ray.RaySandbox",  # the Ray runner ([runner] kind = "ray")
-}
 AUTO_ENV = "REVTREE_SANDBOX"  # forces what "auto" picks: "local", "bwrap" or "docker"
 LOCAL_WARNING = (
     "the local sandbox does not isolate: evaluations run as this user ({user}), on the "
@@ -225,11 +226,13 @@ def resolve_auto(config: Any = None, **how: Any) -> str:
 
 
 def make_sandbox(backend: str, **kwargs: object) -> Sandbox:
-    """Build a sandbox by name (``local``, ``docker``, ``auto``) or dotted path to a class.
-    ``auto`` is resolved by :func:`choose_backend` (call it first to learn why).
+    """Build a sandbox by name: ``auto`` (resolved by :func:`choose_backend`; call it
+    first to learn why), a built-in, ``package.module:build`` or an entry point of
+    ``revtree.sandboxes`` (see :mod:`revtree.sandboxes.registry`).
 
-    Keyword arguments go to the backend's class; one it does not take is a
-    :class:`TypeError` naming the backend and the argument (never silently dropped).
+    Keyword arguments make the backend's :class:`SandboxContext` and its own options;
+    an option it does not take is a :class:`TypeError` naming the backend and the
+    argument (never silently dropped).
     """
     if backend == "auto":
         url = kwargs.get("base_url")
@@ -237,22 +240,7 @@ def make_sandbox(backend: str, **kwargs: object) -> Sandbox:
         backend = choose_backend(backend, config, url if isinstance(url, str) else None).name
         if backend in ("local", "bwrap"):
             kwargs.pop("base_url", None)  # it served the choice: no engine answers there
-    path = BACKENDS.get(backend, backend)
-    if "." not in path:
-        raise ValueError(f"unknown sandbox backend {backend!r}; expected one of {sorted(BACKENDS)}")
-    module, _, cls_name = path.rpartition(".")
-    cls = getattr(importlib.import_module(module), cls_name)
-    params = inspect.signature(cls).parameters.values()
-    if not any(p.kind is p.VAR_KEYWORD for p in params):
-        keyword = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-        takes = [p.name for p in params if p.kind in keyword]
-        if extra := sorted(set(kwargs) - set(takes)):
-            raise TypeError(
-                f"sandbox backend {backend!r} ({path}) does not take {', '.join(extra)}; "
-                f"it takes {', '.join(takes) or 'no keyword arguments'}"
-            )
-    sandbox: Sandbox = cls(**kwargs)
-    return sandbox
+    return registry.build(backend, **kwargs)
 
 
 __all__ = [
@@ -261,10 +249,12 @@ __all__ = [
     "KNOB_WARNING",
     "LOCAL_WARNING",
     "BackendChoice",
+    "Capacity",
     "ExecRequest",
     "ExecResult",
     "Limits",
     "Sandbox",
+    "SandboxContext",
     "choose_backend",
     "make_sandbox",
     "resolve_auto",

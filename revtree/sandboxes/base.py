@@ -24,7 +24,8 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
 
 METRICS_FILE = ".revtree_metrics.json"
 METRICS_FD = 3
@@ -103,6 +104,32 @@ class Sandbox(Protocol):
     def close(self) -> None:
         """Release what the backend holds (pools, clients)."""
         ...
+
+
+@runtime_checkable
+class Capacity(Protocol):
+    """An optional ability: a backend on a cluster says how many evaluations of the
+    task's request its nodes hold at once (``--parallel auto`` follows it)."""
+
+    def capacity(self) -> int: ...
+
+
+@dataclass(frozen=True)
+class SandboxContext:
+    """What a backend's ``build(context, **options) -> Sandbox`` may use; each takes
+    only what it needs. ``config``: the task's ``[sandbox]`` section (None: defaults);
+    ``base_dir``: where workspaces go (None: a temporary folder); ``task_root``: the
+    task's folder (relative mounts); ``gpu_pool``: leases GPU ids per evaluation;
+    ``labels``: tags for what the backend creates (containers); ``runner``: the task's
+    ``[runner]`` section; ``on_event``: ``(kind, message, node)`` told to the run."""
+
+    config: Any = None
+    base_dir: str | Path | None = None
+    task_root: str | Path | None = None
+    gpu_pool: Any = None
+    labels: Mapping[str, str] | None = None
+    runner: Any = None
+    on_event: Callable[[str, str, int | None], None] | None = None
 
 
 def watchdog(

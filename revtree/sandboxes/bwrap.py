@@ -45,7 +45,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from revtree.sandboxes import cgroups
-from revtree.sandboxes.base import ExecRequest
+from revtree.sandboxes.base import ExecRequest, SandboxContext
 from revtree.sandboxes.env import sandbox_env
 from revtree.sandboxes.local import Launch, LocalSandbox, prctl, supervised
 
@@ -210,6 +210,14 @@ def _high(fd: int) -> int:
     return fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, HIGH_FD)
 
 
+def build(
+    context: SandboxContext, disk_bytes: int = DISK_CAP, pids: int = PIDS_CAP
+) -> LocalSandbox:
+    """The namespace backend (``[sandbox] backend = "bwrap"``): the context's
+    ``base_dir``; ``disk_bytes`` and ``pids`` cap each evaluation's workspace and tasks."""
+    return BwrapSandbox(context.base_dir, disk_bytes=disk_bytes, pids=pids)
+
+
 class BwrapSandbox(LocalSandbox):
     """The local sandbox's supervisor in Linux namespaces; see the module's docstring."""
 
@@ -219,14 +227,10 @@ class BwrapSandbox(LocalSandbox):
         self,
         base_dir: str | Path | None = None,
         *,
-        config: object = None,
-        task_root: object = None,
-        gpu_pool: object = None,
-        labels: object = None,
         disk_bytes: int = DISK_CAP,
         pids: int = PIDS_CAP,
     ) -> None:
-        super().__init__(base_dir, config=config, task_root=task_root, gpu_pool=gpu_pool)
+        super().__init__(base_dir)
         if (why := usable()) is not None:
             from revtree.errors import SandboxError
 

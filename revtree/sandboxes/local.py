@@ -60,6 +60,7 @@ from revtree.sandboxes.base import (
     ExecRequest,
     ExecResult,
     Limits,
+    SandboxContext,
     watchdog,
 )
 from revtree.sandboxes.env import sandbox_env
@@ -86,25 +87,19 @@ def protect_orchestrator() -> bool:
     return int(prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)) == 0
 
 
+def build(context: SandboxContext) -> LocalSandbox:
+    """The local backend (``[sandbox] backend = "local"``): it uses only the context's
+    ``base_dir``; what it honours of ``[sandbox]`` (limits, environment) comes with each
+    request, and the rest is Docker's (image, mounts, network, GPUs, pool, outputs)."""
+    return LocalSandbox(context.base_dir)
+
+
 class LocalSandbox:
     """Runs each request in a new folder under ``base_dir`` (default: the temp dir)."""
 
     name = "local"
 
-    def __init__(
-        self,
-        base_dir: str | Path | None = None,
-        *,
-        config: object = None,
-        task_root: object = None,
-        gpu_pool: object = None,
-        labels: object = None,
-    ) -> None:
-        # config, task_root, gpu_pool and labels are taken and not used, so that the
-        # orchestrator's one make_sandbox call serves both backends: what the local
-        # backend honours of [sandbox] (limits, environment) comes with each request, and
-        # the rest is Docker's only (image, mounts, network, GPUs, warm pool, outputs,
-        # disk; see SandboxConfig); it has no containers to label
+    def __init__(self, base_dir: str | Path | None = None) -> None:
         self.base_dir = Path(base_dir) if base_dir else None
         if self.base_dir:
             self.base_dir.mkdir(parents=True, exist_ok=True)

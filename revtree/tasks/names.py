@@ -13,6 +13,10 @@ POLICIES = ("greedy", "random", "optuna", "mcts", "evolution", "bgmcts", "exts",
 """The ``[search] policy`` names, in the order help texts list them (one class each in
 ``revtree.orchestrator.policies``; a check there keeps the two in step)."""
 
+SANDBOXES = ("auto", "local", "bwrap", "docker")
+"""The built-in ``[sandbox] backend`` names (``revtree.sandboxes.registry.BUILTIN`` has a
+module for each but ``auto``, which chooses among them; a test keeps the two in step)."""
+
 SECRET_NAME = re.compile(
     r"(API_?KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH|DATABASE_URL|_DSN$|REVTREE_DB|"
     r"^AWS_|^GOOGLE_APPLICATION|^AZURE_|PRIVATE_KEY|SSH_AUTH_SOCK)",

@@ -23,7 +23,8 @@ from pydantic import (
     model_validator,
 )
 
-from revtree.tasks.names import is_secret
+from revtree.tasks.names import SANDBOXES, is_secret
+from revtree.tasks.plugins import resolve_sandbox
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _SIZES = {"k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
@@ -268,10 +269,12 @@ class Holdout(Section):
 class SandboxConfig(Section):
     """Where and under which limits evaluations run."""
 
-    backend: Literal["auto", "local", "bwrap", "docker"] = Field(
+    backend: str = Field(
         "auto",
         description="'auto' uses docker when an engine answers and has the image, else "
-        "bwrap (Linux namespaces) where bubblewrap works, else refuses code a model writes.",
+        "bwrap (Linux namespaces) where bubblewrap works, else refuses code a model writes; "
+        "or 'local', 'bwrap', 'docker', a 'package.module:build' of your own, or a name an "
+        "installed package registers in the entry-point group 'revtree.sandboxes'.",
     )
     memory: Size = Field(4 * 2**30, description="Address-space / memory limit per evaluation.")
     cpu_seconds: Duration | None = Field(None, description="CPU-time limit per evaluation.")
@@ -308,6 +311,13 @@ class SandboxConfig(Section):
     disk: Size = Field(
         512 * 2**20, description="Docker: size cap of the writable workspace (and of /tmp)."
     )
+
+    @field_validator("backend")
+    @classmethod
+    def _known_backend(cls, backend: str) -> str:
+        if backend not in SANDBOXES:
+            resolve_sandbox(backend)  # a one-line ValueError where it does not resolve
+        return backend
 
     @field_validator("mounts")
     @classmethod

@@ -64,6 +64,19 @@ def package_files() -> dict[Path, int]:
     return {p: p.stat().st_mtime_ns for p in PACKAGE.rglob("*") if "__pycache__" not in p.parts}
 
 
+def install(site: Path, name: str, code: str, entry_points: str) -> Path:
+    """A throwaway installed distribution ``name`` under ``site`` (on PYTHONPATH,
+    importlib.metadata finds it): package ``name`` holding ``code``, and a dist-info
+    whose ``entry_points.txt`` is ``entry_points``."""
+    (site / name).mkdir(parents=True)
+    (site / name / "__init__.py").write_text(code)
+    info = site / f"{name}-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(entry_points)
+    return site
+
+
 def toy_task(root: Path, search: str, budget: int = 5) -> Path:
     """The knob task of conftest with ``[search]`` replaced by ``search`` (offline: the
     knob proposer, no model)."""
@@ -118,13 +131,7 @@ def test_a_policy_by_import_path_runs_a_whole_task(tmp_path: Path, home: Path) -
 
 def test_a_policy_from_an_installed_entry_point_runs_by_name(tmp_path: Path, home: Path) -> None:
     before = package_files()
-    site = tmp_path / "site"  # a throwaway installed distribution: code + its dist-info
-    (site / "toyplug").mkdir(parents=True)
-    (site / "toyplug" / "__init__.py").write_text(TOY)
-    info = site / "toyplug-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: toyplug\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text("[revtree.policies]\ntoy = toyplug:Toy\n")
+    site = install(tmp_path / "site", "toyplug", TOY, "[revtree.policies]\ntoy = toyplug:Toy\n")
     task = toy_task(tmp_path / "t", '[search]\npolicy = "toy"\nseed = 7\n')
     run_task(home, task, site)
     state, parents = finished(home)

@@ -110,7 +110,7 @@ from revtree.sandboxes.docker.engine import (
 )
 from revtree.sandboxes.docker.files import glob_match
 from revtree.sandboxes.docker.launch import runner_script
-from revtree.sandboxes.docker.sandbox import DockerResult, DockerSandbox, GpuLease
+from revtree.sandboxes.docker.sandbox import DockerResult, DockerSandbox, GpuLease, build
 
 __all__ = [
     "LABEL",
@@ -121,6 +121,7 @@ __all__ = [
     "DockerResult",
     "DockerSandbox",
     "GpuLease",
+    "build",
     "connect",
     "engine_answers",
     "engine_url",

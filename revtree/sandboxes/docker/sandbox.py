@@ -21,6 +21,7 @@ from revtree.sandboxes.base import (
     ExecRequest,
     ExecResult,
     Limits,
+    SandboxContext,
     watchdog,
 )
 from revtree.sandboxes.docker.containers import Box, Containers, bind_mounts
@@ -66,6 +67,30 @@ class DockerResult(ExecResult):
     container: str = ""
 
 
+def build(
+    context: SandboxContext,
+    base_url: str | None = None,
+    client: Any = None,
+    pids_limit: int = 256,
+    output_cap: int = OUTPUT_FILE_CAP,
+    host_volumes: bool = True,
+) -> DockerSandbox:
+    """The Docker backend (``[sandbox] backend = "docker"``): the context's ``config``,
+    ``gpu_pool``, ``task_root`` (relative mounts) and ``labels``; the options as
+    :class:`DockerSandbox` takes them."""
+    return DockerSandbox(
+        context.config,
+        base_url=base_url,
+        client=client,
+        gpu_pool=context.gpu_pool,
+        task_root=context.task_root,
+        labels=context.labels,
+        pids_limit=pids_limit,
+        output_cap=output_cap,
+        host_volumes=host_volumes,
+    )
+
+
 class DockerSandbox:
     """Runs each request in a new container of ``config.image`` (see the package doc)."""
 
@@ -74,7 +99,6 @@ class DockerSandbox:
     def __init__(
         self,
         config: SandboxConfig | None = None,
-        base_dir: str | Path | None = None,
         *,
         base_url: str | None = None,
         client: Any = None,

@@ -25,6 +25,6 @@ once, naming the address. Only this process writes to the database: the workers 
 results and never see it.
 """
 
-from revtree.sandboxes.ray.sandbox import RaySandbox, bootstrap_address, connect
+from revtree.sandboxes.ray.sandbox import RaySandbox, bootstrap_address, build, connect
 
-__all__ = ["RaySandbox", "bootstrap_address", "connect"]
+__all__ = ["RaySandbox", "bootstrap_address", "build", "connect"]

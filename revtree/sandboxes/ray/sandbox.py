@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from revtree.errors import Cancelled, SandboxError
-from revtree.sandboxes.base import ExecRequest, ExecResult
+from revtree.sandboxes.base import ExecRequest, ExecResult, SandboxContext
 from revtree.sandboxes.ray.worker import lower_flag, raise_flag, run_request
 from revtree.tasks.runner import RunnerConfig
 from revtree.tasks.sections import SandboxConfig
@@ -109,6 +109,13 @@ def retryable(ray: Any, e: BaseException) -> bool:
     return isinstance(e, tuple(getattr(ray.exceptions, n) for n in RETRYABLE))
 
 
+def build(context: SandboxContext) -> RaySandbox:
+    """The Ray runner (``[runner] kind = "ray"``): the context's ``runner``, ``config``,
+    ``task_root`` and ``on_event``."""
+    root = str(context.task_root) if context.task_root is not None else None
+    return RaySandbox(context.runner, context.config, task_root=root, on_event=context.on_event)
+
+
 class RaySandbox:
     """Runs each request as a Ray task on a cluster (see the package doc)."""
 
@@ -120,8 +127,6 @@ class RaySandbox:
         config: SandboxConfig | None = None,
         *,
         task_root: str | None = None,
-        labels: object = None,
-        base_dir: object = None,
         on_event: EventSink | None = None,
     ) -> None:
         self.runner = runner or RunnerConfig(kind="ray")

@@ -72,14 +72,13 @@ def backend_for(config: SandboxConfig, task_root: str | None, n_gpus: int) -> Ba
     if key not in BACKENDS:
         choice = choose_backend(config.backend, config)
         lease = AssignedGpus()
-        kwargs: dict[str, Any] = {"gpu_pool": lease} if choice.name != "local" else {}
         sandbox = make_sandbox(
             choice.name,
             base_dir=Path(tempfile.gettempdir()) / "revtree-ray",
             config=config,
             task_root=task_root,
             labels={"revtree.runner": "ray"},
-            **kwargs,
+            gpu_pool=lease,
         )
         BACKENDS[key] = Backend(sandbox, choice, lease)
     return BACKENDS[key]
