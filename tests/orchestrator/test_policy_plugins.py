@@ -108,6 +108,7 @@ def finished(home: Path) -> tuple[dict[str, object], list[int]]:
         store.close()
 
 
+@pytest.mark.slow  # 7-9 s: a whole run in a subprocess
 def test_a_policy_by_import_path_runs_a_whole_task(tmp_path: Path, home: Path) -> None:
     before = package_files()
     task = toy_task(
@@ -129,6 +130,7 @@ def test_a_policy_by_import_path_runs_a_whole_task(tmp_path: Path, home: Path) -
     assert package_files() == before
 
 
+@pytest.mark.slow  # 7-9 s: a whole run in a subprocess
 def test_a_policy_from_an_installed_entry_point_runs_by_name(tmp_path: Path, home: Path) -> None:
     before = package_files()
     site = install(tmp_path / "site", "toyplug", TOY, "[revtree.policies]\ntoy = toyplug:Toy\n")
