@@ -16,6 +16,8 @@ The package is cut by what a command does, so that each module reads as one conc
 - ``admin``: acting on a run without driving it: rm, stop, approve, reject, doctor, gc.
 - ``sandbox``: the ``revtree sandbox ...`` sub-app.
 - ``dashboard``: ``revtree dashboard``, the web view (the server is ``revtree.web``).
+- ``tune``: ``revtree tune``, search configurations tried on a suite, the best written
+  as a profile (the engine is ``revtree.orchestrator.tune``).
 - ``render``: how things are shown, shared by the commands: scores, live-log lines, the
   run summary, the family tree of forks.
 
@@ -39,6 +41,7 @@ from revtree.cli import (  # noqa: F401  (registers the commands)
     run,
     sandbox,
     start,
+    tune,
 )
 from revtree.cli.app import app, main, order_commands
 

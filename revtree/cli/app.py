@@ -40,6 +40,7 @@ COMMAND_ORDER = (
     "export",
     "holdout",
     "pilot",
+    "tune",
     "fork",
     "retry",
     "rm",

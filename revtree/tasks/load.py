@@ -23,6 +23,7 @@ from pydantic import BaseModel, ValidationError
 
 from revtree.errors import TaskSpecError
 from revtree.tasks.names import matches
+from revtree.tasks.profiles import apply_profile
 from revtree.tasks.search import PLUGIN
 from revtree.tasks.spec import POLICIES, Knob, TaskSpec
 
@@ -71,8 +72,9 @@ def load_task(path: str | Path) -> TaskSpec:
 
 
 def spec_from_dict(data: dict[str, Any], file: Path) -> TaskSpec:
-    """Validate ``data`` as the content of ``file`` and check it against the folder."""
-    data = {**data, "root": str(file.parent)}
+    """Validate ``data`` as the content of ``file`` (its ``[search] profile`` applied, see
+    :mod:`revtree.tasks.profiles`) and check it against the folder."""
+    data = {**apply_profile(data), "root": str(file.parent)}
     try:
         spec = TaskSpec.model_validate(data)
     except ValidationError as e:

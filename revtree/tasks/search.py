@@ -23,6 +23,11 @@ DEFAULT_BINS = 6
 
 
 class _Search(Section):
+    profile: str | None = Field(
+        None,
+        description="A named profile ($REVTREE_HOME/profiles/NAME.toml, written by `revtree "
+        "tune`) whose [search] keys are the defaults of this table; a key set here wins.",
+    )
     seed: int = Field(0, description="Seed of the policy and proposer RNGs.")
     parallel: int = Field(1, ge=1, le=256, description="Evaluations running at once.")
     lookahead: int | None = Field(

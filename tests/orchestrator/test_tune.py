@@ -1,0 +1,59 @@
+"""``revtree tune`` through the real CLI on three tiny knob tasks: it writes a profile,
+a task that names the profile runs with its policy, and a typo'd name is one line."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from revtree.orchestrator.tune import improvement, split
+from tests.orchestrator.conftest import make_task, revtree
+
+
+def test_improvement_is_signed_by_direction() -> None:
+    assert improvement(8.0, 10.0, maximize=False) == pytest.approx(0.2)
+    assert improvement(12.0, 10.0, maximize=True) == pytest.approx(0.2)
+    assert improvement(12.0, 10.0, maximize=False) == pytest.approx(-0.2)
+    assert improvement(1.0, 0.0, maximize=True) == 1.0
+    assert improvement(None, 3.0, maximize=True) == 0.0
+
+
+def test_split_keeps_held_out_tasks_apart() -> None:
+    train, held = split(["a", "b", "c", "d"], 2, seed=3)
+    assert len(held) == 2 and not set(train) & set(held)
+    assert split(["a", "b", "c", "d"], 2, seed=3) == (train, held)
+
+
+@pytest.mark.slow
+def test_tune_writes_a_profile_a_task_applies(tmp_path: Path) -> None:
+    home, suite = tmp_path / "home", tmp_path / "suite"
+    for name in ("a", "b", "c"):
+        make_task(suite / name, budget=20)
+    out = revtree(
+        home, "tune", str(suite), "--name", "mine", "--budget", "4", "--trials", "2",
+        "--holdout", "1", "--seeds", "1", "--policies", "mcts,evolution",
+    )  # fmt: skip
+    assert "held out" in out.stdout
+    profile = tomllib.loads((home / "profiles" / "mine.toml").read_text())
+    assert profile["search"]["policy"] in ("mcts", "evolution")
+    assert len(profile["tune"]["train"]) == 2 and len(profile["tune"]["held_out"]) == 1
+    ls = revtree(home, "ls", check=False)
+    assert "quad" not in ls.stdout  # tune's runs went to a throwaway home
+
+    task = make_task(tmp_path / "user", budget=3)
+    text = (task / "task.toml").read_text()
+    head, _, tail = text.partition("[search]")
+    after = tail.split("\n[", 1)[1]  # drop the task's own [search] keys
+    (task / "task.toml").write_text(f'{head}[search]\nprofile = "mine"\n\n[{after}')
+    revtree(home, "run", str(task), "--quiet")
+    shown = json.loads(revtree(home, "show", "last", "--json").stdout)
+    assert shown["policy"] == profile["search"]["policy"] and shown["profile"] == "mine"
+
+    (task / "task.toml").write_text(f'{head}[search]\nprofile = "mien"\n\n[{after}')
+    bad = revtree(home, "run", str(task), "--quiet", check=False)
+    assert bad.returncode == 2
+    lines = bad.stderr.strip().splitlines()
+    assert len(lines) == 1 and "unknown profile 'mien'" in lines[0] and "'mine'" in lines[0]
