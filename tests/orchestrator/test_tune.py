@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from revtree.orchestrator.tune import improvement, split
+from revtree.tasks.load import load_task
+from revtree.tasks.profiles import write_profile
 from tests.orchestrator.conftest import make_task, revtree
 
 
@@ -25,6 +27,20 @@ def test_split_keeps_held_out_tasks_apart() -> None:
     train, held = split(["a", "b", "c", "d"], 2, seed=3)
     assert len(held) == 2 and not set(train) & set(held)
     assert split(["a", "b", "c", "d"], 2, seed=3) == (train, held)
+
+
+def test_a_task_key_wins_over_its_profile(home: Path, tmp_path: Path) -> None:
+    write_profile("p1", {"policy": "mcts", "uct_c": 2.5, "num_children": 3}, {"note": "x"})
+    task = make_task(tmp_path / "t")
+    text = (
+        (task / "task.toml")
+        .read_text()
+        .replace('policy = "greedy"', 'profile = "p1"\npolicy = "mcts"\nnum_children = 6')
+    )
+    (task / "task.toml").write_text(text)
+    search = load_task(task).search
+    assert search.policy == "mcts" and search.profile == "p1"
+    assert (search.uct_c, search.num_children, search.seed) == (2.5, 6, 7)  # type: ignore[union-attr]
 
 
 @pytest.mark.slow
