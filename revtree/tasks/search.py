@@ -56,6 +56,10 @@ class _Search(Section):
     )
 
 
+COMMON_KEYS = tuple(_Search.model_fields)
+"""The ``[search]`` keys of every policy: kept when an override changes the policy."""
+
+
 class GreedySearch(_Search):
     """AIDE's policy: a few drafts, debug failed leaves, then improve the best."""
 

@@ -34,6 +34,7 @@ from revtree.tasks.agent_settings import (
 from revtree.tasks.names import POLICIES, SECRET_NAME, is_secret
 from revtree.tasks.runner import RunnerConfig
 from revtree.tasks.search import (
+    COMMON_KEYS,
     AgenticSearch,
     BgmctsSearch,
     EvolutionSearch,
@@ -177,7 +178,7 @@ class TaskSpec(Section):
             if values:
                 data[section] = {**(data.get(section) or {}), **values}
         if "search" in sections and "policy" in (sections["search"] or {}):
-            base = {k: data["search"][k] for k in ("seed", "parallel", "lookahead", "approve")}
+            base = {k: data["search"][k] for k in COMMON_KEYS if k in data["search"]}
             data["search"] = {**base, **sections["search"]}
         try:
             return TaskSpec.model_validate(data)

@@ -281,12 +281,14 @@ def test_parse_size_rejects(value):
 
 def test_with_overrides_switches_policy_and_keeps_seed_and_parallel(write_task):
     search = '[search]\npolicy = "greedy"\nseed = 7\nparallel = 3\nnum_drafts = 5\n'
+    search += "novelty_threshold = 0.9\n"  # a key of every policy: kept too (issue 27)
     spec = load_task(write_task(task_toml(rest=search + "[budget]\nmax_nodes = 20\n")))
     assert isinstance(spec.search, GreedySearch) and spec.search.num_drafts == 5
 
     forked = spec.with_overrides(search={"policy": "random"}, budget={"max_wall": "1h"})
     assert isinstance(forked.search, RandomSearch)
     assert (forked.search.seed, forked.search.parallel) == (7, 3)
+    assert forked.search.novelty_threshold == 0.9
     assert forked.budget.max_nodes == 20 and forked.budget.max_wall == 3600.0
     assert forked.root == spec.root and forked.evaluate == spec.evaluate
     assert isinstance(spec.search, GreedySearch)  # the original is unchanged
