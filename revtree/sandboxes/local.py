@@ -388,6 +388,10 @@ class _Tail(threading.Thread):
 
     def run(self) -> None:
         fd = self.pipe.fileno()
+        with contextlib.suppress(OSError):  # closed under us: the run gave up waiting
+            self._drain(fd)
+
+    def _drain(self, fd: int) -> None:
         while chunk := os.read(fd, 1 << 16):
             self.total += len(chunk)
             self.buf += chunk

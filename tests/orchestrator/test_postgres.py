@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy import inspect
 
 from revtree.memory import NodeStatus, RunStatus, Store
-from revtree.memory.checkpoints import CHECKPOINT_SCHEMA
+from revtree.memory.checkpoints import CHECKPOINT_SCHEMA, checkpoint_tables, prune_run
 from revtree.orchestrator import Orchestrator, create_run
 from revtree.tasks import load_task
 
@@ -61,8 +61,11 @@ def _assert_complete(store: Store, run_id: str, nodes: int) -> None:
     assert seqs == list(range(1, len(seqs) + 1))
 
 
-def test_a_run_completes_on_postgres(tmp_path: Path, home: Path, pg_store: Store) -> None:
+def test_a_run_completes_on_postgres(
+    tmp_path: Path, home: Path, pg_store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
     assert pg_store.engine.dialect.name == "postgresql"
+    monkeypatch.setenv("REVTREE_PRUNE_EVERY", "0")  # keep them: counted below, then pruned
     run_id = _drive(pg_store, home, make_task(tmp_path / "t", budget=8, parallel=2))
     _assert_complete(pg_store, run_id, 8)
     # LangGraph's checkpoints are in that database too, in their own schema
@@ -70,12 +73,21 @@ def test_a_run_completes_on_postgres(tmp_path: Path, home: Path, pg_store: Store
     assert "checkpoints" in tables.get_table_names(schema=CHECKPOINT_SCHEMA)
     assert "checkpoints" not in tables.get_table_names()
     assert "runs" not in tables.get_table_names(schema=CHECKPOINT_SCHEMA)
-    with pg_store.engine.connect() as conn:
-        n = conn.exec_driver_sql(
-            f"SELECT count(*) FROM {CHECKPOINT_SCHEMA}.checkpoints WHERE thread_id LIKE %(p)s",
-            {"p": f"{run_id}:%"},
-        ).scalar()
-    assert n and n > 0
+
+    def held() -> int:
+        with pg_store.engine.connect() as conn:
+            return int(
+                conn.exec_driver_sql(
+                    f"SELECT count(*) FROM {CHECKPOINT_SCHEMA}.checkpoints "
+                    "WHERE thread_id LIKE %(p)s",
+                    {"p": f"{run_id}:%"},
+                ).scalar_one()
+            )
+
+    assert held() > 0
+    # what a run does by itself every 16 candidates (REVTREE_PRUNE_EVERY) works here too
+    assert prune_run(pg_store, run_id, checkpoint_tables(pg_store)) > 0
+    assert held() == 0
 
 
 def test_two_runs_driven_at_once_into_one_database(tmp_path: Path, home: Path, pg_url: str) -> None:
