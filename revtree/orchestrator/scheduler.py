@@ -50,7 +50,8 @@ class Scheduler:
         self.same = SameFailures(parts.spec.trust.same_failures)
         self.waiting: dict[str, int] = {}  # ticket -> node, parked at approval
         self.unpruned = 0  # candidates finished since their checkpoints were last pruned
-        self.prune_every = int(os.environ.get(PRUNE_ENV) or PRUNE_EVERY)
+        every = os.environ.get(PRUNE_ENV, "")
+        self.prune_every = int(every) if every.strip().lstrip("-").isdigit() else PRUNE_EVERY
 
     def candidate(self, ticket: str) -> str:
         """Drive one candidate's thread as far as it goes; how it ended, in a word."""

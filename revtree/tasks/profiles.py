@@ -72,6 +72,10 @@ def apply_profile(data: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(search, dict) or not isinstance(search.get("profile"), str):
         return data
     base = {k: v for k, v in read_profile(search["profile"]).items() if k != "profile"}
+    if search.get("policy", base.get("policy")) != base.get("policy", "greedy"):
+        from revtree.tasks.search import COMMON_KEYS  # another policy: its own keys only
+
+        base = {k: v for k, v in base.items() if k in COMMON_KEYS}
     return {**data, "search": {**base, **search}}
 
 

@@ -45,7 +45,7 @@ class _Search(Section):
         "hypothesis and diff are in the live log.",
     )
     novelty_threshold: float = Field(
-        0.98,
+        0.999,
         ge=0,
         le=1,
         description="Refuse, before its evaluation, a candidate whose code is more alike than "

@@ -175,8 +175,10 @@ def changed_ids(conn: Connection, run_id: str, since: int) -> list[int]:
     it, and every node still in flight (a step of one may be stored without an event).
     A node inserted without its own event (a fork's copied history) is caught by the
     client, which compares its count with the answer's ``n`` and then reads all."""
-    named = select(EVENTS.c.node_id).where(
-        EVENTS.c.run_id == run_id, EVENTS.c.seq > since, EVENTS.c.node_id.is_not(None)
+    named = (
+        select(EVENTS.c.node_id)
+        .where(EVENTS.c.run_id == run_id, EVENTS.c.seq > since, EVENTS.c.node_id.is_not(None))
+        .distinct()
     )
     flying = select(NODES.c.id).where(NODES.c.run_id == run_id, NODES.c.status.not_in(FINISHED))
     return sorted(set(conn.execute(named).scalars()) | set(conn.execute(flying).scalars()))

@@ -43,6 +43,19 @@ def test_a_task_key_wins_over_its_profile(home: Path, tmp_path: Path) -> None:
     assert (search.uct_c, search.num_children, search.seed) == (2.5, 6, 7)  # type: ignore[union-attr]
 
 
+def test_a_task_of_another_policy_takes_only_the_profiles_common_keys(
+    home: Path, tmp_path: Path
+) -> None:
+    # the profile's greedy-only key (num_drafts) would be refused by mcts's table
+    write_profile("p2", {"policy": "greedy", "num_drafts": 2, "seed": 5}, {"note": "x"})
+    task = make_task(tmp_path / "t")
+    text = (task / "task.toml").read_text()
+    text = text.replace('policy = "greedy"', 'profile = "p2"\npolicy = "mcts"')
+    (task / "task.toml").write_text(text.replace("seed = 7\n", ""))
+    search = load_task(task).search
+    assert (search.policy, search.seed) == ("mcts", 5)
+
+
 @pytest.mark.slow
 def test_tune_writes_a_profile_a_task_applies(tmp_path: Path) -> None:
     home, suite = tmp_path / "home", tmp_path / "suite"
