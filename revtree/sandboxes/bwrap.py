@@ -127,6 +127,8 @@ UNBOUND = (
     "/var/lib/containers",
     "/var/lib/containerd",
     "/var/lib/kubelet",
+    "/var/lib/rancher",  # k3s's containerd
+    "/var/snap/docker",  # Ubuntu's snap of Docker
 )
 
 
@@ -147,10 +149,13 @@ def _system_view(unbound: tuple[str, ...] = UNBOUND) -> list[str]:
         except OSError:
             return  # unreadable here: not shown
         for child in children:
-            if child.is_symlink():
-                args.extend(["--symlink", os.readlink(child), str(child)])
-            elif child.is_dir() or child.is_file():
-                cover(child)
+            try:
+                if child.is_symlink():
+                    args.extend(["--symlink", os.readlink(child), str(child)])
+                elif child.is_dir() or child.is_file():
+                    cover(child)
+            except OSError:  # e.g. a stale FUSE mount (ENOTCONN): not shown
+                continue
 
     cover(Path("/"))
     return args
