@@ -135,7 +135,10 @@ def _bind_to_parent() -> None:
     posix.unsetenv(PARENT_ENV)
     import ctypes
 
-    prctl = ctypes.CDLL(None).prctl
+    try:
+        prctl = ctypes.CDLL(None).prctl
+    except (AttributeError, OSError):
+        return  # not Linux: the sandbox's group kill is all there is (as without /proc)
     prctl(1, _signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
     prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
     if posix.getppid() != int(parent):
