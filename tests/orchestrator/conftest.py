@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import subprocess
 import sys
 import textwrap
@@ -261,3 +262,22 @@ def loaded_modules_each(
 def loaded_modules(home: Path, *args: str, **env: str) -> tuple[int, set[str]]:
     """``revtree ARGS`` in a fresh interpreter: its exit code and every module it loaded."""
     return loaded_modules_each(home, [args], **env)[0]
+
+
+def drain_pty(leader: int, timeout: float) -> bytes:
+    """Everything written to a pty's follower until the child closes it (EIO or EOF) or
+    ``timeout`` seconds pass; closes ``leader``."""
+    chunks: list[bytes] = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not select.select([leader], [], [], 1)[0]:
+            continue
+        try:
+            data = os.read(leader, 65536)
+        except OSError:  # EIO: the child closed the pty
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(leader)
+    return b"".join(chunks)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import pty
 import re
-import select
 import subprocess
 import sys
 import textwrap
@@ -17,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.orchestrator.conftest import cli_env, make_task, revtree
+from tests.orchestrator.conftest import cli_env, drain_pty, make_task, revtree
 
 # Clear the screen, home the cursor, an OSC 8 hyperlink, an OSC 52 clipboard write, a bell,
 # a carriage return that would overwrite the line with a fake "best", a cursor move up,
@@ -97,19 +96,8 @@ def _in_pty(home: Path, *args: str) -> str:
         env=env,
     )
     os.close(follower)
-    chunks: list[bytes] = []
-    while True:
-        ready, _, _ = select.select([leader], [], [], 60)
-        if not ready:
-            proc.kill()
-            break
-        try:
-            data = os.read(leader, 65536)
-        except OSError:  # EIO: the child closed the pty
-            break
-        if not data:
-            break
-        chunks.append(data)
-    os.close(leader)
+    data = drain_pty(leader, 300)
+    if proc.poll() is None:
+        proc.kill()
     assert proc.wait(60) == 0
-    return b"".join(chunks).decode("utf-8", "replace")
+    return data.decode("utf-8", "replace")

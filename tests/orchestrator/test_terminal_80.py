@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.orchestrator.conftest import cli_env, revtree
+from tests.orchestrator.conftest import cli_env, drain_pty, revtree
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "tsp-anneal"
 LOG_LINE = re.compile(r"^\d\d:\d\d:\d\d +\d+ \w+ +")  # time, seq, kind: the message after
@@ -55,22 +55,10 @@ def in_terminal(home: Path, *args: str, columns: int = 80, timeout: float = 300)
         env=env,
     )
     os.close(follower)
-    chunks: list[bytes] = []
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not select.select([leader], [], [], 1)[0]:
-            continue
-        try:
-            data = os.read(leader, 65536)
-        except OSError:  # EIO: the child closed the pty
-            break
-        if not data:
-            break
-        chunks.append(data)
-    os.close(leader)
+    data = drain_pty(leader, timeout)
     if proc.poll() is None:
         proc.kill()
-    return Shown(proc.wait(30), b"".join(chunks).decode("utf-8", "replace"))
+    return Shown(proc.wait(30), data.decode("utf-8", "replace"))
 
 
 def narrow(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
