@@ -250,28 +250,29 @@ def page(browser: Any, request: pytest.FixtureRequest) -> Iterator[Any]:
             ctx.close()
 
 
+def stored_run(
+    store: Store, template_run: str, run_id: str, task: str, score: float, t0: float, seed: int = 0
+) -> None:
+    """A greedy minimizing run ``run_id`` with the spec of ``template_run``, its baseline
+    scored ``score`` at ``t0``; its other nodes are the caller's to add."""
+    spec = store.get_run(template_run).spec
+    root = Node(
+        run_id, 0, None, "baseline", NodeStatus.SUCCEEDED, score=score, created_at=t0,
+        finished_at=t0 + 1,
+    )  # fmt: skip
+    baseline = (root, ("node", "baseline", None))
+    store.create_run(run_id, task, "greedy", "minimize", seed, spec, root=baseline)
+
+
 def big_run(site: Site, template_run: str, n: int = 10_000, seed: int = 3) -> str:
     """A run of ``n`` finished nodes inserted in bulk through the Store (the spec of a
     real run, a random tree that favours recent parents, 5% failures, a few alarms)."""
     rng = random.Random(seed)
     store = Store(site.db)
     try:
-        spec = store.get_run(template_run).spec
         run_id = f"big-{int(time.time())}-{rng.randrange(10**6)}"
         t0 = time.time() - 3600
-        root = Node(
-            run_id,
-            0,
-            None,
-            "baseline",
-            NodeStatus.SUCCEEDED,
-            score=25.0,
-            created_at=t0,
-            finished_at=t0 + 1,
-        )
-        store.create_run(
-            run_id, "big", "greedy", "minimize", seed, spec, root=(root, ("node", "baseline", None))
-        )
+        stored_run(store, template_run, run_id, "big", 25.0, t0, seed)
         nodes, depth = [], [0]
         for i in range(1, n):
             lo = max(0, i - 200)

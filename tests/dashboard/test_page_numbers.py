@@ -15,7 +15,7 @@ import pytest
 
 from revtree.memory import NodeStatus, Store
 from revtree.memory.records import Node
-from tests.dashboard.conftest import Dashboard, Site
+from tests.dashboard.conftest import Dashboard, Site, stored_run
 from tests.dashboard.test_browser import open_run
 
 pytestmark = pytest.mark.browser
@@ -30,22 +30,9 @@ def close_run(site: Site, template_run: str) -> str:
     rejected and one failed candidate, written through the Store."""
     store = Store(site.db)
     try:
-        spec = store.get_run(template_run).spec
         run_id = f"close-{time.time_ns()}"
         t0 = time.time() - 600
-        root = Node(
-            run_id,
-            0,
-            None,
-            "baseline",
-            NodeStatus.SUCCEEDED,
-            score=1.2345,
-            created_at=t0,
-            finished_at=t0 + 1,
-        )
-        store.create_run(
-            run_id, "close", "greedy", "minimize", 0, spec, root=(root, ("node", "baseline", None))
-        )
+        stored_run(store, template_run, run_id, "close", 1.2345, t0)
         nodes = []
         for i, score in enumerate(SCORES, start=1):
             status = NodeStatus.SUCCEEDED
