@@ -208,3 +208,33 @@ def test_init_accepts_min_in_a_terminal(tmp_path: Path, answer: str) -> None:
     assert proc.wait(timeout=10) == 0, out.decode()
     assert 'direction = "minimize"' in (tmp_path / "task" / "task.toml").read_text()
     assert (tmp_path / "task" / ".gitignore").read_text().endswith("\n")
+
+
+def test_transcripts_at_80_columns_keep_the_prompts_lines_whole() -> None:
+    """A transcript shows each line of what was sent as it was sent: the prompt
+    templates' prose is written for 80 columns, so the terminal does not wrap it a second
+    time (a line of 81-98 columns became a line and a one-word fragment). Format lines
+    (``KIND: …``, a reply's exact form) may run longer and do not count."""
+    from rich.console import Console
+
+    from revtree.agents.roles import PROMPTS
+    from revtree.orchestrator.commands.report import transcript_renderables
+
+    for template in sorted(PROMPTS.glob("*.md")):
+        system, _, user = template.read_text().partition("=== USER ===\n")
+        call = {
+            **dict(node=1, attempt=1, role=template.stem, call=1, model="m", ok=True),
+            **dict(input_tokens=1, output_tokens=1, latency=0.1, prefix=None, error=None),
+            **dict(system=system, user=user, response="VERDICT: accept"),
+        }
+        console = Console(width=80, record=True, color_system=None)
+        for part in transcript_renderables({"prefixes": {}, "calls": [call]}):
+            console.print(part)  # as `show --transcript` prints them
+        shown = set(console.export_text().splitlines())
+        prose = [
+            line
+            for line in (system + user).splitlines()
+            if line.strip() and not re.match(r"^[A-Z_]+:", line) and "$" not in line
+        ]
+        broken = [line for line in prose if line.rstrip() not in shown]
+        assert not broken, (template.name, broken)
