@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from revtree.agents.base import Coder, Job, Proposal, Proposer, Refusal
+from revtree.agents.driver import MUTATE, driver
 from revtree.agents.edits import evolve_regions
 from revtree.agents.knobs import KnobCoder, KnobProposer, derive_seed
 from revtree.errors import EditError
@@ -86,7 +87,7 @@ def offline_agents(spec: TaskSpec) -> tuple[Proposer, Coder]:
     """The offline proposer and coder that ``[agents] mode`` selects: knobs, or code
     mutations with ``mode = "mutate"``, and in ``auto`` when the task has no knobs (the
     knob proposer would have nothing to change)."""
-    if spec.agents.mode == "mutate" or (spec.agents.mode == "auto" and not spec.knobs):
+    if driver(spec).name == MUTATE:
         cfg = spec.agents.mutate
         mutation = MutationProposer(spec.search.seed, cfg, spec.editable)
         return mutation, MutationCoder(spec.editable, cfg)

@@ -18,11 +18,11 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
+from revtree.agents.driver import driver
 from revtree.errors import Cancelled
 from revtree.memory import Event, Node, RunInfo, RunStatus, Store
 from revtree.memory.checkpoints import close as close_saver
 from revtree.memory.checkpoints import make_checkpointer
-from revtree.orchestrator.llm_team import offline_reason
 from revtree.orchestrator.pipeline import build_pipeline
 from revtree.orchestrator.run import claim, resume_hint
 from revtree.orchestrator.scheduler import Scheduler
@@ -119,13 +119,14 @@ class Orchestrator:
         spec, warn = self.spec, []
         if self.parts.choice.warning:
             warn.append(self.parts.choice.warning)
-        if self.agents.label != "LLM" and not spec.knobs and spec.agents.mode == "knobs":
+        chosen = driver(spec)
+        if chosen.knobs and not spec.knobs:  # only where the task's mode says knobs
             warn.append(
                 "agents: mode 'knobs' but the task declares no [[knobs]]: every candidate "
                 "would be the unchanged code, refused unevaluated; declare knobs, or use "
                 "mode 'mutate' or a model"
             )
-        if (why := offline_reason(spec)) is not None:
+        if (why := chosen.offline_reason) is not None:
             warn.append(
                 f"agents: {why}; the offline agents drive this run (set the key, or "
                 '`--model`/`[agents] mode = "llm"` to insist)'

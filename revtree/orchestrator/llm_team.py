@@ -48,7 +48,6 @@ from revtree.agents.llm import (
     Prompt,
     detect_model,
     make_llm,
-    missing_key,
     split_model,
 )
 from revtree.agents.llm.base import StructureRefused, estimate_tokens
@@ -83,33 +82,6 @@ RELATED_HEAD = (
     "repository; the map above lists the rest):\n"
 )
 ROLES = ("proposer", "coder", "reviewer", "analyst")
-
-
-def uses_llm(spec: TaskSpec) -> bool:
-    """Whether LLM agents drive this task (see ``[agents] mode``): in ``auto``, when a
-    model is named (and can be called: a key or a base URL) or a provider key is set."""
-    a = spec.agents
-    if a.mode != "auto":
-        return a.mode == "llm"
-    if offline_reason(spec) is not None:
-        return False
-    roles = (a.proposer, a.coder)
-    return bool(a.model or any(r.model or r.ensemble for r in roles) or detect_model())
-
-
-def offline_reason(spec: TaskSpec) -> str | None:
-    """In ``auto`` mode, why a model the task names cannot be used (no key, no base
-    URL), so the offline agents drive the run instead (said at its start)."""
-    a = spec.agents
-    if a.mode != "auto":
-        return None
-    roles = (a.proposer, a.coder)
-    named = [a.model] if a.model else []
-    named += [r.model for r in roles if r.model] + [m.model for r in roles for m in r.ensemble]
-    for model in named:
-        if (why := missing_key(model, a.base_url, a.api_key_env)) is not None:
-            return why
-    return None
 
 
 def role_models(spec: TaskSpec) -> dict[str, LLM]:

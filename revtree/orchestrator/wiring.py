@@ -17,17 +17,18 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
-from revtree.agents import Evaluator, KnobCoder, KnobProposer, StaticReviewer, read_knobs
+from revtree.agents import Evaluator, KnobProposer, StaticReviewer, read_knobs
 from revtree.agents.base import Agents
+from revtree.agents.driver import driver
 from revtree.agents.llm import BudgetExhausted
-from revtree.agents.mutate import MutationProposer, offline_agents
+from revtree.agents.mutate import offline_agents
 from revtree.errors import Cancelled
 from revtree.memory import GitStore, RunInfo, Store
 from revtree.memory.db import revtree_home
 from revtree.memory.gitstore import PROTECTED_REF
 from revtree.orchestrator.budget import Budget
 from revtree.orchestrator.gpus import GpuPool
-from revtree.orchestrator.llm_team import Team, uses_llm
+from revtree.orchestrator.llm_team import Team
 from revtree.orchestrator.mirror import Mirror
 from revtree.orchestrator.policies import make_policy
 from revtree.orchestrator.policies.base import Policy
@@ -260,15 +261,7 @@ def writers(spec: TaskSpec) -> dict[str, Any]:
     offline knob proposer sets the task's knobs in the user's own code (it may run
     locally where Docker cannot take it), else ``writer`` (LLM agents, or random code
     mutations: never run outside Docker unless the task or ``--sandbox local`` says)."""
-    if uses_llm(spec):
-        return {"writer": "LLM agents write this run's candidates"}
-    proposer, coder = offline_agents(spec)
-    if isinstance(proposer, KnobProposer) and isinstance(coder, KnobCoder):
-        return {"knob_only": True}
-    return {
-        "writer": "random code mutations (the offline agents without [[knobs]]) write "
-        "this run's candidates"
-    }
+    return driver(spec).writers()
 
 
 def ray_choice(spec: TaskSpec) -> BackendChoice:
@@ -303,10 +296,11 @@ def make_agents(
     sandbox: Sandbox,
     cancel: threading.Event,
 ) -> Agents:
-    """The run's agents: on models where the task uses them (``uses_llm``), else offline
-    (knobs, or code mutations); the static reviewer always reviews first."""
+    """The run's agents, as :func:`driver` decides: on models, else offline (knobs, or
+    code mutations); the static reviewer always reviews first."""
     static = StaticReviewer(spec)
-    if uses_llm(spec):
+    chosen = driver(spec)
+    if chosen.llm:
         team = Team(store, spec, git, mirror, sandbox, cancel)
         return Agents(
             team, team, (static, team), team, "LLM", team.meter.exhausted, team.ask_policy
@@ -318,9 +312,4 @@ def make_agents(
         knob_files = sorted({k.file for k in spec.knobs})
         proposer.baseline = read_knobs(spec.knobs, git.read_files(root.commit, knob_files))
     proposer.rebuild(mirror.nodes.values())
-    label = (
-        "offline code mutations"
-        if isinstance(proposer, MutationProposer)
-        else "offline Optuna knobs"
-    )
-    return Agents(proposer, coder, (static,), None, label)
+    return Agents(proposer, coder, (static,), None, chosen.label)

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from revtree.agents import Evaluator
+from revtree.agents.driver import driver
 from revtree.agents.evaluator import Outcome
 from revtree.agents.llm import LLMError, Prompt, Usage, detect_model, make_llm, split_model
 from revtree.agents.llm.pricing import Rate, cost, rate_for
@@ -38,7 +39,6 @@ from revtree.agents.stage_inputs import labels_visible
 from revtree.errors import RevtreeError
 from revtree.memory import GitStore
 from revtree.memory.records import EvalResult
-from revtree.orchestrator.llm_team import offline_reason, uses_llm
 from revtree.orchestrator.run import read_source
 from revtree.orchestrator.wiring import writers
 from revtree.sandboxes import BackendChoice, Sandbox, choose_backend, make_sandbox
@@ -284,7 +284,7 @@ def require_models(spec: TaskSpec, timeout: float = START_TIMEOUT) -> None:
     for ``run`` and ``resume`` before they create or evaluate anything: raises
     ``LLMError`` naming each model and URL that did not answer. Nothing for an offline
     run."""
-    if not uses_llm(spec):
+    if not driver(spec).llm:
         return
     report = Report(spec)
     _models(spec, report, timeout)
@@ -293,12 +293,13 @@ def require_models(spec: TaskSpec, timeout: float = START_TIMEOUT) -> None:
 
 
 def _models(spec: TaskSpec, report: Report, timeout: float = CHECK_TIMEOUT) -> None:
-    if not uses_llm(spec):
+    chosen = driver(spec)
+    if not chosen.llm:
         mode = spec.agents.mode
         why = (
             f"agents.mode = {mode!r}"
             if mode != "auto"
-            else offline_reason(spec) or "no model set, no OPENAI_API_KEY / ANTHROPIC_API_KEY"
+            else chosen.offline_reason or "no model set, no OPENAI_API_KEY / ANTHROPIC_API_KEY"
         )
         report.add("model", SKIP, f"offline run ({why}): no model to call")
         return
@@ -351,7 +352,7 @@ def _estimate(spec: TaskSpec, report: Report) -> None:
             f"{nodes} candidates x {seconds:.2f} s / parallel {parallel} ≈ "
             f"{_duration(wall)} of evaluation{capped}"
         )
-    if uses_llm(spec):
+    if driver(spec).llm:
         usd, unknown = llm_cost(spec, nodes)
         if unknown:
             parts.append(f"cost unknown (no price for {', '.join(unknown)}; [agents.prices])")

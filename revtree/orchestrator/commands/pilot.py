@@ -34,14 +34,14 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
+from revtree.agents.driver import DRIVERS, KNOBS, KNOBS_LOCAL, LLM, MUTATE, driver
 from revtree.memory.records import EvalResult, Node, NodeStatus
 from revtree.tasks.spec import TaskSpec
 
 FULL = "full"
-# Who proposes the candidates: the knob proposer that ignores the parent (tpe, random),
-# the one that perturbs it (local), code mutations, LLM agents.
-KNOBS, KNOBS_LOCAL, MUTATE, LLM = "knobs", "knobs-local", "mutate", "llm"
-DRIVERS = (KNOBS, KNOBS_LOCAL, MUTATE, LLM)
+# Who proposes the candidates (agents/driver.py): the knob proposer that ignores the
+# parent (tpe, random), the one that perturbs it (local), code mutations, LLM agents.
+__all__ = ["DRIVERS", "KNOBS", "KNOBS_LOCAL", "LLM", "MUTATE", "driver_of"]
 
 
 @dataclass(frozen=True)
@@ -71,15 +71,7 @@ class PilotReport:
 
 def driver_of(spec: TaskSpec) -> str:
     """Who proposes the candidates of a run of ``spec``, as the run's wiring decides."""
-    from revtree.agents import KnobProposer
-    from revtree.agents.mutate import offline_agents
-    from revtree.orchestrator.llm_team import uses_llm
-
-    if uses_llm(spec):
-        return LLM
-    if not isinstance(offline_agents(spec)[0], KnobProposer):
-        return MUTATE
-    return KNOBS_LOCAL if spec.agents.knobs.sampler == "local" else KNOBS
+    return driver(spec).name
 
 
 def driver_from(nodes: list[Node]) -> str | None:
@@ -186,7 +178,7 @@ def recommend(
     return policy, params, tuple(reasons)
 
 
-BUILDS_ON_PARENT = {
+BUILDS_ON_PARENT: dict[str, str] = {
     KNOBS_LOCAL: "the knob proposer's local sampler perturbs the parent's values, "
     "so where the search expands matters",
     MUTATE: "code mutations edit the parent's code, so where the search expands matters",
