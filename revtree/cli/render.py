@@ -147,7 +147,11 @@ def print_summary(store: Store, run: RunInfo) -> None:
         "nodes",
         f"{s['n_nodes']} ({s['n_succeeded']} ok, {s['n_failed']} failed, "
         + (f"{s['n_rejected']} rejected, " if s["n_rejected"] else "")
-        + f"{s['n_in_flight']} unfinished)",
+        + (f"{s['n_waiting']} waiting for approval, " if s["n_waiting"] else "")
+        + f"{s['n_in_flight']} unfinished)"
+        + (
+            f", {s['n_inherited']} inherited from run {s['parent_run']}" if s["n_inherited"] else ""
+        ),
     )
     table.add_row("baseline", fmt(s["baseline_score"]))
     if s["best_node"] is None:
@@ -163,7 +167,12 @@ def print_summary(store: Store, run: RunInfo) -> None:
     for a in s["alarms"]:
         if a.get("kind") != "subtree":
             table.add_row("alarm", escape(f"node {a['node']} ({a['kind']}): {a['message']}"))
-    table.add_row("time", f"{s['wall_seconds']:.1f}s wall, {s['sandbox_seconds']:.1f} sandbox-s")
+    before = s["inherited_sandbox_seconds"]  # a fork's history: evaluated in its parent run
+    table.add_row(
+        "time",
+        f"{s['wall_seconds']:.1f}s wall, {s['sandbox_seconds']:.1f} sandbox-s"
+        + (f" ({before:.1f} of them inherited, spent by run {s['parent_run']})" if before else ""),
+    )
     llm = s["llm"]
     if llm["calls"]:
         roles = ", ".join(f"{r} ${v['usd']:.4f}" for r, v in llm["by_role"].items())

@@ -49,6 +49,7 @@ def _lean_nodes(conn: Connection, run_id: str) -> list[Node]:
             NODES.c.created_at,
             NODES.c.finished_at,
             NODES.c.attempt,
+            NODES.c.error_kind,  # the summary counts near twins by it
             alarm_text(),
         )
         .where(NODES.c.run_id == run_id)
@@ -68,6 +69,7 @@ def _lean_nodes(conn: Connection, run_id: str) -> list[Node]:
             created_at=r.created_at,
             finished_at=r.finished_at,
             attempt=r.attempt,
+            error_kind=r.error_kind,
             alarm=None if r.alarm in (None, "null") else json.loads(r.alarm),
         )
         for r in rows

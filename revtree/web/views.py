@@ -16,11 +16,11 @@ from sqlalchemy import select
 from sqlalchemy.engine import make_url
 
 from revtree.errors import RevtreeError
-from revtree.memory import NodeStatus, RunInfo, Store
+from revtree.memory import RunInfo, Store
 from revtree.memory.db import revtree_home, transaction
 from revtree.memory.gitstore import GitStore
 from revtree.memory.records import Node, Score
-from revtree.memory.rows import NODES, RUNS
+from revtree.memory.rows import RUNS
 from revtree.orchestrator.commands.report import (
     compare,
     llm_spend,
@@ -122,7 +122,6 @@ class Views:
             "usd": {"used": s["llm"]["usd"], "max": b.get("max_usd")},
         }
         s["approve"] = (run.spec.get("search") or {}).get("approve") == "evaluate"
-        s["waiting"] = self.waiting(run) if s["approve"] else []
         s["last_seq"] = last_seq(self.store, run.id)
         s["forks"] = self.forks(run.id)
         return s
@@ -136,21 +135,6 @@ class Views:
                 .order_by(RUNS.c.created_at, RUNS.c.id)
             ).all()
         return [{"id": r.id, "node": r.parent_node, "status": r.status} for r in rows]
-
-    def waiting(self, run: RunInfo) -> list[int]:
-        """Candidates held for approval: coded, not the root, and not yet decided."""
-        with transaction(self.store.engine) as conn:
-            coded = dict(
-                conn.execute(
-                    select(NODES.c.id, NODES.c.attempt).where(
-                        NODES.c.run_id == run.id,
-                        NODES.c.status == NodeStatus.CODED.value,
-                        NODES.c.id != 0,
-                    )
-                ).all()
-            )
-        decided = self.store.decisions(run.id, coded) if coded else {}
-        return sorted(n for n in coded if n not in decided)
 
     def nodes(self, run_id: str, since: int | None = None) -> dict[str, Any]:
         run = self.run(run_id)

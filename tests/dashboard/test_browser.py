@@ -278,6 +278,25 @@ def test_runs_page_groups_forks_and_compares(
     page.click(f"#runs tr[data-run='{fork}'] a")
     page.wait_for_selector("#tree[data-ready='1']")
     assert page.url.endswith(f"#/run/{fork}")
+    # the fork's plot starts at the fork (its history, the parent's time, drawn there):
+    # no gap of the parent's time before the fork's own candidates
+    page.wait_for_selector("#plot circle.dot")
+    ticks = page.eval_on_selector_all(
+        "#plot .axis text:not(.ytick)", "ts => ts.map(t => t.textContent)"
+    )
+    assert ticks[0] == "fork", ticks
+    cx = dict(
+        page.eval_on_selector_all(
+            "#plot circle.dot", "cs => cs.map(c => [+c.dataset.id, +c.getAttribute('cx')])"
+        )
+    )
+    origin = min(cx.values())
+    assert cx[0] == cx[1] == origin, cx  # the lineage of node 1, taken over
+    assert all(x > origin for i, x in cx.items() if i > 1), cx
+    assert "2 inherited" in page.inner_text("#run-counts")
+    sandbox = page.inner_text("[data-gauge='sandbox time'] .label")
+    assert "inherited" in sandbox, sandbox
+    page.screenshot(path=str(ARTIFACTS / "fork-run-page.png"))
     assert page.errors == []
 
 

@@ -84,6 +84,14 @@ def _check_comparison(store: Store, parent_id: str, child_id: str, history: set[
     best_new = min(own, key=lambda n: (n.score, n.id))  # the task minimises
     assert (rows["best_new_node"][1], rows["best_new_score"][1]) == (best_new.id, best_new.score)
     parent = summarize(store, store.get_run(parent_id))
+    # the history's sandbox time is the parent's, said apart from the fork's own
+    spent = {e.node_id: 0.0 for e in store.evaluations(parent_id)}
+    for e in store.evaluations(parent_id):
+        spent[e.node_id] += e.duration
+    child = summarize(store, store.get_run(child_id))
+    assert child["inherited_sandbox_seconds"] == round(sum(spent[i] for i in history), 3)
+    assert 0 < child["inherited_sandbox_seconds"] < child["sandbox_seconds"]
+    assert parent["inherited_sandbox_seconds"] == 0
     assert rows["best_new_node"][0] == rows["best_node"][0] == parent["best_node"]
     assert rows["best_score"][1] == min(rows["best_score"][0], best_new.score)
 

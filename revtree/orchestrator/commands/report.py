@@ -34,6 +34,7 @@ def summarize(store: Store, run: RunInfo, with_nodes: bool = False) -> dict[str,
     evals = store.evaluations(run.id)
     holdout = [e for e in evals if e.stage == HOLDOUT]
     guard = [e for e in evals if e.stage == GUARD]
+    held = waiting(store, run, nodes)
     out: dict[str, Any] = {
         "run_id": run.id,
         "task": run.task_name,
@@ -48,7 +49,10 @@ def summarize(store: Store, run: RunInfo, with_nodes: bool = False) -> dict[str,
         "n_succeeded": count[NodeStatus.SUCCEEDED],
         "n_failed": count[NodeStatus.FAILED],  # rejected ones apart: never evaluated
         "n_rejected": count[NodeStatus.REJECTED],
-        "n_in_flight": sum(not n.status.is_finished() for n in nodes),
+        # held for a person's approval: not finished, and not in flight either
+        "n_in_flight": sum(not n.status.is_finished() for n in nodes) - len(held),
+        "n_waiting": len(held),
+        "waiting": held,
         "baseline_score": root.score if root and root.status is NodeStatus.SUCCEEDED else None,
         "best_score": best.score if best else None,
         "best_node": best.id if best else None,
@@ -71,7 +75,7 @@ def summarize(store: Store, run: RunInfo, with_nodes: bool = False) -> dict[str,
         "created_at": run.created_at,
         "parent_run": run.parent_run,
         "parent_node": run.parent_node,
-        **_own_work(nodes, run),
+        **_own_work(nodes, evals, run),
     }
     if run.policy == "evolution":
         out["islands"] = islands(run, tree)
@@ -88,6 +92,16 @@ def summarize(store: Store, run: RunInfo, with_nodes: bool = False) -> dict[str,
             {**node_json(n), **per_node.get(n.id, {"usd": 0.0, "tokens": 0})} for n in nodes
         ]
     return out
+
+
+def waiting(store: Store, run: RunInfo, nodes: list[Node]) -> list[int]:
+    """Candidates held for a person's approval (``approve = "evaluate"``): coded, not the
+    root, with no decision yet on their attempt."""
+    if (run.spec.get("search") or {}).get("approve") != "evaluate":
+        return []
+    coded = {n.id: n.attempt for n in nodes if n.status is NodeStatus.CODED and n.id != 0}
+    decided = store.decisions(run.id, coded) if coded else {}
+    return sorted(n for n in coded if n not in decided)
 
 
 def learning(store: Store, run: RunInfo, nodes: list[Node]) -> dict[str, Any]:
@@ -147,14 +161,17 @@ def inherited(nodes: list[Node], run: RunInfo) -> set[int]:
     return {n.id for n in nodes if n.created_at < run.created_at}
 
 
-def _own_work(nodes: list[Node], run: RunInfo) -> dict[str, Any]:
-    """What this run added itself: its node count and best node, history left out."""
+def _own_work(nodes: list[Node], evals: list[EvalResult], run: RunInfo) -> dict[str, Any]:
+    """What this run added itself: its node count and best node, history left out, and
+    the sandbox time of the history's evaluations (counted in ``sandbox_seconds``, as the
+    history's nodes are in ``n_nodes`` and the budget; ``wall_seconds`` is this run's)."""
     old = inherited(nodes, run)
     own = [n for n in nodes if n.id not in old]
     best = Tree.of(own, run.maximize).best()
     return {
         "n_inherited": len(old),
         "n_new": len(own),
+        "inherited_sandbox_seconds": round(sum(e.duration for e in evals if e.node_id in old), 3),
         "best_new_score": best.score if best else None,
         "best_new_node": best.id if best else None,
     }

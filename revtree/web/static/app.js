@@ -586,14 +586,16 @@
     const W = rect.width || 480, H = rect.height || 220;
     const m = { l: 60, r: 12, t: 10, b: 24 };
     const maximize = !!run.maximize;
-    // a fork's copied history finished before the fork was made: start at the earliest
+    // time from the run's start; a fork's copied history finished before the fork was
+    // made (in its parent's time): it is drawn at 0, where the fork's search starts from it
+    const fork = run.parent_run != null && run.created_at != null;
     let t0 = run.created_at || Infinity;
-    for (const c of cols.created) if (c != null && c < t0) t0 = c;
+    if (!fork) for (const c of cols.created) if (c != null && c < t0) t0 = c;
     if (!Number.isFinite(t0)) t0 = 0;
     const pts = [];
     for (let i = 0; i < cols.id.length; i++) {
       if (cols.status[i] !== "succeeded" || cols.score[i] == null || cols.finished[i] == null) continue;
-      pts.push({ id: cols.id[i], t: cols.finished[i] - t0, s: cols.score[i], alarm: !!cols.alarm[i], i });
+      pts.push({ id: cols.id[i], t: Math.max(0, cols.finished[i] - t0), s: cols.score[i], alarm: !!cols.alarm[i], i });
     }
     pts.sort((a, b) => a.t - b.t);
     const step = [];
@@ -629,7 +631,7 @@
     const nx = Math.max(2, Math.min(5, Math.floor((W - m.l - m.r) / 64))); // labels ~50 px wide
     for (let j = 0; j <= nx; j++) {
       const t = (tmax * j) / nx;
-      put(axis, sv("text", { x: X(t), y: H - 8, "text-anchor": j === 0 ? "start" : j === nx ? "end" : "middle" }, fmtDur(t)));
+      put(axis, sv("text", { x: X(t), y: H - 8, "text-anchor": j === 0 ? "start" : j === nx ? "end" : "middle" }, j === 0 && fork ? "fork" : fmtDur(t)));
     }
     put(axis, sv("line", { x1: m.l, x2: m.l, y1: m.t, y2: H - m.b }));
     put(axis, sv("line", { x1: m.l, x2: W - m.r, y1: H - m.b, y2: H - m.b }));
@@ -706,6 +708,7 @@
       this.log = el("div", { id: "log" });
       this.logState = el("span", { class: "muted" });
       this.evo = el("div", { class: "section" });
+      this.learnt = el("div", { class: "section", id: "learning" });
       const treeBar = el("span", { class: "treebar" },
         el("button", { class: "small", onclick: () => { this.tree.userMoved = false; this.tree.fit(); this.tree.draw(true); } }, "fit"),
         el("button", { class: "small", onclick: () => this.run && this.run.best_node != null && this.tree.focus(this.run.best_node) }, "best"),
@@ -715,7 +718,7 @@
           el("div", { class: "right" },
             el("div", { class: "card" }, el("h3", {}, "score over time", el("span", { class: "grow" }), el("span", { class: "muted", style: "text-transform:none" }, "● candidate  ━ best so far  ┄ baseline  ◆ holdout")), this.plotSvg),
             el("div", { class: "card", id: "logcard" }, el("h3", {}, "live log", el("span", { class: "grow" }), this.logState), this.log)));
-      put(app, [this.head, this.gauges, this.body, this.evo]);
+      put(app, [this.head, this.gauges, this.body, this.learnt, this.evo]);
       this.panel = el("aside", { id: "panel", hidden: true });
       app.appendChild(this.panel);
       this.tree = new TreeView(this.treeSvg, (id) => this.pick(id));
@@ -783,6 +786,7 @@
       this.lastRefresh = Date.now();
       this.renderHead();
       this.renderGauges();
+      this.renderLearning();
       this.fitBody();
       this.tree.waiting = new Set(run.waiting || []);
       this.tree.setData(cols, !!run.maximize);
@@ -837,14 +841,15 @@
       put(l1, this.family(r));
       if (r.alarms && r.alarms.length) put(l1, badge("alarm", r.alarms.length + " alarm" + (r.alarms.length > 1 ? "s" : "")));
       put(l2, kv("policy", r.policy || "–"));
-      // a node waiting for approval is not finished (the summary counts it in flight): said apart
-      const held = (r.waiting || []).length, flying = Math.max(0, (r.n_in_flight || 0) - held);
+      // a node waiting for approval is not in flight (the summary counts it apart)
+      const held = r.n_waiting || 0, flying = r.n_in_flight || 0;
       if (r.n_nodes != null) {
         put(l2, el("span", { class: "kv", id: "run-counts" }, el("b", {}, String(r.n_nodes)), " nodes",
           r.n_failed ? [" · ", el("b", { style: "color:#b91c1c" }, String(r.n_failed)), " failed"] : null,
           r.n_rejected ? [" · ", el("b", { style: "color:#b45309" }, String(r.n_rejected)), " rejected"] : null,
           flying ? [" · ", el("b", { style: "color:#1d4ed8" }, String(flying)), " in flight"] : null,
-          held ? [" · ", el("b", { style: "color:#b45309" }, String(held)), " waiting"] : null));
+          held ? [" · ", el("b", { style: "color:#b45309" }, String(held)), " waiting"] : null,
+          r.n_inherited ? [" · ", el("b", {}, String(r.n_inherited)), " inherited"] : null));
       }
       const hold = (r.holdout || []).filter((x) => x.score != null && x.node === r.best_node);
       const dg = digitsApart([r.best_score, r.baseline_score, hold.length ? hold[hold.length - 1].score : null]);
@@ -905,8 +910,16 @@
           el("div", { class: "label" }, el("span", {}, label), el("span", {}, el("b", {}, fmt(used)), " / " + (max == null ? "∞" : fmt(max)))),
           el("div", { class: "bar" }, bar));
       };
+      // a fork's history was evaluated by its parent run: said apart from this run's own
+      const before = this.run.inherited_sandbox_seconds || 0;
+      const sandbox = one("sandbox time", b.sandbox_seconds, fmtDur);
+      if (before) {
+        const label = sandbox.querySelector(".label span");
+        label.textContent += " (" + fmtDur(before) + " inherited)";
+        sandbox.title = fmtDur(before) + " of it spent by run " + this.run.parent_run + " on the nodes this fork took over; the wall time is this run's own";
+      }
       put(g, [one("nodes", b.nodes, (x) => (x == null ? "–" : String(x))), one("wall time", b.wall, fmtDur),
-        one("sandbox time", b.sandbox_seconds, fmtDur), one("dollars", b.usd, fmtUsd)]);
+        sandbox, one("dollars", b.usd, fmtUsd)]);
     }
     // -- live log ----------------------------------------------------------------------
     logRow(e, fresh) {
@@ -984,6 +997,32 @@
         else if (every < 10000) this.watchRevival(10000, Infinity);
       };
       this.reviveTimer = setTimeout(tick, every);
+    }
+    // -- what the search learnt: the model bandits and the near-twin check -----------
+    renderLearning() {
+      const r = this.run || {}, models = r.models || {}, nov = r.novelty || {};
+      const roles = Object.keys(models), saved = nov.evaluations_saved || 0;
+      const box = clear(this.learnt);
+      if (!roles.length && !saved) return;
+      const body = el("div", { class: "learnt" });
+      const card = el("div", { class: "card" }, el("h3", {}, "what the search learnt"), body);
+      for (const role of roles) {
+        const arms = Object.entries(models[role].models || {});
+        const most = Math.max(1, ...arms.map(([, a]) => a.pulls || 0));
+        put(body, el("div", { class: "muted" }, role + "'s models, chosen by a bandit (Thompson sampling): candidates and mean reward (0–1)"));
+        put(body, el("table", { class: "bandit", "data-role": role },
+          el("tbody", {}, arms.map(([name, a]) => el("tr", { "data-model": name },
+            el("td", {}, name),
+            el("td", { class: "num" }, String(a.pulls || 0)),
+            el("td", { class: "barcell" }, el("i", { style: "width:" + (100 * (a.pulls || 0) / most).toFixed(0) + "%" })),
+            el("td", { class: "num" }, a.mean_reward == null ? "–" : a.mean_reward.toFixed(2)))))));
+      }
+      if (nov.threshold != null && nov.threshold < 1) {
+        put(body, el("p", { id: "novelty" }, el("b", {}, String(saved)),
+          " candidate" + (saved === 1 ? " was" : "s were") + " refused before evaluation as near twins of evaluated ones (similarity ≥ " + nov.threshold + "): " +
+          saved + " evaluation" + (saved === 1 ? "" : "s") + " saved"));
+      }
+      put(box, card);
     }
     // -- evolution ---------------------------------------------------------------------
     async loadIslands() {

@@ -1,0 +1,47 @@
+"""Issue 26/27: what the search learnt, on the run page: the model bandit's candidates
+and mean reward per model, and the near twins refused before evaluation, read from a
+real run against the fake server over HTTP (three models of known quality, one of them
+repeating earlier answers) and shown in headless Chromium."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from revtree.agents.llm.fake_models import Climber
+from revtree.agents.llm.fake_server import FakeLLMServer
+from revtree.memory import Store
+from tests.dashboard.conftest import ARTIFACTS, Dashboard, Site
+from tests.orchestrator.test_model_bandit import QUALITY, climb_task, drive
+
+
+@pytest.mark.slow  # a 12-candidate run, then the page
+def test_the_run_page_shows_the_bandit_and_the_evaluations_saved(
+    page: Any, site: Site, dashboard: Dashboard, tmp_path: Path
+) -> None:
+    task = climb_task(tmp_path / "t", selection="bandit", budget=13, novelty=0.98)
+    with FakeLLMServer(Climber(QUALITY, seed=2, repeat=1 / 3)) as srv:
+        run_id = drive(Store(site.db), site.home, task, srv.openai_url)
+    shown = json.loads(site.cli("show", run_id, "--json").stdout)
+    arms = shown["models"]["coder"]["models"]
+    saved = shown["novelty"]["evaluations_saved"]
+    assert saved > 0, "the fake model repeats itself: some candidate must be a twin"
+
+    page.goto(f"{dashboard.url}/?token={dashboard.token}#/run/{run_id}")
+    page.wait_for_selector("#learning table.bandit[data-role='coder']")
+    rows = page.eval_on_selector_all(
+        "#learning table.bandit[data-role='coder'] tr",
+        "rs => rs.map(r => [r.dataset.model, ...[...r.cells].map(c => c.textContent)])",
+    )
+    assert {r[0] for r in rows} == set(arms)
+    for model, name, pulls, _bar, mean in rows:
+        assert name == model and int(pulls) == arms[model]["pulls"]
+        want = arms[model]["mean_reward"]
+        assert mean == ("\u2013" if want is None else f"{want:.2f}")
+    said = page.inner_text("#novelty")
+    assert said.startswith(f"{saved} candidate") and "0.98" in said, said
+    page.screenshot(path=str(ARTIFACTS / "learning-run-page.png"), full_page=True)
+    assert page.errors == []
