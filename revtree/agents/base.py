@@ -113,7 +113,10 @@ class Analyst(Protocol):
 @dataclass
 class Agents:
     """The agents that drive a run, built by ``revtree.orchestrator.wiring``: the
-    pipeline calls them the same way whether they are offline or on models."""
+    pipeline calls them the same way whether they are offline or on models.
+    ``reviewers`` may call a model (their review may run beside the evaluation where the
+    sandbox contains the candidate); ``checks`` are pure reviews of the change (the
+    static reviewer), always run first."""
 
     proposer: Proposer
     coder: Coder
@@ -122,3 +125,4 @@ class Agents:
     label: str = "offline"
     spent: Callable[[], str | None] = lambda: None  # why the model budget is spent, if it is
     ask: Callable[[str], str] | None = None  # one model call, for a policy that asks
+    checks: tuple[Reviewer, ...] = ()

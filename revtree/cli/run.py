@@ -105,16 +105,12 @@ def check_models(spec: TaskSpec, then: str = "") -> None:
     """Build the clients of the models a run's agents will call, as the run does, and make
     ``check``'s call of one token to each, so that a model that cannot be called (no key,
     a server that does not answer) is refused before a run is created, changed or evaluated."""
-    from revtree.agents.driver import driver
     from revtree.orchestrator.commands.check import require_models
-    from revtree.orchestrator.llm_team import role_models
 
-    if driver(spec).llm:
-        try:
-            role_models(spec)
-            require_models(spec)
-        except LLMError as e:  # ``then``: what the refusal left as it was
-            raise LLMError(f"{e}; {then}" if then else str(e)) from None
+    try:
+        require_models(spec)
+    except LLMError as e:  # ``then``: what the refusal left as it was
+        raise LLMError(f"{e}; {then}" if then else str(e)) from None
 
 
 def _agents(model: str | None, base_url: str | None) -> dict[str, Any]:

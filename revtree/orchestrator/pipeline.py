@@ -12,7 +12,9 @@ a rejection by a reviewer, or by the user at ``approve``, goes to ``record``; a 
 evaluation goes to the analyst, then to ``record``. ``approve`` parks the thread with
 LangGraph's ``interrupt`` until a decision is stored (human approval); it is in the
 graph only where the run asks for approval, as ``analyse`` is only where there is an
-analyst.
+analyst. Where the sandbox contains the candidate, ``review`` runs only the pure checks
+and starts the model review in a thread; ``evaluate`` waits for its verdict after the
+evaluation, and a rejection goes to ``record`` as from ``review`` (orchestrator/reviews.py).
 
 What travels in the graph state is what a step hands the next: the ticket and node id,
 the refused answer (``refusal``), a rejection (``verdict``), the evaluation's
@@ -69,6 +71,8 @@ def build_pipeline(steps: Steps, checkpointer: Any) -> Any:
         return lambda state: "record" if state.get("verdict") else nxt
 
     def after_evaluate(state: CandidateState) -> str:
+        if state.get("verdict"):  # rejected by the review that ran beside the evaluation
+            return "record"
         outcome = state.get("outcome") or {}
         failed = not outcome.get("ok") and outcome.get("error_kind") != "gated"
         return "analyse" if failed and analyst else "record"

@@ -23,7 +23,7 @@ from typing import Any
 from langgraph.errors import GraphBubbleUp
 from langgraph.types import interrupt
 
-from revtree.agents.base import Change, Job, Proposal, Refusal, Verdict
+from revtree.agents.base import Change, Job, Proposal, Refusal, Reviewer, Verdict
 from revtree.agents.evaluator import GUARD, HOLDOUT, Outcome
 from revtree.agents.llm import BudgetExhausted
 from revtree.errors import (
@@ -39,6 +39,7 @@ from revtree.memory.records import TWIN
 from revtree.orchestrator.measures import node_features
 from revtree.orchestrator.novelty import Novelty
 from revtree.orchestrator.policies import Selection
+from revtree.orchestrator.reviews import Beside, contains
 from revtree.orchestrator.tree import Tree
 from revtree.orchestrator.trust import Failure, foreign_failure, infra_cause
 from revtree.orchestrator.verify import Trust
@@ -86,6 +87,8 @@ class Steps:
         self.announced: set[tuple[int, int]] = set()  # (node, attempt) shown as waiting
         self.failures: dict[int, Failure] = {}  # node -> its failure, where not its code's
         self.novelty = Novelty(parts.spec, parts.git, parts.mirror)
+        beside = contains(parts.sandbox) and parts.spec.search.approve != "evaluate"
+        self.beside = Beside(beside and bool(parts.agents.reviewers))
 
     # -- the candidate boundary --------------------------------------------------------
     def guarded(self, step: str, fn: Callable[[State], State | None]) -> Callable[[State], State]:
@@ -279,26 +282,51 @@ class Steps:
         return Change(paths, git.diff(parent.commit, node.commit))
 
     def review(self, state: State) -> State | None:
-        """The near-twin check (``novelty``), then the reviewers in turn (the static
-        checks first); the first rejection is the verdict. A rejection goes to ``record``;
-        an acceptance a model gave is stored on the node (a user's decision is an event:
-        see ``approve``). A replay after a crash reviews again (the checks are pure)."""
+        """The near-twin check (``novelty``) and the pure checks, then the reviewers
+        that may call a model, in turn, here or beside the evaluation (``reviews``); the
+        first rejection is the verdict. A rejection goes to ``record``; an acceptance a
+        model gave is stored on the node (a user's decision is an event: see
+        ``approve``). A replay after a crash reviews again (the checks are pure)."""
         node = self.mirror.get(state["node_id"])
         if node.status is not NodeStatus.CODED:
             return None
         if (twin := self.novelty.twin(node)) is not None:
             return {"verdict": {"accepted": False, "reasons": [twin.reason()], "by": "novelty"}}
+        verdict = self._verdict(node, self.agents.checks)
+        if verdict is None and not self.beside.start(
+            (node.id, node.attempt), lambda: self._model_verdict(node)
+        ):
+            verdict = self._verdict(node, self.agents.reviewers)
+        return {"verdict": verdict}
+
+    def _model_verdict(self, node: Node) -> Verdict | None:
+        """The model reviewers' verdict, run beside the evaluation (None: no rejection)."""
+        rejected = self._verdict(node, self.agents.reviewers)
+        return None if rejected is None else Verdict(False, tuple(rejected["reasons"]))
+
+    def _verdict(self, node: Node, reviewers: tuple[Reviewer, ...]) -> State | None:
+        """The first rejection of ``reviewers`` (a graph-state verdict), else None, with
+        an acceptance a model gave stored on the node."""
         assert node.proposal is not None
         job, proposal, change = self.job(node), Proposal(**node.proposal), self.change(node)
         verdict = Verdict(True, stored=False)
-        for reviewer in self.agents.reviewers:
+        for reviewer in reviewers:
             verdict = reviewer.review(job, proposal, change) or verdict
             if not verdict.accepted:
-                return {"verdict": {"accepted": False, "reasons": list(verdict.reasons)}}
+                return {"accepted": False, "reasons": list(verdict.reasons)}
         if verdict.stored:
             review = {"accepted": True, "reasons": list(verdict.reasons)}
             self.mirror.set(node.id, None, review=review)
-        return {"verdict": None}
+        return None
+
+    def _reviewed_beside(self, node: Node, outcome: Outcome) -> State:
+        """The evaluation's outcome, with the verdict of the review that ran beside it
+        (raised as the review step's failure where the review failed)."""
+        key = (node.id, node.attempt)
+        if not self.beside.started(key):
+            return {"outcome": dataclasses.asdict(outcome)}
+        review = self.guarded("review", lambda s: {"verdict": self.beside.verdict(key)})
+        return {"outcome": dataclasses.asdict(outcome), **review({"node_id": node.id})}
 
     def approve(self, state: State) -> State | None:
         """Human approval (``[search] approve = "evaluate"``): the candidate waits, its
@@ -342,6 +370,12 @@ class Steps:
     def evaluate(self, state: State) -> State | None:
         node = self.mirror.get(state["node_id"])
         assert node.commit is not None
+        key = (node.id, node.attempt)
+        if self.beside.enabled and node.id != 0 and not self.beside.started(key):
+            # a replay: the review that ran beside was lost with its process; review first
+            reviewed = self.guarded("review", lambda s: {"verdict": self._lost_review(node)})
+            if (verdict := reviewed({"node_id": node.id}).get("verdict")) is not None:
+                return {"verdict": verdict}
         done = {}
         if node.id in self.resumed:  # only a resumed node can have stored evaluations
             done = {
@@ -360,7 +394,13 @@ class Steps:
         archive = self.p.git.archive(node.commit, self.p.overlay)
         with self.p.slots.held():
             if node.status is not NodeStatus.EVALUATING:
-                what = "baseline" if node.id == 0 else "review passed"
+                what = (
+                    "baseline"
+                    if node.id == 0
+                    else "checks passed, evaluating while the reviewer reads it; then"
+                    if self.beside.started(key)
+                    else "review passed"
+                )
                 msg = f"node {node.id}: {what}, evaluating"
                 node = self.mirror.set(
                     node.id, ("evaluate", msg, None), status=NodeStatus.EVALUATING
@@ -375,7 +415,12 @@ class Steps:
             )
         if node.id == 0 and not outcome.ok:
             raise BaselineFailed(outcome.error or "no score")
-        return {"outcome": dataclasses.asdict(outcome)}
+        return self._reviewed_beside(node, outcome)
+
+    def _lost_review(self, node: Node) -> State | None:
+        if node.review is not None or node.status is not NodeStatus.CODED:
+            return None  # reviewed, or evaluating already: the verdict was given
+        return self._verdict(node, self.agents.reviewers)
 
     def analyse(self, state: State) -> State | None:
         """The analyst's reading of a failed evaluation; its own failure is only logged."""

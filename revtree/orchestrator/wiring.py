@@ -298,12 +298,13 @@ def make_agents(
 ) -> Agents:
     """The run's agents, as :func:`driver` decides: on models, else offline (knobs, or
     code mutations); the static reviewer always reviews first."""
-    static = StaticReviewer(spec)
+    checks = (StaticReviewer(spec),)
     chosen = driver(spec)
     if chosen.llm:
         team = Team(store, spec, git, mirror, sandbox, cancel)
+        reviewers = (team,) if spec.agents.reviewer.enabled else ()
         return Agents(
-            team, team, (static, team), team, "LLM", team.meter.exhausted, team.ask_policy
+            team, team, reviewers, team, "LLM", team.meter.exhausted, team.ask_policy, checks
         )
     proposer, coder = offline_agents(spec)
     if isinstance(proposer, KnobProposer):  # an improve of the root starts from its values
@@ -312,4 +313,4 @@ def make_agents(
         knob_files = sorted({k.file for k in spec.knobs})
         proposer.baseline = read_knobs(spec.knobs, git.read_files(root.commit, knob_files))
     proposer.rebuild(mirror.nodes.values())
-    return Agents(proposer, coder, (static,), None, chosen.label)
+    return Agents(proposer, coder, (), None, chosen.label, checks=checks)

@@ -114,6 +114,16 @@ class Capacity(Protocol):
     def capacity(self) -> int: ...
 
 
+@runtime_checkable
+class Contained(Protocol):
+    """An optional ability: ``contained`` is true where what a candidate does stays in
+    its sandbox (its own root filesystem, no network, no host process), so its
+    evaluation may start before a model has reviewed it (orchestrator/reviews.py). A
+    backend without the attribute is taken not to contain anything."""
+
+    contained: bool
+
+
 @dataclass(frozen=True)
 class SandboxContext:
     """What a backend's ``build(context, **options) -> Sandbox`` may use; each takes

@@ -227,6 +227,7 @@ class BwrapSandbox(LocalSandbox):
     """The local sandbox's supervisor in Linux namespaces; see the module's docstring."""
 
     name = "bwrap"
+    contained = True  # namespaces: a read-only view, no network (sandboxes.base.Contained)
 
     def __init__(
         self,

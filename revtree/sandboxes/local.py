@@ -98,6 +98,7 @@ class LocalSandbox:
     """Runs each request in a new folder under ``base_dir`` (default: the temp dir)."""
 
     name = "local"
+    contained = False  # the host's filesystem and network: reviewed before evaluated
 
     def __init__(self, base_dir: str | Path | None = None) -> None:
         self.base_dir = Path(base_dir) if base_dir else None

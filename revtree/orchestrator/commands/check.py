@@ -284,8 +284,11 @@ def require_models(spec: TaskSpec, timeout: float = START_TIMEOUT) -> None:
     for ``run`` and ``resume`` before they create or evaluate anything: raises
     ``LLMError`` naming each model and URL that did not answer. Nothing for an offline
     run."""
+    from revtree.orchestrator.llm_team import role_models as clients
+
     if not driver(spec).llm:
         return
+    clients(spec)  # built as the run builds them: LLMError for one that cannot be
     report = Report(spec)
     _models(spec, report, timeout)
     if failed := report.failures:

@@ -95,6 +95,7 @@ class DockerSandbox:
     """Runs each request in a new container of ``config.image`` (see the package doc)."""
 
     name = "docker"
+    contained = True  # its own image and root, no network (sandboxes.base.Contained)
 
     def __init__(
         self,

@@ -120,6 +120,7 @@ class RaySandbox:
     """Runs each request as a Ray task on a cluster (see the package doc)."""
 
     name = "ray"
+    contained = True  # on a worker, in that worker's own sandbox (sandboxes.base.Contained)
 
     def __init__(
         self,

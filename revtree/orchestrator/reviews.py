@@ -1,0 +1,72 @@
+"""Where a candidate's model review runs: before its evaluation, or beside it (issue 24).
+
+The pure checks (the near-twin check, the static reviewer) always run first: they cost
+nothing and a twin must not cost an evaluation. The reviewers that call a model take a
+model's latency, which the candidate's evaluation would otherwise wait for. Where the
+sandbox contains what a candidate does (``sandboxes.base.Contained``: Docker, the
+namespace sandbox, Ray workers), the review runs in a thread of its own while the
+candidate is evaluated, and the evaluation step waits for its verdict before the node is
+recorded: a rejection still keeps the node out of the tree's scores, the prompts and the
+recommendation (it is recorded ``rejected``; its evaluation rows stay, as spent sandbox
+time). In the local sandbox, which contains nothing, and where a person approves each
+candidate (who should see the reviewer's verdict first), the review comes first, as
+before. A review started beside an evaluation lives in memory only: after a crash the
+evaluation step finds none and reviews before evaluating.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any
+
+from revtree.agents.base import Verdict
+from revtree.sandboxes.base import Contained, Sandbox
+
+Key = tuple[int, int]  # (node, attempt)
+
+
+def contains(sandbox: Sandbox) -> bool:
+    """Whether ``sandbox`` contains what a candidate does (a plugin says so itself)."""
+    return isinstance(sandbox, Contained) and bool(sandbox.contained)
+
+
+class Beside:
+    """The model reviews running beside evaluations, by (node, attempt)."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.lock = threading.Lock()
+        self.running: dict[Key, Future[Verdict | None]] = {}
+
+    def start(self, key: Key, review: Callable[[], Verdict | None]) -> bool:
+        """Start ``review`` in a thread of its own, if reviews run beside evaluations."""
+        if not self.enabled:
+            return False
+        future: Future[Verdict | None] = Future()
+
+        def work() -> None:
+            try:
+                future.set_result(review())
+            except BaseException as e:  # re-raised in the step that waits for it
+                future.set_exception(e)
+
+        with self.lock:
+            self.running[key] = future
+        threading.Thread(target=work, name=f"review-{key[0]}", daemon=True).start()
+        return True
+
+    def started(self, key: Key) -> bool:
+        with self.lock:
+            return key in self.running
+
+    def verdict(self, key: Key) -> dict[str, Any] | None:
+        """The rejection the review started for ``key`` gave, as the graph state holds
+        verdicts (None: accepted); the review's exception, raised."""
+        with self.lock:
+            future = self.running.pop(key)
+        verdict = future.result()
+        if verdict is None or verdict.accepted:
+            return None
+        return {"accepted": False, "reasons": list(verdict.reasons), "by": "reviewer beside"}
