@@ -16,8 +16,9 @@ evaluation step finds none and reviews before evaluating.
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from typing import Any
 
@@ -56,6 +57,17 @@ class Beside:
             self.running[key] = future
         threading.Thread(target=work, name=f"review-{key[0]}", daemon=True).start()
         return True
+
+    @contextlib.contextmanager
+    def dropped_on_error(self, key: Key) -> Iterator[None]:
+        """Forget the review of ``key`` where its evaluation raises: no step will wait
+        for it (the thread ends with its model call)."""
+        try:
+            yield
+        except BaseException:
+            with self.lock:
+                self.running.pop(key, None)
+            raise
 
     def started(self, key: Key) -> bool:
         with self.lock:

@@ -405,14 +405,15 @@ class Steps:
                 node = self.mirror.set(
                     node.id, ("evaluate", msg, None), status=NodeStatus.EVALUATING
                 )
-            outcome = self.p.evaluator.evaluate(
-                node.id,
-                archive,
-                done,
-                self.trust.record,
-                self.p.cancel,
-                {"revtree.run": self.run_id, "revtree.node": str(node.id)},
-            )
+            with self.beside.dropped_on_error(key):
+                outcome = self.p.evaluator.evaluate(
+                    node.id,
+                    archive,
+                    done,
+                    self.trust.record,
+                    self.p.cancel,
+                    {"revtree.run": self.run_id, "revtree.node": str(node.id)},
+                )
         if node.id == 0 and not outcome.ok:
             raise BaselineFailed(outcome.error or "no score")
         return self._reviewed_beside(node, outcome)

@@ -92,3 +92,22 @@ def test_in_the_local_sandbox_the_review_comes_first(
     assert watching.seen and not any(watching.seen), watching.seen
     tampered = store.node(run_id, 2)
     assert tampered.status is NodeStatus.REJECTED and not store.evaluations(run_id, 2)
+
+
+def test_a_review_beside_an_evaluation_that_raises_is_forgotten() -> None:
+    from revtree.agents.base import Verdict
+    from revtree.orchestrator.reviews import Beside
+
+    beside = Beside(True)
+    assert beside.start((1, 1), lambda: Verdict(False, ("hard-coded",)))
+    with pytest.raises(RuntimeError), beside.dropped_on_error((1, 1)):
+        raise RuntimeError("the sandbox broke")
+    assert not beside.started((1, 1))  # nothing left waiting for a step
+    assert beside.start((2, 1), lambda: Verdict(False, ("hard-coded",)))
+    assert beside.verdict((2, 1)) == {
+        "accepted": False,
+        "reasons": ["hard-coded"],
+        "by": "reviewer beside",
+    }
+    assert beside.start((3, 1), lambda: None) and beside.verdict((3, 1)) is None
+    assert not Beside(False).start((4, 1), lambda: None)  # off: the caller reviews first
