@@ -161,6 +161,10 @@ class ContextBuilder:
         return head + "\n" + (text or "(none)")
 
     # -- per candidate ----------------------------------------------------------------
+    def use_index(self, index: Index) -> None:
+        """Search ``index`` for related files from now on (built after the prefix)."""
+        self.index = index
+
     def related(
         self,
         files: Mapping[str, bytes],
@@ -289,7 +293,7 @@ class RepoContext:
             if self._index is None:
                 files = visible(self.spec, self.baseline)
                 self._index = Index(files, self.embedder, symbols_text)
-                self.builder.index = self._index
+                self.builder.use_index(self._index)
                 if self.embedder is not None and self._index.semantic_error:
                     self.record(
                         "semantic search off, keyword search only: the embeddings endpoint "

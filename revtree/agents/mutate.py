@@ -83,16 +83,17 @@ BROKEN = ("crash", "timeout", "metrics")  # a node that these fail broke the pro
 AVOID = 0.05  # a site's weight is multiplied by this for each breakage it shared
 
 
-def offline_agents(spec: TaskSpec) -> tuple[Proposer, Coder]:
-    """The offline proposer and coder that ``[agents] mode`` selects: knobs, or code
-    mutations with ``mode = "mutate"``, and in ``auto`` when the task has no knobs (the
-    knob proposer would have nothing to change)."""
+def offline_agents(
+    spec: TaskSpec, baseline: Mapping[str, Any] | None = None
+) -> tuple[Proposer, Coder]:
+    """The offline proposer and coder that the driver names (``agents.driver``): knobs
+    (from the root's values, ``baseline``), or code mutations."""
     if driver(spec).name == MUTATE:
         cfg = spec.agents.mutate
         mutation = MutationProposer(spec.search.seed, cfg, spec.editable)
         return mutation, MutationCoder(spec.editable, cfg)
     proposer = KnobProposer.from_config(
-        spec.knobs, spec.maximize, spec.search.seed, spec.agents.knobs
+        spec.knobs, spec.maximize, spec.search.seed, spec.agents.knobs, baseline
     )
     return proposer, KnobCoder(spec.knobs)
 

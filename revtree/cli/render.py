@@ -272,7 +272,8 @@ def print_pipe_safe(renderables: list[Any]) -> None:
 class LiveLog:
     """Prints each committed event and keeps a progress bar over the node budget."""
 
-    def __init__(self, run: RunInfo, total: int | None, quiet: bool = False) -> None:
+    def __init__(self, run: RunInfo, total: int | None, quiet: bool = False, done: int = 0) -> None:
+        """``done``: the nodes finished before (a resumed run)."""
         self.quiet, self.maximize, self.best = quiet, run.maximize, None
         self.progress = Progress(
             TextColumn("[bold]{task.description}"),
@@ -285,7 +286,7 @@ class LiveLog:
             transient=False,
         )
         self.task = self.progress.add_task(run.id, total=total, best="")
-        self.done = 0
+        self.done = done
 
     def __call__(self, ev: Event) -> None:
         if not self.quiet:

@@ -59,8 +59,8 @@ def _drive(store: Store, run: RunInfo, parallel: str | None, quiet: bool, home: 
     from revtree.orchestrator.core import Orchestrator
 
     spec_budget = run.spec.get("budget", {}).get("max_nodes")
-    live = LiveLog(run, spec_budget, quiet)
-    live.done = sum(n.status.is_finished() for n in store.nodes(run.id))
+    done = sum(n.status.is_finished() for n in store.nodes(run.id))
+    live = LiveLog(run, spec_budget, quiet, done)
     stop = threading.Event()
     _install_stop(stop)
     with live.progress:

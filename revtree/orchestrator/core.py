@@ -24,7 +24,7 @@ from revtree.memory import Event, Node, RunInfo, RunStatus, Store
 from revtree.memory.checkpoints import close as close_saver
 from revtree.memory.checkpoints import make_checkpointer
 from revtree.orchestrator.pipeline import build_pipeline
-from revtree.orchestrator.run import claim, resume_hint
+from revtree.orchestrator.run import resume_hint
 from revtree.orchestrator.scheduler import Scheduler
 from revtree.orchestrator.steps import Steps
 from revtree.orchestrator.tree import Tree
@@ -74,7 +74,7 @@ class Orchestrator:
     def drive(self, stop: threading.Event | None = None) -> RunInfo:
         """Run until the budget is spent, the search is exhausted or ``stop`` is set."""
         stop, p = stop or threading.Event(), self.parts
-        p.run = claim(self.store, self.run_id)
+        p.claim()
         p.sandbox.reap()  # leftovers of a killed session of this run
         p.budget.restart_clock()
         resume = sorted(

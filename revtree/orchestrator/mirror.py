@@ -36,7 +36,15 @@ def subtree_alarm(ancestor: int, score: float | None) -> dict[str, Any]:
 class Mirror:
     """The nodes of one run, the lock that guards them, and the best node."""
 
-    def __init__(self, store: Store, run_id: str, maximize: bool, nodes: Iterable[Node]) -> None:
+    def __init__(
+        self,
+        store: Store,
+        run_id: str,
+        maximize: bool,
+        nodes: Iterable[Node],
+        fraction: Callable[[], float] = lambda: 0.0,
+    ) -> None:
+        """``fraction``: the share of the budget used, for snapshots."""
         self.store, self.run_id, self.maximize = store, run_id, maximize
         self.nodes: dict[int, Node] = {n.id: n for n in nodes}
         self.by_ticket = {n.thread_id: n.id for n in self.nodes.values() if n.thread_id}
@@ -44,7 +52,7 @@ class Mirror:
         self.observers: list[Observer] = []  # told of each finished node
         self.updaters: list[Observer] = []  # the same, under the lock, with the best
         self.timings: dict[int, dict[str, float]] = {}
-        self.fraction: Callable[[], float] = lambda: 0.0  # the budget used, for snapshots
+        self.fraction = fraction
         self._changed: list[int] = []
         self._tree = Tree.of(list(self.nodes.values()), maximize)
         best = self._tree.best()

@@ -17,7 +17,7 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
-from revtree.agents import Evaluator, KnobProposer, StaticReviewer, read_knobs
+from revtree.agents import Evaluator, StaticReviewer, read_knobs
 from revtree.agents.base import Agents
 from revtree.agents.driver import driver
 from revtree.agents.llm import BudgetExhausted
@@ -32,7 +32,7 @@ from revtree.orchestrator.llm_team import Team
 from revtree.orchestrator.mirror import Mirror
 from revtree.orchestrator.policies import make_policy
 from revtree.orchestrator.policies.base import Policy
-from revtree.orchestrator.run import RunPaths
+from revtree.orchestrator.run import RunPaths, claim
 from revtree.sandboxes import BackendChoice, Capacity, Sandbox, choose_backend, make_sandbox
 from revtree.tasks import TaskSpec, matches
 
@@ -153,6 +153,10 @@ class Parts:
     def run_id(self) -> str:
         return self.run.id
 
+    def claim(self) -> None:
+        """Take the run for this process (``run.claim``): its row as it now stands."""
+        self.run = claim(self.store, self.run_id)
+
     def width(self) -> int:
         """Candidates in flight: the slots, and those prepared ahead (with
         ``--parallel auto``, as many as the slots unless the task says)."""
@@ -207,13 +211,13 @@ def wire(
     lookahead = (0 if parallel == 1 else parallel) if look is None else look
     policy = make_policy(spec.search)
     policy.load_state(run.policy_state or {})
-    mirror = Mirror(store, run.id, spec.maximize, store.nodes(run.id))
+    # the budget counts the mirror's nodes and the mirror's snapshots the budget's share
+    mirror = Mirror(store, run.id, spec.maximize, store.nodes(run.id), lambda: budget.fraction())
     cancel = threading.Event()
     overlay = protected_files(spec, git, mirror)
     evaluator = Evaluator(spec, sandbox, paths.logs, protected=overlay)
     agents = make_agents(store, spec, git, mirror, sandbox, cancel)
     budget = Budget(store, run.id, spec, run.wall_used, lambda: len(mirror.nodes), agents.spent)
-    mirror.fraction = budget.fraction
     if agents.ask is not None:  # a policy that asks a model (agentic) gets one
         policy.attach(agents.ask)
     mirror.observers.append(agents.proposer.observe)  # told of each finished node
@@ -306,11 +310,12 @@ def make_agents(
         return Agents(
             team, team, reviewers, team, "LLM", team.meter.exhausted, team.ask_policy, checks
         )
-    proposer, coder = offline_agents(spec)
-    if isinstance(proposer, KnobProposer):  # an improve of the root starts from its values
+    baseline = None
+    if chosen.knobs:  # an improve of the root starts from its values
         root = mirror.get(0)
         assert root.commit is not None
         knob_files = sorted({k.file for k in spec.knobs})
-        proposer.baseline = read_knobs(spec.knobs, git.read_files(root.commit, knob_files))
+        baseline = read_knobs(spec.knobs, git.read_files(root.commit, knob_files))
+    proposer, coder = offline_agents(spec, baseline)
     proposer.rebuild(mirror.nodes.values())
     return Agents(proposer, coder, (), None, chosen.label, checks=checks)

@@ -37,6 +37,11 @@ class Box:
     resident: bool = False  # runs RESIDENT (volume folder usable here), not HOLD
     sock: Any = None  # a resident box's attach stream (stdout, stderr), opened before start
 
+    def take_stream(self) -> Any:
+        """The attach stream, handed over: its reader closes it, not the box."""
+        sock, self.sock = self.sock, None
+        return sock
+
     @property
     def local(self) -> Path | None:
         """The volume's folder when this process can use it (engine on this host, root)."""

@@ -64,8 +64,7 @@ def launch_resident(
         _write_new(root / SCRIPT, runner_script(request, disk, PAYLOAD).encode())
     except OSError as e:
         raise SandboxError(f"cannot write the workspace into {root}: {e}") from e
-    tails = Tails(box.sock, request.limits.output_cap)
-    box.sock = None  # the reader closes it
+    tails = Tails(box.take_stream(), request.limits.output_cap)  # the reader closes it
     tails.start()
     start = time.monotonic()
     _trigger(root / GO, box.cid)

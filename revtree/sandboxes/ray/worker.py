@@ -46,6 +46,10 @@ class AssignedGpus:
     def __init__(self) -> None:
         self.ids: list[str] = []
 
+    def assign(self, ids: Sequence[str]) -> None:
+        """The ids Ray gave the task now running."""
+        self.ids = list(ids)
+
     def acquire(self, n: int, cancel: threading.Event | None = None) -> list[str]:
         if n > len(self.ids):
             raise SandboxError(f"{n} GPU(s) asked for but Ray assigned {self.ids or 'none'}")
@@ -149,7 +153,7 @@ def run_request(
         threading.Thread(target=watch_flag, args=(token, cancel, done), daemon=True).start()
     try:
         backend = backend_for(config, task_root, len(gpus))
-        backend.lease.ids = gpus
+        backend.lease.assign(gpus)
         env = dict(request.env)
         if backend.choice.name == "local":
             env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
