@@ -24,7 +24,8 @@ from string import Template
 
 from revtree.agents.base import Proposal, Refusal, Verdict
 from revtree.agents.context import ContextBuilder
-from revtree.agents.edits import apply_edits, parse_edits
+from revtree.agents.edits import apply_edits
+from revtree.agents.formats import EditFormat, make_format
 from revtree.agents.llm.base import (
     LLM,
     Completion,
@@ -37,7 +38,6 @@ from revtree.agents.llm.base import (
 )
 from revtree.agents.parsing import parse_proposal, parse_verdict
 from revtree.agents.structured import (
-    EDIT_TOOLS,
     PROPOSE,
     TOOLS_HELP,
     VERDICT,
@@ -58,22 +58,6 @@ OPERATORS = {
     "crossover": "combine the strengths of the parent and the other parents shown",
     "tune": "adjust the parent's parameters",
 }
-FORMAT_HELP = {
-    "search_replace": (
-        "Write each change as a SEARCH/REPLACE block: the file path alone on a line, then\n"
-        "<<<<<<< SEARCH\nexact, contiguous lines copied from the current file\n=======\n"
-        "the lines to put instead\n>>>>>>> REPLACE\n"
-        "Use several blocks for several places or files. Keep SEARCH parts short but unique."
-    ),
-    "whole_file": (
-        "Write each changed file whole: a line '=== FILE: path/to/file ===' then the complete\n"
-        "new content in one fenced code block (```)."
-    ),
-}
-FORMAT_HELP["auto"] = (
-    FORMAT_HELP["search_replace"] + "\nFor a file you rewrite entirely you "
-    "may instead use the whole-file form:\n" + FORMAT_HELP["whole_file"]
-)
 
 
 @dataclass(frozen=True)
@@ -133,6 +117,8 @@ def render_files(files: Mapping[str, bytes], budget_tokens: int) -> str:
 
 
 class _Role:
+    tools_help = TOOLS_HELP  # in a structured answer's rules, for ${edit_format_help}
+
     def __init__(
         self,
         role: str,
@@ -193,7 +179,7 @@ class _Role:
         edit format's and the instruction to answer by the structure."""
         if s is None:
             return self.system.safe_substitute(values)
-        rules = self.system.safe_substitute({**values, "edit_format_help": TOOLS_HELP})
+        rules = self.system.safe_substitute({**values, "edit_format_help": self.tools_help})
         return rules + "\n\n" + structure_help(s)
 
     def call(self, prompt: Prompt) -> Completion:
@@ -225,15 +211,18 @@ class LLMProposer(_Role):
 
 
 class LLMCoder(_Role):
-    def __init__(self, *args: object, edit_format: str = "auto", **kwargs: object) -> None:
+    def __init__(
+        self, *args: object, edit_format: str | EditFormat = "auto", **kwargs: object
+    ) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
-        self.edit_format = edit_format
+        self.format = make_format(edit_format) if isinstance(edit_format, str) else edit_format
+        self.tools_help = self.format.tools_help
         _, self.repair_template = load_template("repair", None, self.spec.root)
 
     def tools(self, hypothesis: bool = False) -> tuple[Tool, ...]:
         """The coder's tools: the edit tools of its edit format, and ``propose`` when the
         answer also states the hypothesis (one-call mode)."""
-        return ((PROPOSE,) if hypothesis else ()) + EDIT_TOOLS[self.edit_format]
+        return ((PROPOSE,) if hypothesis else ()) + self.format.tools
 
     def code(self, ctx: Context, proposal: Proposal) -> dict[str, bytes | None]:
         """The changes for the plan. An answer that cannot be applied raises
@@ -243,7 +232,7 @@ class LLMCoder(_Role):
             self.tools(),
             hypothesis=proposal.hypothesis,
             plan=proposal.plan or "-",
-            edit_format_help=FORMAT_HELP[self.edit_format],
+            edit_format_help=self.format.help,
         )
         try:
             return self._apply(answer, ctx)
@@ -266,7 +255,7 @@ class LLMCoder(_Role):
             + "\n\n"
             + self.repair_template.safe_substitute(error=refusal.error)
         )
-        values = {"edit_format_help": FORMAT_HELP[self.edit_format]}
+        values = {"edit_format_help": self.format.help}
         again = self.structured_call(
             lambda s: Prompt(self._system(s, values), ctx.prefix, user, structure=s),
             self.tools(),
@@ -282,17 +271,15 @@ class LLMCoder(_Role):
             ) from second
 
     def _apply(self, answer: Completion, ctx: Context) -> dict[str, bytes | None]:
-        """The changes of an answer: its edit calls, else the edits written in its text;
-        either way applied by ``apply_edits`` (editable globs, EVOLVE-BLOCK regions)."""
-        if answer.calls:
-            edits = edits_of(answer.calls, self.tools(hypothesis=True))
-        else:
+        """The changes of an answer: its edit calls, else the edits written in its text
+        (each read by the edit format); either way applied by ``apply_edits`` (editable
+        globs, EVOLVE-BLOCK regions)."""
+        if answer.calls and self.format.tools:
+            offered = self.tools(hypothesis=True)
+            edits = edits_of(answer.calls, offered, self.format.tools, self.format.edit_of)
+        else:  # a format with no tools: a one-call answer's edits are in its prose
             try:
-                edits = parse_edits(
-                    answer.text,
-                    allow_blocks=self.edit_format != "whole_file",
-                    allow_files=self.edit_format != "search_replace",
-                )
+                edits = self.format.parse(answer.prose if answer.calls else answer.text)
             except EditError as e:  # nothing could be read (as against: read, not applied)
                 raise EditUnreadable(str(e), answer.text) from e
         changes = apply_edits(edits, ctx.files, self.spec.editable)
@@ -407,7 +394,7 @@ class OneCallCoder(LLMCoder):
         system = Template(self.system.template + "\n\n" + ONE_CALL_RULES)
         self.system = system
         tools = self.tools(hypothesis=True)
-        return self.reply(ctx, tools, edit_format_help=FORMAT_HELP[self.edit_format])
+        return self.reply(ctx, tools, edit_format_help=self.format.help)
 
     def reply(self, ctx: Context, tools: tuple[Tool, ...] = (), **values: str) -> Completion:
         answer, self.answer = self.answer, None

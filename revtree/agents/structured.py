@@ -84,11 +84,6 @@ VERDICT = Tool(
         reasons="One or two sentences, naming the file and line that decide it.",
     ),
 )
-EDIT_TOOLS = {
-    "search_replace": (EDIT_FILE,),
-    "whole_file": (WRITE_FILE,),
-    "auto": (EDIT_FILE, WRITE_FILE),
-}
 TOOLS_HELP = (
     "Make each change with a call of the edit tools: edit_file(path, search, replace) "
     "replaces exact, contiguous lines copied from the current file (keep `search` short "
@@ -149,21 +144,36 @@ def _strings(call: ToolCall, index: int, *names: str) -> list[str]:
     return values
 
 
-def edits_of(calls: Sequence[ToolCall], offered: Sequence[Tool]) -> list[Edit]:
-    """The edits of a structured answer (other calls offered, like ``propose``, are
-    skipped); a call of a tool not offered, or with bad arguments, is an EditError."""
-    names, edits = {t.name for t in offered}, []
+def read_edit_call(call: ToolCall, index: int) -> Edit:
+    """The edit of a call of the built-in ``edit_file`` or ``write_file``, the
+    ``index``-th call of the answer; an EditError for bad arguments or another tool."""
+    if call.name == EDIT_FILE.name:
+        path, search, replace = _strings(call, index, "path", "search", "replace")
+        return Edit(path.strip(), search, replace, index=index)
+    if call.name == WRITE_FILE.name:
+        path, content = _strings(call, index, "path", "content")
+        return Edit(path.strip(), None, content, index=index)
+    raise EditError(f"call {index} ({call.name}): not an edit tool")
+
+
+def edits_of(
+    calls: Sequence[ToolCall],
+    offered: Sequence[Tool],
+    edit_tools: Sequence[Tool] = (EDIT_FILE, WRITE_FILE),
+    read: Callable[[ToolCall, int], Edit] = read_edit_call,
+) -> list[Edit]:
+    """The edits of a structured answer: its calls of ``edit_tools``, each read by
+    ``read`` (an edit format's ``edit_of``); other calls offered, like ``propose``, are
+    skipped. A call of a tool not offered, or with bad arguments, is an EditError."""
+    names, editing, edits = {t.name for t in offered}, {t.name for t in edit_tools}, []
     for i, c in enumerate(calls, 1):
         if c.name not in names:
             raise EditError(f"call {i}: no tool {c.name!r}; the tools are {sorted(names)}")
-        if c.name == EDIT_FILE.name:
-            path, search, replace = _strings(c, i, "path", "search", "replace")
-            edits.append(Edit(path.strip(), search, replace, index=i))
-        elif c.name == WRITE_FILE.name:
-            path, content = _strings(c, i, "path", "content")
-            edits.append(Edit(path.strip(), None, content, index=i))
+        if c.name in editing:
+            edits.append(read(c, i))
     if not edits:
-        raise EditError("the answer makes no edit_file or write_file call")
+        wanted = " or ".join(t.name for t in edit_tools if t.name in names) or "edit tool"
+        raise EditError(f"the answer makes no {wanted} call")
     return edits
 
 

@@ -7,10 +7,9 @@ import json
 from collections.abc import Sequence
 
 from revtree.agents.base import Proposal
-from revtree.agents.edits import parse_edits
 from revtree.agents.llm.base import Completion, Prompt, Structure, ToolCall
-from revtree.agents.roles import FORMAT_HELP, Context, LLMCoder
-from revtree.agents.structured import EDIT_TOOLS, edits_of
+from revtree.agents.roles import Context, LLMCoder
+from revtree.agents.structured import edits_of
 from revtree.agents.tools import DONE, RUN, Outcome, ToolBox
 from revtree.errors import EditError
 
@@ -47,7 +46,7 @@ class ToolCoder:
 
     def __init__(self, coder: LLMCoder, box: ToolBox, max_steps: int) -> None:
         self.coder, self.box, self.max_steps = coder, box, max_steps
-        self.edit_tools = EDIT_TOOLS[coder.edit_format]
+        self.edit_tools = coder.format.tools
         self.offered = box.tools + self.edit_tools + (DONE,)
         self.steps: list[str] = []
 
@@ -56,7 +55,7 @@ class ToolCoder:
         values = {
             "hypothesis": proposal.hypothesis,
             "plan": proposal.plan or "-",
-            "edit_format_help": FORMAT_HELP[c.edit_format],
+            "edit_format_help": c.format.help,
         }
         first = c.prompt(ctx, s, values)
         run = ", check with run" if RUN in self.offered else ""
@@ -102,7 +101,8 @@ class ToolCoder:
                 outcomes.append(Outcome(call, "finishing"))
             elif call.name in edit_names:
                 try:
-                    edits = edits_of([call], self.edit_tools)
+                    fmt = self.coder.format
+                    edits = edits_of([call], self.edit_tools, fmt.tools, fmt.edit_of)
                 except EditError as e:
                     outcomes.append(self.box.refuse(call, str(e)))
                     continue
@@ -131,11 +131,7 @@ class ToolCoder:
         """A final answer without calls: the edits written in its text, applied."""
         call = ToolCall("answer", {})
         try:
-            edits = parse_edits(
-                reply.text,
-                allow_blocks=self.coder.edit_format != "whole_file",
-                allow_files=self.coder.edit_format != "search_replace",
-            )
+            edits = self.coder.format.parse(reply.text)
         except EditError:
             return Outcome(call, "a final answer without edits")
         outcome = self.box.edit(call, edits)

@@ -8,6 +8,8 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from revtree.tasks.names import EDIT_FORMATS
+from revtree.tasks.plugins import resolve_edit_format
 from revtree.tasks.sections import Duration, Section
 
 
@@ -215,8 +217,11 @@ class Agents(Section):
     )
     temperature: float = Field(0.7, ge=0, le=2, description="Default temperature.")
     max_tokens: int = Field(4096, ge=16, description="Default longest answer, in tokens.")
-    edit_format: Literal["search_replace", "whole_file", "auto"] = Field(
-        "auto", description="How the coder edits: SEARCH/REPLACE blocks, whole files, or either."
+    edit_format: str = Field(
+        "auto",
+        description="How the coder edits: search_replace (SEARCH/REPLACE blocks), whole_file "
+        "(whole files) or auto (either); or an edit format of one's own: "
+        "'package.module:Class' or an entry point of group revtree.edit_formats.",
     )
     structured: Structured = Field(
         "auto",
@@ -279,6 +284,13 @@ class Agents(Section):
     analyst: Role = Role(enabled=False)
     knobs: KnobAgent = KnobAgent()
     mutate: MutateAgent = MutateAgent()
+
+    @field_validator("edit_format")
+    @classmethod
+    def _known_format(cls, name: str) -> str:
+        if name not in EDIT_FORMATS:
+            resolve_edit_format(name)  # a one-line ValueError where it does not resolve
+        return name
 
     @model_validator(mode="after")
     def _roles_needed(self) -> Agents:

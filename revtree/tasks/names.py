@@ -17,6 +17,10 @@ SANDBOXES = ("auto", "local", "bwrap", "docker")
 """The built-in ``[sandbox] backend`` names (``revtree.sandboxes.registry.BUILTIN`` has a
 module for each but ``auto``, which chooses among them; a test keeps the two in step)."""
 
+EDIT_FORMATS = ("auto", "search_replace", "whole_file")
+"""The built-in ``[agents] edit_format`` names (``revtree.agents.formats.BUILTIN`` has a
+class for each; a test keeps the two in step)."""
+
 SECRET_NAME = re.compile(
     r"(API_?KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH|DATABASE_URL|_DSN$|REVTREE_DB|"
     r"^AWS_|^GOOGLE_APPLICATION|^AZURE_|PRIVATE_KEY|SSH_AUTH_SOCK)",

@@ -14,6 +14,11 @@ the ``[search.options]`` table as keyword arguments.
 A sandbox backend is named the same ways (group ``revtree.sandboxes``) and resolves to a
 module with a ``build(context) -> Sandbox`` function, or to that function itself
 (:func:`resolve_sandbox`); the sandboxes layer calls it (``revtree.sandboxes.registry``).
+
+An edit format (``[agents] edit_format``, group ``revtree.edit_formats``) resolves to a
+class built with no arguments, checked to have the members of
+``revtree.agents.formats.base.EditFormat`` (:data:`FORMAT_MEMBERS`); the agents layer
+builds it (``revtree.agents.formats.make_format``).
 """
 
 from __future__ import annotations
@@ -25,12 +30,14 @@ from importlib.metadata import entry_points
 from types import ModuleType
 from typing import Any
 
-from revtree.tasks.names import POLICIES, SANDBOXES
+from revtree.tasks.names import EDIT_FORMATS, POLICIES, SANDBOXES
 
 GROUP = "revtree.policies"
 """The entry-point group installed packages register policies in."""
 SANDBOX_GROUP = "revtree.sandboxes"
 """The entry-point group installed packages register sandbox backends in."""
+EDIT_FORMAT_GROUP = "revtree.edit_formats"
+"""The entry-point group installed packages register edit formats in."""
 
 METHODS = ("attach", "select", "update", "state", "load_state")
 """The methods of ``revtree.orchestrator.policies.base.Policy`` (checked at task load;
@@ -65,6 +72,36 @@ def resolve_sandbox(ref: str) -> Any:
             raise ValueError(f"{kind} {ref!r}: the module has no build(context) function")
     if not callable(found):
         raise ValueError(f"{kind} {ref!r} is a {type(found).__name__}, not build(context)")
+    return found
+
+
+FORMAT_MEMBERS = {"name": str, "help": str, "tools": tuple, "parse": None, "edit_of": None}
+"""The members of ``revtree.agents.formats.base.EditFormat``: a type, or None for a
+method (a test keeps the two in step)."""
+
+
+def resolve_edit_format(ref: str) -> type[Any]:
+    """The edit format class ``ref`` names (import path or entry-point name), checked to
+    have :data:`FORMAT_MEMBERS`. Raises ValueError saying, in one line, what failed (as
+    :func:`resolve_policy`)."""
+    kind = "edit format"
+    found = find(ref, kind, EDIT_FORMAT_GROUP, EDIT_FORMATS, "'package.module:Class'")
+    if not isinstance(found, type):
+        raise ValueError(f"{kind} {ref!r} is a {type(found).__name__}, not a class")
+    wrong = [
+        name
+        for name, typ in FORMAT_MEMBERS.items()
+        if not (
+            callable(getattr(found, name, None))
+            if typ is None
+            else isinstance(getattr(found, name, None), typ)
+        )
+    ]
+    if wrong:
+        raise ValueError(
+            f"{kind} {ref!r} lacks (or mistypes) {', '.join(wrong)} of EditFormat "
+            "(inherit revtree.agents.formats.base.EditFormat)"
+        )
     return found
 
 
