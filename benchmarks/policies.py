@@ -68,9 +68,10 @@ from pydantic import TypeAdapter
 from rich.console import Console
 from rich.table import Table
 
-from revtree.agents.evaluator import FULL, Evaluator
+from revtree.agents.evaluator import Evaluator
 from revtree.memory import Store
 from revtree.memory.records import Node, NodeStatus
+from revtree.memory.stages import FULL
 from revtree.orchestrator import Orchestrator, create_run
 from revtree.orchestrator.policies import POLICIES, Policy, make_policy
 from revtree.orchestrator.policies.agentic import AgenticPolicy

@@ -40,7 +40,8 @@ from pathlib import Path
 from typing import Any
 
 from revtree.agents.stage_inputs import GradeStep, Prepared, grade_step, rewrite_archive, run_env
-from revtree.memory.records import FULL, GUARD, HOLDOUT, EvalResult, finite_mean, score_problem
+from revtree.memory.records import EvalResult, finite_mean, score_problem
+from revtree.memory.stages import FULL, GUARD, HOLDOUT
 from revtree.sandboxes.base import METRICS_FD, ExecRequest, ExecResult, Limits, Sandbox, archive_of
 from revtree.tasks.names import matches
 from revtree.tasks.spec import TaskSpec

@@ -155,13 +155,7 @@ class Node:
         return Score(self.score, maximize)
 
 
-# The stages an evaluation is recorded under that the readers look for (the task's own
-# stages keep their names): the scored run, and the holdout run at the end and during the
-# search. Here rather than in the evaluator, so that a reader (`revtree ls`) needs no
-# evaluator to tell them apart.
-FULL = "full"
-HOLDOUT = "holdout"
-GUARD = "guard"  # the holdout run during the search (``HOLDOUT``: the final judge)
+# (The stage names readers look for are in revtree.memory.stages.)
 TWIN = "duplicate"  # the error kind of a candidate refused as a near twin, unevaluated
 
 

@@ -12,8 +12,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from revtree.agents.evaluator import GUARD
 from revtree.memory import Store
+from revtree.memory.stages import GUARD
 from revtree.tasks import TaskSpec
 
 

@@ -37,7 +37,6 @@ from typing import TYPE_CHECKING, Any
 
 from revtree.agents.base import Change, Job, Proposal, Refusal, Verdict
 from revtree.agents.context import Learnt, RepoContext
-from revtree.agents.evaluator import GUARD, HOLDOUT
 from revtree.agents.knobs import derive_seed
 from revtree.agents.lessons import render_memory
 from revtree.agents.llm import (
@@ -66,6 +65,7 @@ from revtree.agents.structured import Structured, structured_kind
 from revtree.agents.toolcoder import ToolCoder
 from revtree.agents.tools import Runner, ToolBox, archive, hidden_paths
 from revtree.memory.records import Node, NodeStatus
+from revtree.memory.stages import GUARD, HOLDOUT
 from revtree.orchestrator.model_choice import ModelChoice, Setting
 from revtree.sandboxes.base import ExecRequest, ExecResult, Limits
 from revtree.tasks.spec import Role, TaskSpec

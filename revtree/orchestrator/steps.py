@@ -24,7 +24,7 @@ from langgraph.errors import GraphBubbleUp
 from langgraph.types import interrupt
 
 from revtree.agents.base import Change, Job, Proposal, Refusal, Reviewer, Verdict
-from revtree.agents.evaluator import GUARD, HOLDOUT, Outcome
+from revtree.agents.evaluator import Outcome
 from revtree.agents.llm import BudgetExhausted
 from revtree.errors import (
     Cancelled,
@@ -36,6 +36,7 @@ from revtree.errors import (
 )
 from revtree.memory import Node, NodeStatus
 from revtree.memory.records import TWIN
+from revtree.memory.stages import GUARD, HOLDOUT
 from revtree.orchestrator.measures import node_features
 from revtree.orchestrator.novelty import Novelty
 from revtree.orchestrator.policies import Selection

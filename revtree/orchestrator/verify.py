@@ -17,10 +17,10 @@ import threading
 from collections.abc import Callable
 from typing import Any, cast
 
-from revtree.agents.evaluator import FULL, GUARD, HOLDOUT
 from revtree.errors import StoreError
 from revtree.memory import EvalResult, Node, NodeStatus
 from revtree.memory.gitstore import HOLDOUT_REF
+from revtree.memory.stages import FULL, GUARD, HOLDOUT
 from revtree.orchestrator.mirror import subtree_alarm
 from revtree.orchestrator.trust import (
     decided,

@@ -20,11 +20,11 @@ from typing import Any
 from sqlalchemy import Text, cast, func, or_, select
 from sqlalchemy.engine import Connection
 
-from revtree.agents.evaluator import FULL, GUARD, HOLDOUT
 from revtree.memory import Store
 from revtree.memory.db import transaction
 from revtree.memory.records import EvalResult, LLMCall, Node, NodeStatus
 from revtree.memory.rows import CALLS, EVALS, EVENTS, NODES, RUNS, row_to_eval
+from revtree.memory.stages import FULL, GUARD, HOLDOUT
 
 HYPOTHESIS_CHARS = 80
 MAX_CHANGED = 5000  # a delta of more nodes is answered whole (and bounds an IN list)

@@ -6,15 +6,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from revtree.memory.records import (
-    FULL,
-    GUARD,
-    HOLDOUT,
     EvalResult,
     LLMCall,
     Node,
     NodeStatus,
     RunInfo,
 )
+from revtree.memory.stages import FULL, GUARD, HOLDOUT
 from revtree.orchestrator.tree import Tree
 from revtree.orchestrator.trust import final_better, gain
 

@@ -37,13 +37,14 @@ from pathlib import Path
 from typing import Any
 
 from revtree.agents.base import Proposal
-from revtree.agents.evaluator import HOLDOUT, Evaluator
+from revtree.agents.evaluator import Evaluator
 from revtree.agents.llm.base import Prompt
 from revtree.agents.llm.fake_server import FakeLLMServer, FakeRequest
 from revtree.agents.llm.scripted import ScriptedLLM
 from revtree.agents.reviewer import StaticReviewer
 from revtree.agents.roles import Context, LLMReviewer, task_prefix
 from revtree.memory import GitStore, NodeStatus, Store
+from revtree.memory.stages import HOLDOUT
 from revtree.orchestrator import Orchestrator, RunPaths, create_run
 from revtree.orchestrator.commands.report import summarize
 from revtree.sandboxes.base import archive_of
