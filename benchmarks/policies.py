@@ -70,7 +70,7 @@ from rich.table import Table
 
 from revtree.agents.evaluator import Evaluator
 from revtree.memory import Store
-from revtree.memory.records import Node, NodeStatus
+from revtree.memory.records import Node, NodeStatus, directed
 from revtree.memory.stages import FULL
 from revtree.orchestrator import Orchestrator, create_run
 from revtree.orchestrator.policies import POLICIES, Policy, make_policy
@@ -396,8 +396,7 @@ def observed_best(store: Store, run_id: str, maximize: bool, budget: int) -> int
             score[n.id] = first[0].score if first and first[0].score is not None else n.score
         else:
             score[n.id] = n.score
-    sign = 1.0 if maximize else -1.0
-    return max(score, key=lambda i: (sign * score[i], -i))
+    return max(score, key=lambda i: (directed(score[i], maximize), -i))
 
 
 def real_one(args: tuple[str, str, int, int, tuple[int, ...]]) -> list[tuple[Any, ...]]:

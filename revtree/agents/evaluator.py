@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from revtree.agents.stage_inputs import GradeStep, Prepared, grade_step, rewrite_archive, run_env
-from revtree.memory.records import EvalResult, finite_mean, score_problem
+from revtree.memory.records import EvalResult, directed, finite_mean, score_problem
 from revtree.memory.stages import FULL, GUARD, HOLDOUT
 from revtree.sandboxes.base import METRICS_FD, ExecRequest, ExecResult, Limits, Sandbox, archive_of
 from revtree.tasks.names import matches
@@ -382,7 +382,8 @@ class Evaluator:
             if not res.ok:
                 return self._outcome(results, f"stage {st.name!r}: {res.error}", res.error_kind)
             assert res.score is not None
-            better = res.score >= st.threshold if self.spec.maximize else res.score <= st.threshold
+            m = self.spec.maximize
+            better = directed(res.score, m) >= directed(st.threshold, m)
             if not better:
                 if ev.cascade == "keep":  # OpenEvolve: the stage's score stands
                     return self._outcome(results, None, None, res.score, scored=[res])

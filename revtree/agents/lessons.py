@@ -14,7 +14,7 @@ import re
 from collections.abc import Mapping
 
 from revtree.agents.llm.base import estimate_tokens
-from revtree.memory.records import TWIN, Node, NodeStatus
+from revtree.memory.records import TWIN, Node, NodeStatus, directed
 
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]{2,}")
 _STOP = frozenset(
@@ -35,7 +35,7 @@ def lesson_for(node: Node, parent: Node | None, maximize: bool) -> str:
             and parent.score is not None
         ):
             delta = node.score - parent.score
-            better = delta > 0 if maximize else delta < 0
+            better = directed(delta, maximize) > 0
             verdict = "better" if better else "worse" if delta else "no change"
             outcome += f" ({delta:+.4g} vs parent: {verdict})"
     else:

@@ -69,6 +69,13 @@ def finite_mean(values: Sequence[float]) -> float | None:
     return mean if math.isfinite(mean) else None
 
 
+def directed(value: float, maximize: bool) -> float:
+    """``value`` turned so that larger is better: itself when maximising, negated when
+    minimising. What :class:`Score` orders by, for plain numbers (gains, differences,
+    sort keys); the one place the direction's sign is written."""
+    return value if maximize else -value
+
+
 @total_ordering
 @dataclass(frozen=True)
 class Score:
@@ -89,7 +96,7 @@ class Score:
         if not self.is_valid:
             return -math.inf
         assert self.value is not None
-        return self.value if self.maximize else -self.value
+        return directed(self.value, self.maximize)
 
     def __lt__(self, other: object) -> bool:
         if not isinstance(other, Score):

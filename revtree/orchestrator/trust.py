@@ -49,7 +49,7 @@ from revtree.errors import (
     StoreError,
     TaskSpecError,
 )
-from revtree.memory.records import Score, finite_mean
+from revtree.memory.records import Score, directed, finite_mean
 
 DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS}
 DISK_TEXTS = ("No space left on device", "database or disk is full", "Disk quota exceeded")
@@ -170,7 +170,7 @@ def holdout_alarm(
 ) -> str | None:
     """The ``holdout-worse`` rule: a message, or None."""
     margin = tolerance * max(abs(base_holdout), 1e-12)
-    worse = holdout < base_holdout - margin if maximize else holdout > base_holdout + margin
+    worse = directed(holdout, maximize) < directed(base_holdout, maximize) - margin
     if Score(dev, maximize) > Score(base_dev, maximize) and worse:
         return (
             f"better than the baseline on dev ({dev:.6g} vs {base_dev:.6g}) but worse on the "
@@ -184,7 +184,7 @@ DEV_ONLY = 5.0  # a dev gain this many tolerances large must show on the guard
 
 def relative_gain(value: float, base: float, maximize: bool) -> float:
     """How much better ``value`` is than ``base``, relative to ``base``'s size."""
-    return (1.0 if maximize else -1.0) * (value - base) / max(abs(base), 1e-12)
+    return directed(value - base, maximize) / max(abs(base), 1e-12)
 
 
 def dev_only_alarm(
@@ -243,9 +243,8 @@ def rank_alarm(
     tau = kendall_tau(devs, hold)
     if tau >= threshold:
         return None
-    sign = 1 if maximize else -1
-    top_dev = max(ids, key=lambda i: sign * guarded[i][0])
-    worse_half = sorted(ids, key=lambda i: sign * guarded[i][1])[: len(ids) // 2]
+    top_dev = max(ids, key=lambda i: directed(guarded[i][0], maximize))
+    worse_half = sorted(ids, key=lambda i: directed(guarded[i][1], maximize))[: len(ids) // 2]
     if top_dev == node_id and node_id in worse_half:
         return (
             f"dev and guard-holdout ranks disagree over {len(ids)} guarded nodes "
@@ -296,8 +295,7 @@ def gain(best: Sequence[float], base: Sequence[float], maximize: bool) -> Gain |
     m_best, m_base = finite_mean(best), finite_mean(base)
     if m_best is None or m_base is None:
         return None
-    sign = 1.0 if maximize else -1.0
-    delta = sign * (m_best - m_base)
+    delta = directed(m_best - m_base, maximize)
     if not math.isfinite(delta):
         return None
     if len(best) < 2 or len(base) < 2:  # the noise of one side is unmeasured: no verdict

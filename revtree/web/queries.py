@@ -22,7 +22,7 @@ from sqlalchemy.engine import Connection
 
 from revtree.memory import Store
 from revtree.memory.db import transaction
-from revtree.memory.records import EvalResult, LLMCall, Node, NodeStatus
+from revtree.memory.records import EvalResult, LLMCall, Node, NodeStatus, directed
 from revtree.memory.rows import CALLS, EVALS, EVENTS, NODES, RUNS, row_to_eval
 from revtree.memory.stages import FULL, GUARD, HOLDOUT
 
@@ -85,7 +85,7 @@ def best_of(nodes: list[Node], maximize: bool) -> Node | None:
             continue
         if n.score is None or not math.isfinite(n.score):
             continue
-        key = n.score if maximize else -n.score
+        key = directed(n.score, maximize)
         if best is None or key > top:
             best, top = n, key
     return best
@@ -205,7 +205,7 @@ def lineage_of(rows: Sequence[Sequence[Any]], maximize: bool) -> tuple[int | Non
     for i, _, st, s, alarm in (r[:5] for r in rows):
         if st != ok or alarm not in (None, "null") or s is None or not math.isfinite(s):
             continue
-        if best is None or (s > top if maximize else s < top):
+        if best is None or directed(s, maximize) > directed(top, maximize):
             best, top = i, s
     up = {r[0]: r[1] for r in rows}
     lineage: list[int] = []

@@ -35,10 +35,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from revtree.agents.driver import DRIVERS, KNOBS, KNOBS_LOCAL, LLM, MUTATE, driver
-from revtree.memory.records import EvalResult, Node, NodeStatus
+from revtree.memory.records import EvalResult, Node, NodeStatus, directed
+from revtree.memory.stages import FULL
 from revtree.tasks.spec import TaskSpec
 
-FULL = "full"
 # Who proposes the candidates (agents/driver.py): the knob proposer that ignores the
 # parent (tpe, random), the one that perturbs it (local), code mutations, LLM agents.
 __all__ = ["DRIVERS", "KNOBS", "KNOBS_LOCAL", "LLM", "MUTATE", "driver_of"]
@@ -108,8 +108,7 @@ def analyse(
     improved = None
     if baseline is not None and scores:
         margin = sigma or 0.0
-        sign = 1 if maximize else -1
-        improved = sum(sign * (s - baseline) > margin for s in scores) / len(scores)
+        improved = sum(directed(s - baseline, maximize) > margin for s in scores) / len(scores)
     failed = sum(n.status is not NodeStatus.SUCCEEDED for n in props)
     report = PilotReport(
         n_evals=len(full),

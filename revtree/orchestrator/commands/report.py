@@ -11,6 +11,7 @@ from revtree.memory.records import (
     Node,
     NodeStatus,
     RunInfo,
+    directed,
 )
 from revtree.memory.stages import FULL, GUARD, HOLDOUT
 from revtree.orchestrator.tree import Tree
@@ -344,7 +345,7 @@ def _improvement(root: Node | None, best: Node | None, maximize: bool) -> float 
         return None
     assert root.score is not None
     gain = (best.score - root.score) / abs(root.score)
-    return gain if maximize else -gain
+    return directed(gain, maximize)
 
 
 def transcripts(store: Store, run_id: str, node_id: int | None = None) -> dict[str, Any]:
