@@ -323,3 +323,105 @@ def test_sandbox_env_drops_secrets_even_when_asked(tmp_path, monkeypatch):
     assert not [name for name in env if is_secret(name)]
     assert env["EXTRA"] == "x" and env["LANG"] == "C.UTF-8"
     assert env["HOME"] == str(tmp_path)
+
+
+# ---- one place for the stage names and the metric's direction -------------------------
+
+STAGES = ("FULL", "GUARD", "HOLDOUT")
+STAGES_HOME = "revtree.memory.stages"
+DIRECTION_HOME = "revtree.memory.records"  # directed() and Score, beside each other
+# Files another change owns (issue 25's policy work): their hand-written directions go
+# when that change lands; listed so that no new file joins them.
+DIRECTION_PENDING = {"revtree.orchestrator.tune", "revtree.orchestrator.policies.treebase"}
+
+
+def stage_sources(source: str, module: str, is_package: bool = False) -> list[str]:
+    """Stage names defined or imported anywhere but :data:`STAGES_HOME`."""
+    out = []
+    if module != STAGES_HOME:
+        for line, name in imports(source, module, is_package):
+            base, _, leaf = name.rpartition(".")
+            if leaf in STAGES and base != STAGES_HOME:
+                out.append(f"{module}:{line} imports {leaf} from {base}, not {STAGES_HOME}")
+        for node in ast.parse(source).body:
+            targets = node.targets if isinstance(node, ast.Assign) else []
+            for t in targets:
+                if isinstance(t, ast.Name) and t.id in STAGES:
+                    out.append(f"{module}:{node.lineno} defines {t.id}")
+    return out
+
+
+def _on_direction(test: ast.expr) -> bool:
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        test = test.operand
+    name = test.id if isinstance(test, ast.Name) else getattr(test, "attr", "")
+    return isinstance(name, str) and name.lower().startswith(("maximi", "minimi"))
+
+
+def _negated(e: ast.expr) -> bool:
+    return isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.USub)
+
+
+def hand_directions(source: str, module: str) -> list[str]:
+    """Conditional expressions on the direction (``maximize``, ``spec.maximize``) that
+    write its sign by hand: ``x if maximize else -x``, ``1.0 if maximize else -1.0``,
+    ``a > b if maximize else a < b``. ``directed`` beside ``Score`` is the one place."""
+    if module == DIRECTION_HOME:
+        return []
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if not (isinstance(node, ast.IfExp) and _on_direction(node.test)):
+            continue
+        a, b = node.body, node.orelse
+        compared = isinstance(a, ast.Compare) and isinstance(b, ast.Compare)
+        if _negated(a) or _negated(b) or compared:
+            out.append(f"{module}:{node.lineno} writes the direction by hand: use directed()")
+    return out
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: module_name(p))
+def test_stage_names_come_from_one_module(path):
+    source = path.read_text(encoding="utf-8")
+    assert stage_sources(source, module_name(path), path.name == "__init__.py") == []
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: module_name(p))
+def test_the_direction_is_written_in_one_place(path):
+    module = module_name(path)
+    found = hand_directions(path.read_text(encoding="utf-8"), module)
+    if module in DIRECTION_PENDING:
+        assert found, f"{module} no longer writes a direction: drop it from DIRECTION_PENDING"
+    else:
+        assert found == []
+
+
+@pytest.mark.parametrize(
+    ("module", "source", "caught"),
+    [
+        ("revtree.web.x", "from revtree.agents.evaluator import FULL\n", True),
+        ("revtree.web.x", "from revtree.memory.records import GUARD as G\n", True),
+        ("revtree.orchestrator.x", "HOLDOUT = 'holdout'\n", True),
+        ("revtree.web.x", "from revtree.memory.stages import FULL, GUARD\n", False),
+        ("revtree.web.x", "from ..memory.stages import HOLDOUT\n", False),
+        ("revtree.memory.stages", "FULL = 'full'\n", False),
+    ],
+)
+def test_the_stage_check_can_fail(module, source, caught):
+    assert bool(stage_sources(source, module)) is caught
+
+
+@pytest.mark.parametrize(
+    ("source", "caught"),
+    [
+        ("k = x if maximize else -x\n", True),
+        ("k = -x if not spec.maximize else x\n", True),  # the test's name, negated or not
+        ("sign = 1.0 if self.maximize else -1.0\n", True),
+        ("b = s > t if maximize else s < t\n", True),
+        ("k = directed(x, maximize)\n", False),
+        ("d = 'maximize' if maximize else 'minimize'\n", False),
+        ("f = max if spec.maximize else min\n", False),
+        ("k = x if flag else -x\n", False),
+    ],
+)
+def test_the_direction_check_can_fail(source, caught):
+    assert bool(hand_directions(source, "revtree.orchestrator.x")) is caught
