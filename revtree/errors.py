@@ -30,8 +30,15 @@ class LLMUnreachable(InfrastructureError):
     """The model endpoint cannot be reached, or refuses the key (the URL is named)."""
 
 
-class SandboxTimeout(SandboxError, TimeoutError):
-    """The evaluated command ran past its wall timeout and was killed."""
+class InfraFailure(InfrastructureError):
+    """A step of a candidate failed for a reason outside it (the cause, an
+    ``InfrastructureError``, a full disk, a failing database, is chained): raised at the
+    candidate boundary, its node stays unfinished; the run counts them in a row."""
+
+
+class BaselineFailed(RevtreeError, RuntimeError):
+    """The baseline (node 0) cannot be scored: nothing can be compared, the run stops
+    ``failed``."""
 
 
 class Cancelled(RevtreeError):

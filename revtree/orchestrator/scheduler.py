@@ -26,10 +26,10 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any
 
 from revtree.agents.llm import BudgetExhausted
-from revtree.errors import Cancelled
+from revtree.errors import BaselineFailed, Cancelled, InfraFailure
 from revtree.memory import NodeStatus
 from revtree.memory.checkpoints import checkpoint_tables, prune_run
-from revtree.orchestrator.steps import BaselineFailed, InfraFailure, Steps
+from revtree.orchestrator.steps import Steps
 from revtree.orchestrator.trust import SameFailures
 from revtree.orchestrator.wiring import AUTO_MAX, Parts
 

@@ -27,10 +27,12 @@ from revtree.agents.base import Change, Job, Proposal, Refusal, Reviewer, Verdic
 from revtree.agents.evaluator import Outcome
 from revtree.agents.llm import BudgetExhausted
 from revtree.errors import (
+    BaselineFailed,
     Cancelled,
     EditError,
     EditRefused,
     EditUnreadable,
+    InfraFailure,
     RevtreeError,
     SandboxError,
 )
@@ -55,14 +57,6 @@ ERROR_KINDS: tuple[tuple[type[Exception], str | None], ...] = (  # None: the ste
 )
 Picked = tuple[Selection | None, dict[str, Any], str | None]  # choice, policy state before, note
 DIFF_LINES = 60  # of a candidate's diff, shown in the live log when it waits for approval
-
-
-class InfraFailure(Exception):
-    """A step failed for a reason outside the candidate: its node stays unfinished."""
-
-
-class BaselineFailed(Exception):
-    """The baseline cannot be scored: nothing can be compared, the run stops."""
 
 
 def error_kind(e: Exception, step: str) -> str:

@@ -45,7 +45,6 @@ from revtree.errors import (
     EditUnreadable,
     InfrastructureError,
     SandboxError,
-    SandboxTimeout,
     StoreError,
     TaskSpecError,
 )
@@ -114,12 +113,13 @@ def foreign_failure(e: BaseException, step: str) -> Failure | None:
     ``LLMError`` after its retries), the reviewer's (any model error in ``review``, an
     unparseable verdict included), the parser's (an answer not in the form asked, or a
     coder's answer with no edit that can be read, even after its repair round) or the
-    sandbox's (a ``SandboxError`` that is not the evaluated command's timeout). Decided
+    sandbox's (a ``SandboxError``: an evaluated command's timeout is no exception but an
+    ``ExecResult.timed_out``). Decided
     by the exception's type and the step only. An edit that is read but does not apply
     is the candidate's (a sloppy answer, repaired once, may legitimately fail)."""
     if isinstance(e, EditUnreadable):
         whose = "the parser's"
-    elif isinstance(e, EditError | SandboxTimeout) or not isinstance(e, LLMError | SandboxError):
+    elif isinstance(e, EditError) or not isinstance(e, LLMError | SandboxError):
         return None
     elif step == "review":
         whose = "the reviewer's"

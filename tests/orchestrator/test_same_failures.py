@@ -21,7 +21,6 @@ from revtree.errors import (
     EditRefused,
     EditUnreadable,
     SandboxError,
-    SandboxTimeout,
 )
 from revtree.memory import NodeStatus, RunStatus, Store
 from revtree.orchestrator import Orchestrator, create_run
@@ -242,7 +241,6 @@ def test_failures_are_classified_by_type_and_step_never_by_message() -> None:
     for own in (
         EditError("the model's answer: LLMError"),
         EditRefused("SEARCH not found", "answer"),
-        SandboxTimeout("killed after 1 s"),
         ValueError("LLMError: sandbox failed"),
     ):
         assert foreign_failure(own, "code") is None, own
