@@ -11,7 +11,8 @@ coder answers come from ``revtree.agents.llm.fake_models.Climber``:
   with ``model_selection = "bandit"`` and with ``"weights"``.
 - novelty: one model (chance 0.6) that repeats one of its earlier answers a third of the
   time; per seed, with ``novelty_threshold`` 0.98 and 1.0 (off), at an equal budget of
-  candidates (and, with ``--sandbox-seconds``, of sandbox seconds): the candidates
+  candidates (``max_nodes``, which near twins do not count toward; with
+  ``--sandbox-seconds``, of sandbox seconds): the candidates
   evaluated, those refused as near twins (evaluations saved) or as identical to their
   parent (refused either way), the evaluations run (the final checks of the best
   included), the sandbox seconds and the best score.
@@ -85,7 +86,7 @@ def novelty(seeds: int, budget: int, work: Path, seconds: float | None) -> Table
         "best score",
         title=f"equal budget: {seconds:g} sandbox seconds"
         if seconds
-        else f"equal budget: {budget - 1} candidates",
+        else f"equal budget: {budget - 1} candidates (near twins not counted)",
     )
     for seed in range(seeds):
         for threshold in (0.98, 1.0):

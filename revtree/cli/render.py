@@ -21,7 +21,7 @@ from rich.text import Text
 from rich.tree import Tree as RichTree
 
 from revtree.cli.app import console, plain, visible
-from revtree.memory.records import Event, RunInfo, RunStatus
+from revtree.memory.records import TWIN, Event, RunInfo, RunStatus
 
 if TYPE_CHECKING:
     from revtree.memory.store import Store
@@ -296,7 +296,7 @@ class LiveLog:
             except OSError:  # the reader went away (EPIPE, EIO): the run goes on, unseen
                 console.on_broken_pipe()
                 self.quiet = True
-        if ev.kind == "node":
+        if ev.kind == "node" and (ev.data or {}).get("error_kind") != TWIN:  # not in max_nodes
             self.done += 1
             self.progress.update(self.task, completed=self.done)
         if ev.kind == "best":

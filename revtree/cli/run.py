@@ -32,7 +32,7 @@ from revtree.cli.app import (
 )
 from revtree.cli.render import LiveLog, fmt, print_event, print_summary
 from revtree.errors import RevtreeError, RunBusy, SandboxError
-from revtree.memory.records import RunInfo, RunStatus
+from revtree.memory.records import TWIN, RunInfo, RunStatus
 from revtree.tasks.names import POLICIES
 
 if TYPE_CHECKING:
@@ -59,7 +59,7 @@ def _drive(store: Store, run: RunInfo, parallel: str | None, quiet: bool, home: 
     from revtree.orchestrator.core import Orchestrator
 
     spec_budget = run.spec.get("budget", {}).get("max_nodes")
-    done = sum(n.status.is_finished() for n in store.nodes(run.id))
+    done = sum(n.status.is_finished() and n.error_kind != TWIN for n in store.nodes(run.id))
     live = LiveLog(run, spec_budget, quiet, done)
     stop = threading.Event()
     _install_stop(stop)

@@ -1,6 +1,12 @@
 """What a run has spent, and whether it may start more: nodes, wall time, sandbox
 seconds, the model budget, and the evaluations spent on trust (verify, guard).
 
+A near twin (refused before any sandbox, ``records.TWIN``) is not a node of
+``max_nodes``: it cost no evaluation. The twins have a bound of their own,
+``max_twins`` (default: ``max_nodes``), so a proposer that keeps repeating itself ends
+the run instead of looping; the model budget (``max_usd``, ``max_tokens``) and the wall
+time count them as any candidate.
+
 Budgets are checked before a candidate starts and again when its evaluation gets a
 slot. Trust shares are counted in evaluations, not seconds, so a resumed run decides
 exactly as an uninterrupted one would.
@@ -28,9 +34,12 @@ class Budget:
         wall_before: float,
         n_nodes: Callable[[], int],
         spent: Callable[[], str | None] = lambda: None,
+        n_twins: Callable[[], int] = lambda: 0,
     ) -> None:
+        """``n_nodes``: the nodes that count toward ``max_nodes`` (twins left out);
+        ``n_twins``: the near twins."""
         self.limits, self.wall_before = spec.budget, wall_before
-        self.n_nodes, self.model_spent = n_nodes, spent
+        self.n_nodes, self.model_spent, self.n_twins = n_nodes, spent, n_twins
         self.started = time.monotonic()
         self.lock = threading.Lock()
         self.sandbox_seconds = store.sandbox_seconds(run_id)
@@ -66,6 +75,9 @@ class Budget:
         b = self.limits
         if starting and b.max_nodes is not None and self.n_nodes() + pending >= b.max_nodes:
             return f"budget: max_nodes={b.max_nodes} reached"
+        twins = b.max_twins if b.max_twins is not None else b.max_nodes
+        if starting and twins is not None and self.n_twins() >= twins:
+            return f"budget: max_twins={twins} reached (near twins refused unevaluated)"
         if b.max_wall is not None and self.wall_used() >= b.max_wall:
             return f"budget: max_wall={b.max_wall:g}s reached"
         if b.max_sandbox_seconds is not None and self.sandbox_seconds >= b.max_sandbox_seconds:

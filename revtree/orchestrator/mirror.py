@@ -17,6 +17,7 @@ from typing import Any
 
 from revtree.agents.lessons import lesson_for
 from revtree.memory import Node, NodeStatus, Store
+from revtree.memory.records import TWIN
 from revtree.orchestrator.tree import Tree
 
 EventSpec = tuple[str, str, Any]
@@ -48,6 +49,7 @@ class Mirror:
         self.store, self.run_id, self.maximize = store, run_id, maximize
         self.nodes: dict[int, Node] = {n.id: n for n in nodes}
         self.by_ticket = {n.thread_id: n.id for n in self.nodes.values() if n.thread_id}
+        self.twins = {n.id for n in self.nodes.values() if n.error_kind == TWIN}
         self.lock = threading.RLock()
         self.observers: list[Observer] = []  # told of each finished node
         self.updaters: list[Observer] = []  # the same, under the lock, with the best
@@ -76,6 +78,12 @@ class Mirror:
     def next_id(self) -> int:
         return max(self.nodes) + 1
 
+    def counted(self) -> int:
+        """The nodes that count toward ``max_nodes``: all but the near twins (refused
+        before any evaluation; ``max_twins`` bounds them)."""
+        with self.lock:
+            return len(self.nodes) - len(self.twins)
+
     def time(self, node_id: int, step: str, seconds: float) -> None:
         spent = self.timings.setdefault(node_id, {})
         spent[step] = spent.get(step, 0.0) + seconds
@@ -99,6 +107,10 @@ class Mirror:
             values.pop("timings", None)
             node = dataclasses.replace(self.nodes[node_id], **values)
             self.nodes[node_id] = node
+            if node.error_kind == TWIN:
+                self.twins.add(node_id)
+            else:  # a retried twin (its kind reset) counts again
+                self.twins.discard(node_id)
             self._changed.append(node_id)
         return node
 

@@ -217,7 +217,9 @@ def wire(
     overlay = protected_files(spec, git, mirror)
     evaluator = Evaluator(spec, sandbox, paths.logs, protected=overlay)
     agents = make_agents(store, spec, git, mirror, sandbox, cancel)
-    budget = Budget(store, run.id, spec, run.wall_used, lambda: len(mirror.nodes), agents.spent)
+    budget = Budget(
+        store, run.id, spec, run.wall_used, mirror.counted, agents.spent, lambda: len(mirror.twins)
+    )
     if agents.ask is not None:  # a policy that asks a model (agentic) gets one
         policy.attach(agents.ask)
     mirror.observers.append(agents.proposer.observe)  # told of each finished node

@@ -348,7 +348,18 @@ class SandboxConfig(Section):
 class Budget(Section):
     """Limits checked before any new work starts; reaching one ends the run cleanly."""
 
-    max_nodes: int | None = Field(50, ge=1, description="Nodes in the tree, root included.")
+    max_nodes: int | None = Field(
+        50,
+        ge=1,
+        description="Nodes in the tree, root included; near twins refused before evaluation "
+        "([search] novelty_threshold) are not counted (max_twins bounds them).",
+    )
+    max_twins: int | None = Field(
+        None,
+        ge=1,
+        description="Near twins refused before evaluation; reaching it ends the run, so a "
+        "proposer that keeps repeating itself cannot loop (default: as many as max_nodes).",
+    )
     max_wall: Duration | None = Field(None, description="Wall time the run may be active.")
     max_sandbox_seconds: Duration | None = Field(None, description="Summed evaluation time.")
     max_usd: float | None = Field(None, gt=0, description="LLM spend in dollars (never exceeded).")

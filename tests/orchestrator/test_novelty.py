@@ -76,3 +76,44 @@ def _files(home: Path, run_id: str, commit: str | None) -> dict[str, bytes]:
 
     assert commit is not None
     return GitStore(RunPaths(home, run_id).repo).read_files(commit, ["prog.py"])
+
+
+def test_near_twins_do_not_count_toward_max_nodes(tmp_path: Path, home: Path, store: Store) -> None:
+    task = one_model(climb_task(tmp_path / "t", selection="weights", budget=13, novelty=0.98))
+    with FakeLLMServer(Climber({"one": 0.6}, seed=2, repeat=1 / 3)) as srv:
+        run_id = drive(store, home, task, srv.openai_url)
+    nodes = store.nodes(run_id)
+    twins = [n for n in nodes if n.error_kind == TWIN]
+    assert twins, "the fake model repeated itself: some candidate must be a twin"
+    assert len(nodes) - len(twins) == 13  # the budget bought 13 nodes besides the twins
+    assert "max_nodes=13" in (store.get_run(run_id).reason or "")
+
+
+def test_a_proposer_that_only_repeats_itself_ends_at_max_twins(
+    tmp_path: Path, home: Path, store: Store
+) -> None:
+    # every answer after the first repeats it (a worse draft): each later candidate, made
+    # from the root (still the best), is a twin of node 1; max_twins ends the run
+    task = one_model(climb_task(tmp_path / "t", selection="weights", budget=30, novelty=0.98))
+    text = (
+        (task / "task.toml").read_text().replace("max_nodes = 30", "max_nodes = 30\nmax_twins = 4")
+    )
+    (task / "task.toml").write_text(text)
+    with FakeLLMServer(Climber({"one": 0.0}, seed=2, repeat=1.0)) as srv:
+        run_id = drive(store, home, task, srv.openai_url)
+    info, nodes = store.get_run(run_id), store.nodes(run_id)
+    assert "max_twins=4 reached" in (info.reason or ""), info.reason
+    assert sum(n.error_kind == TWIN for n in nodes) == 4 and len(nodes) == 6  # root, 1, twins
+
+
+def test_max_twins_defaults_to_max_nodes(home: Path, tmp_path: Path) -> None:
+    from revtree.tasks import load_task
+
+    task = one_model(climb_task(tmp_path / "t", selection="weights", budget=5, novelty=0.98))
+    assert load_task(task).budget.max_twins is None  # the budget's rule: as many as max_nodes
+    with FakeLLMServer(Climber({"one": 0.0}, seed=2, repeat=1.0)) as srv:
+        store = Store(f"sqlite:///{home / 'db.sqlite'}")
+        run_id = drive(store, home, task, srv.openai_url)
+    assert "max_twins=5 reached" in (store.get_run(run_id).reason or "")
+    assert sum(n.error_kind == TWIN for n in store.nodes(run_id)) == 5
+    store.close()
