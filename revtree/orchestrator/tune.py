@@ -16,6 +16,13 @@ drawn by ``seed``) take no part in the choice; on them the tuned and default
 configurations are run at ``seeds`` other seeds and their means reported with standard
 errors, which say whether the choice generalises. Not guaranteed: anything beyond the
 suite and budget it was tuned at; each task's own ``[holdout]`` is not run.
+
+A run that fails (it cannot start: a sandbox, a model or the task's own settings refused;
+or it ends ``failed``: a baseline that cannot be scored, infrastructure failures) is
+never scored 0: it fails its trial (``Trial.error`` names the task, seed and reason;
+Optuna sees it pruned) and the tune goes on. A held-out run that fails is left out of
+the means and listed. Only a tune whose every trial failed has no best (``tune`` raises
+``AllFailed``, with the outcome).
 """
 
 from __future__ import annotations
@@ -104,6 +111,22 @@ def split(names: list[str], holdout: int, seed: int) -> tuple[list[str], list[st
     return [n for n in names if n not in held], [n for n in names if n in held]
 
 
+class RunFailed(RevtreeError):
+    """One run of the suite could not start or ended ``failed`` (the message says which)."""
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One configuration tried: its mean over the training tasks, or why it failed."""
+
+    search: dict[str, Any]
+    value: float | None
+    error: str | None = None
+
+
+Report = Callable[[str, dict[str, Any], int, float | None, str | None], None]
+
+
 @dataclass
 class Bench:
     """Runs ``[search]`` tables on the suite's tasks, in ``home`` and ``store``."""
@@ -112,11 +135,23 @@ class Bench:
     budget: int
     home: Path
     store: Store
-    on_run: Callable[[str, dict[str, Any], int, float], None] = lambda *a: None
+    on_run: Report = lambda *a: None  # task, search, seed, value or None, error or None
     runs: list[str] = field(default_factory=list)
 
     def score(self, task: str, search: dict[str, Any], seed: int) -> float:
-        """The relative improvement of one run of ``task`` under ``search`` at ``seed``."""
+        """The relative improvement of one run of ``task`` under ``search`` at ``seed``;
+        ``RunFailed`` where the run cannot start or ends ``failed``."""
+        try:
+            value = self._score(task, search, seed)
+        except Exception as e:  # the run boundary: this run failed, the tune goes on
+            why = str(e) if isinstance(e, RunFailed) else f"{type(e).__name__}: {e}"
+            self.on_run(task, search, seed, None, why)
+            raise RunFailed(f"{task} (seed {seed}): {why}") from e
+        self.on_run(task, search, seed, value, None)
+        return value
+
+    def _score(self, task: str, search: dict[str, Any], seed: int) -> float:
+        from revtree.memory.records import RunStatus
         from revtree.orchestrator import Orchestrator, create_run
 
         spec = self.specs[task].with_overrides(
@@ -127,16 +162,16 @@ class Bench:
         self.runs.append(run.id)
         orch = Orchestrator(self.store, run.id, home=self.home)
         try:
-            orch.drive()
+            info = orch.drive()
         finally:
             orch.close()
+        if info.status is RunStatus.FAILED:
+            raise RunFailed(f"the run ended failed: {info.reason}")
         nodes = [n for n in self.store.nodes(run.id) if n.status is NodeStatus.SUCCEEDED]
         scores = [n.score for n in nodes if n.score is not None]
         base = next((n.score for n in nodes if n.id == 0), None)
         best = (max if spec.maximize else min)(scores) if scores else None
-        value = improvement(best, base, spec.maximize)
-        self.on_run(task, search, seed, value)
-        return value
+        return improvement(best, base, spec.maximize)
 
     def mean(self, tasks: list[str], search: dict[str, Any], seed: int) -> float:
         """The mean relative improvement over ``tasks`` at ``seed``."""
@@ -144,40 +179,60 @@ class Bench:
 
 
 def mean_se(values: list[float]) -> tuple[float, float]:
-    """Mean and standard error (0 for one value)."""
+    """Mean and standard error (0 for one value; NaN for none)."""
+    if not values:
+        return math.nan, math.nan
     m = statistics.fmean(values)
     return m, (statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else 0.0)
 
 
 @dataclass(frozen=True)
 class Outcome:
-    """What a tune found: the best table, every trial, and the held-out comparison."""
+    """What a tune found: the best table (None when every trial failed), every trial,
+    the held-out comparison and the held-out runs that failed."""
 
-    best: dict[str, Any]
-    best_score: float
-    trials: list[tuple[dict[str, Any], float]]
+    best: dict[str, Any] | None
+    best_score: float | None
+    trials: list[Trial]
     train: list[str]
     held: list[str]
     # per held-out task and overall: (tuned mean, se, default mean, se), over the seeds
-    holdout: dict[str, tuple[float, float, float, float]]
+    # whose runs did not fail (NaN where none)
+    holdout: dict[str, tuple[float, float, float, float]] = field(default_factory=dict)
+    holdout_failures: list[str] = field(default_factory=list)
+
+
+class AllFailed(RevtreeError):
+    """Every trial of a tune failed: there is no configuration to write."""
+
+    def __init__(self, outcome: Outcome) -> None:
+        first = next((t.error for t in outcome.trials if t.error), "no trial ran")
+        super().__init__(f"every trial of the tune failed; the first: {first}")
+        self.outcome = outcome
 
 
 def study(
     bench: Bench, train: list[str], trials: int, seed: int, policies: tuple[str, ...]
-) -> list[tuple[dict[str, Any], float]]:
-    """``trials`` Optuna (TPE) trials on ``train``; the default first if greedy may be chosen."""
+) -> list[Trial]:
+    """``trials`` Optuna (TPE) trials on ``train``; the default first if greedy may be
+    chosen. A trial one of whose runs fails is pruned, its reason kept, and the study
+    goes on."""
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     s = optuna.create_study(direction="maximize", sampler=optuna.samplers.TPESampler(seed=seed))
     if "greedy" in policies:
         s.enqueue_trial({"policy": "greedy", "num_drafts": 3, "debug_prob": 0.5})
-    done: list[tuple[dict[str, Any], float]] = []
+    done: list[Trial] = []
 
     def objective(trial: Any) -> float:
         table = suggest(trial, policies)
-        value = bench.mean(train, table, seed)
-        done.append((table, value))
+        try:
+            value = bench.mean(train, table, seed)
+        except RunFailed as e:
+            done.append(Trial(table, None, str(e)))
+            raise optuna.TrialPruned(str(e)) from e
+        done.append(Trial(table, value))
         return value
 
     s.optimize(objective, n_trials=trials)
@@ -185,20 +240,34 @@ def study(
 
 
 def compare(
-    bench: Bench, held: list[str], best: dict[str, Any], seeds: int
+    bench: Bench, held: list[str], best: dict[str, Any], seeds: int, failures: list[str]
 ) -> dict[str, tuple[float, float, float, float]]:
-    """Tuned against default on each held-out task and their mean, over ``seeds`` seeds."""
-    per: dict[str, tuple[list[float], list[float]]] = {t: ([], []) for t in held}
+    """Tuned against default on each held-out task and their mean, over ``seeds`` seeds;
+    a run that fails is left out (its reason added to ``failures``), and so is a seed
+    from the overall mean where one of its runs failed."""
+    per: dict[str, tuple[list[float | None], list[float | None]]] = {t: ([], []) for t in held}
     for i in range(seeds):
         for t in held:
-            per[t][0].append(bench.score(t, best, HOLDOUT_SEED + i))
-            per[t][1].append(bench.score(t, DEFAULT, HOLDOUT_SEED + i))
-    out = {t: (*mean_se(a), *mean_se(b)) for t, (a, b) in per.items()}
+            for k, table in enumerate((best, DEFAULT)):
+                try:
+                    per[t][k].append(bench.score(t, table, HOLDOUT_SEED + i))
+                except RunFailed as e:
+                    per[t][k].append(None)
+                    failures.append(f"{'tuned' if k == 0 else 'default'}: {e}")
+    out = {t: (*mean_se(_ok(a)), *mean_se(_ok(b))) for t, (a, b) in per.items()}
     if held:
-        tuned = [statistics.fmean(per[t][0][i] for t in held) for i in range(seeds)]
-        default = [statistics.fmean(per[t][1][i] for t in held) for i in range(seeds)]
-        out["mean"] = (*mean_se(tuned), *mean_se(default))
+        means: tuple[list[float], list[float]] = ([], [])
+        for k in (0, 1):
+            for i in range(seeds):
+                got = [per[t][k][i] for t in held]
+                if None not in got:
+                    means[k].append(statistics.fmean(_ok(got)))
+        out["mean"] = (*mean_se(means[0]), *mean_se(means[1]))
     return out
+
+
+def _ok(values: list[float | None]) -> list[float]:
+    return [v for v in values if v is not None]
 
 
 @contextmanager
@@ -239,5 +308,10 @@ def tune(
         raise RevtreeError(f"--policies: {bad or 'none'}; choose among {', '.join(TUNABLE)}")
     train, held = split(sorted(bench.specs), holdout, seed)
     done = study(bench, train, trials, seed, policies)
-    best, score = max(done, key=lambda d: d[1])
-    return Outcome(best, score, done, train, held, compare(bench, held, best, seeds))
+    scored = [t for t in done if t.value is not None]
+    if not scored:
+        raise AllFailed(Outcome(None, None, done, train, held))
+    best = max(scored, key=lambda t: t.value or 0.0)
+    failures: list[str] = []
+    rows = compare(bench, held, best.search, seeds, failures)
+    return Outcome(best.search, best.value, done, train, held, rows, failures)

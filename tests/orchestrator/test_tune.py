@@ -86,3 +86,63 @@ def test_tune_writes_a_profile_a_task_applies(tmp_path: Path) -> None:
     assert bad.returncode == 2
     lines = bad.stderr.strip().splitlines()
     assert len(lines) == 1 and "unknown profile 'mien'" in lines[0] and "'mine'" in lines[0]
+
+
+# A sandbox backend that refuses to be built the first time (a flag file beside it says
+# it has been), then builds the local backend: the first run of the tune cannot start.
+FLAKY = """\
+from pathlib import Path
+
+from revtree.sandboxes.local import LocalSandbox
+
+FLAG = Path(__file__).with_name("refused-once")
+
+
+def build(context):
+    if not FLAG.exists():
+        FLAG.write_text("x")
+        raise RuntimeError("no machine today")
+    return LocalSandbox(context.base_dir)
+"""
+
+
+def test_a_run_that_cannot_start_fails_its_trial_and_the_tune_goes_on(tmp_path: Path) -> None:
+    home, suite = tmp_path / "home", tmp_path / "suite"
+    task = make_task(suite / "a", budget=20)
+    text = (task / "task.toml").read_text()
+    (task / "task.toml").write_text(
+        text.replace("[sandbox]\n", '[sandbox]\nbackend = "flaky:build"\n')
+    )
+    (task / "flaky.py").write_text(FLAKY)
+    out = revtree(
+        home, "tune", str(suite), "--name", "t1", "--budget", "3", "--trials", "2",
+        "--policies", "greedy", "--json", PYTHONPATH=str(task),
+    )  # fmt: skip
+    data = json.loads(out.stdout)
+    first, second = data["trials"]
+    assert first["state"] == "failed" and first["score"] is None
+    assert "a (seed 0)" in first["error"] and "no machine today" in first["error"]
+    assert second["state"] == "complete" and isinstance(second["score"], float)
+    assert data["best"] == second["search"] and data["profile"] == "t1"
+    assert tomllib.loads(Path(data["path"]).read_text())["search"] == second["search"]
+    assert "failed: RuntimeError: no machine today" in out.stderr  # the run's line, apart
+
+
+def test_a_tune_whose_every_trial_fails_exits_1_and_says_why(tmp_path: Path) -> None:
+    home, suite = tmp_path / "home", tmp_path / "suite"
+    make_task(suite / "a", budget=20, modes=("crash", "ok"))  # the baseline crashes
+    out = revtree(
+        home, "tune", str(suite), "--name", "t2", "--budget", "3", "--trials", "2",
+        "--policies", "greedy,mcts", "--json", check=False,
+    )  # fmt: skip
+    assert out.returncode == 1, out.stderr
+    data = json.loads(out.stdout)
+    assert [t["state"] for t in data["trials"]] == ["failed", "failed"]
+    assert all("baseline" in t["error"] for t in data["trials"]), data["trials"]
+    assert data["best"] is None and data["profile"] is None
+    assert "every trial failed" in out.stderr
+    assert not (home / "profiles" / "t2.toml").exists()
+    text = revtree(home, "tune", str(suite), "--budget", "3", "--trials", "1", check=False)
+    assert (
+        text.returncode == 1 and "trial 0: " in text.stdout and "failed: a (seed 0)" in text.stdout
+    )
