@@ -5,7 +5,7 @@ The score of one run is its *relative improvement*: ``(best - baseline) / |basel
 signed so that better is positive whatever the metric's direction (0: nothing beat the
 baseline; a baseline of 0 divides by 1). It is scale-free, so tasks whose metrics differ
 by orders of magnitude weigh alike, and it needs no other run, unlike a rank among the
-trials (which would also move as trials are added). A run whose baseline failed scores 0.
+trials (which would also move as trials are added). A run that fails scores nothing (below).
 A configuration's score is the mean over the training tasks, each run once at the trial's
 seed with the same ``--budget`` (nodes, root included) and ``parallel = 1``.
 
