@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from revtree.agents.llm import LLM, Ensemble
-from revtree.agents.llm.bandit import Thompson
+from revtree.agents.llm.bandit import Thompson, reward
 from revtree.memory.records import Event, Node
 from revtree.tasks.agent_settings import Agents
 
@@ -34,22 +34,6 @@ if TYPE_CHECKING:
 EVENT = "model"
 BANDIT_ROLES = ("proposer", "coder")  # the roles whose model makes the candidate
 Key = tuple[str, int, int]  # role, node, attempt
-
-
-def reward(
-    node: Node, parent: Node, maximize: bool, usd: float = 0.0, penalty: float = 0.0
-) -> float:
-    """A finished candidate's reward in [0, 1] (see the module's docstring)."""
-    mine, theirs = node.score_of(maximize), parent.score_of(maximize)
-    if not mine.is_valid:
-        value = 0.0
-    elif not theirs.is_valid:
-        value = 1.0
-    else:
-        gain = mine.gain_over(theirs) or 0.0
-        scale = abs(parent.score or 0.0)
-        value = 0.0 if gain <= 0 else 0.5 + 0.5 * (min(1.0, gain / scale) if scale else 1.0)
-    return max(0.0, value - penalty * usd)
 
 
 @dataclass(frozen=True)

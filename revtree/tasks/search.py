@@ -67,6 +67,13 @@ class GreedySearch(_Search):
     num_drafts: int = Field(3, ge=1, description="Children of the root before improving.")
     debug_prob: float = Field(0.5, ge=0, le=1, description="Chance to debug a failed leaf.")
     max_debug_depth: int = Field(3, ge=0, description="Longest chain of debug fixes.")
+    operators: Literal["policy", "bandit"] = Field(
+        "policy",
+        description="Who picks the operator where this policy's rules leave a choice "
+        "(after the drafts: draft, improve or debug, instead of debug_prob): 'policy', its fixed "
+        "chances; 'bandit', a Thompson-sampling bandit rewarded with each candidate's gain "
+        "over its parent (the live log names its choice).",
+    )
 
 
 class RandomSearch(_Search):
@@ -134,6 +141,13 @@ class EvolutionSearch(_Verified):
     )
     crossover_rate: float = Field(
         0.1, ge=0, le=1, description="Chance of a 'crossover' with a second elite parent."
+    )
+    operators: Literal["policy", "bandit"] = Field(
+        "policy",
+        description="Who picks the operator where this policy's rules leave a choice "
+        "(improve or crossover, instead of crossover_rate): 'policy', its fixed "
+        "chances; 'bandit', a Thompson-sampling bandit rewarded with each candidate's gain "
+        "over its parent (the live log names its choice).",
     )
     num_inspirations: int = Field(2, ge=0, description="Other elites shown to the proposer.")
     features: tuple[str, ...] = Field(

@@ -1,4 +1,5 @@
-"""A bandit over the models of a role: Thompson sampling with rewards in [0, 1].
+"""A bandit over named arms (a role's models, a policy's operators): Thompson sampling with
+rewards in [0, 1], and the reward of a finished candidate (its gain over its parent).
 
 Why Thompson sampling rather than UCB1: a run's budget is tens of candidates, not
 thousands, and UCB1's exploration bonus (``sqrt(2 ln n / n_k)``) stays larger than the
@@ -19,8 +20,10 @@ from __future__ import annotations
 
 import hashlib
 import random
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+
+from revtree.memory.records import Node
 
 
 def derive_seed(*parts: object) -> int:
@@ -50,14 +53,19 @@ class Thompson:
         self.arms = {name: Arm() for name in arms}
         self.seed, self.key, self.choices = seed, key, 0
 
-    def choose(self) -> str:
-        """The arm for the next candidate (counted as a choice, not yet as a pull)."""
+    def choose(self, among: Collection[str] | None = None) -> str:
+        """The arm for the next candidate (counted as a choice, not yet as a pull);
+        ``among``: only these arms may be chosen (every arm is drawn all the same, so the
+        draws do not depend on which are allowed)."""
         rng = random.Random(derive_seed(self.seed, "bandit", self.key, self.choices))
         self.choices += 1
-        draws = {
+        drawn = {
             name: rng.betavariate(1.0 + a.total, 1.0 + a.pulls - a.total)
             for name, a in self.arms.items()
         }
+        draws = {name: d for name, d in drawn.items() if among is None or name in among}
+        if not draws:
+            raise ValueError(f"no arm among {sorted(among or ())} is one of {list(self.arms)}")
         return max(draws, key=lambda name: draws[name])
 
     def reward(self, arm: str, value: float) -> None:
@@ -80,3 +88,21 @@ class Thompson:
             f"{name}: {a.pulls} at {'-' if a.mean is None else f'{a.mean:.2f}'}"
             for name, a in self.arms.items()
         )
+
+
+def reward(
+    node: Node, parent: Node, maximize: bool, usd: float = 0.0, penalty: float = 0.0
+) -> float:
+    """A finished candidate's reward in [0, 1]: 0 for one that failed, was rejected
+    or is no better than its parent; 1 for a fix of a failed parent; else 0.5 plus half
+    its gain relative to the parent's score (capped at 1); less ``penalty`` per dollar."""
+    mine, theirs = node.score_of(maximize), parent.score_of(maximize)
+    if not mine.is_valid:
+        value = 0.0
+    elif not theirs.is_valid:
+        value = 1.0
+    else:
+        gain = mine.gain_over(theirs) or 0.0
+        scale = abs(parent.score or 0.0)
+        value = 0.0 if gain <= 0 else 0.5 + 0.5 * (min(1.0, gain / scale) if scale else 1.0)
+    return max(0.0, value - penalty * usd)

@@ -5,8 +5,11 @@ that answers each coder call with the whole of one file in which one number (the
 ``X = ...``) moved: up (better, for a task that maximises X) with the probability
 ``quality[model]`` of the model the request names, else down, by a random step so that
 no two answers are alike. With ``repeat``, that share of the answers is instead one it
-gave before, word for word (a model that repeats itself). Seeded: one RNG per model,
-so the answers of a model depend only on the seed and how often it was asked.
+gave before, word for word (a model that repeats itself). With ``crash``, that share of
+the answers also carry a line that makes the program fail (its ``X`` moved all the
+same); asked to edit such a program (a debug), the model removes the line with the
+chance ``fix``, else moves ``X`` and keeps the line. Seeded: one RNG per model, so the
+answers of a model depend only on the seed and how often it was asked.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ EVALUATOR = """import json, os, prog
 os.write(3, json.dumps({"score": prog.score()}).encode())
 """
 VALUE = re.compile(r"^X = (\S+)$", re.M)
+CRASH = 'raise SystemExit("a bug")'
 
 
 class Climber:
@@ -41,8 +45,11 @@ class Climber:
         seed: int = 0,
         repeat: float = 0.0,
         path: str = "prog.py",
+        crash: float = 0.0,
+        fix: float = 0.0,
     ) -> None:
         self.quality, self.seed, self.repeat, self.path = dict(quality), seed, repeat, path
+        self.crash, self.fix = crash, fix
         self.rngs: dict[str, random.Random] = {}
         self.answers: list[str] = []
         self.asked: dict[str, int] = {}  # model -> coder calls
@@ -60,9 +67,16 @@ class Climber:
             if self.answers and rng.random() < self.repeat:
                 self.repeats += 1
                 return rng.choice(self.answers)
-            up = rng.random() < self.quality.get(req.model, 0.5)
-            step = round(rng.uniform(0.5, 1.5), 4)
-            x = round(float(found.group(1)) + (step if up else -step), 4)
-            answer = f"=== FILE: {self.path} ===\n```python\n{PROGRAM.format(x=x)}```\n"
+            x = float(found.group(1))
+            broken = CRASH in (text or "")
+            if broken and rng.random() < self.fix:
+                broken = False  # a debug that finds the bug keeps the parent's X
+            else:
+                up = rng.random() < self.quality.get(req.model, 0.5)
+                step = round(rng.uniform(0.5, 1.5), 4)
+                x = round(x + (step if up else -step), 4)
+                broken = broken or (self.crash > 0 and rng.random() < self.crash)
+            program = PROGRAM.format(x=x) + (f"\n{CRASH}\n" if broken else "")
+            answer = f"=== FILE: {self.path} ===\n```python\n{program}```\n"
             self.answers.append(answer)
             return answer

@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from revtree.memory.records import Node
 from revtree.orchestrator.policies.base import Selection
 from revtree.orchestrator.policies.features import make_feature
+from revtree.orchestrator.policies.operators import OperatorBandit
 from revtree.orchestrator.policies.treebase import TreeIndex, TreePolicy
 from revtree.orchestrator.tree import Tree
 from revtree.tasks.spec import EvolutionSearch
@@ -114,6 +115,11 @@ class EvolutionPolicy(TreePolicy):
         self.islands = [Island() for _ in range(self.config.num_islands)]
         self.cells_of: dict[int, tuple[int, ...]] = {}
         self.n_programs = 0
+        self.ops = (
+            OperatorBandit(("improve", "crossover"), self.config.seed, self.name)
+            if self.config.operators == "bandit"
+            else None
+        )
 
     def cell(self, node: Node) -> tuple[int, ...]:
         assert self.index is not None
@@ -129,6 +135,8 @@ class EvolutionPolicy(TreePolicy):
     def observe(self, node: Node) -> None:
         index = self.index
         assert index is not None
+        if self.ops is not None:
+            self.ops.observe(node, index.maximize)
         if node.id not in index.value or node.id == 0:
             return
         cell = self.cells_of[node.id] = self.cell(node)
@@ -169,7 +177,7 @@ class EvolutionPolicy(TreePolicy):
                 target.add(i, self.cells_of[i], index)
 
     def choose(self, tree: Tree, index: TreeIndex, rng: random.Random) -> Selection | None:
-        cfg = self.config
+        cfg, self.note = self.config, None
         island = self.islands[index.next_id % len(self.islands)]
         if not island.members:
             return Selection(0, "draft")
@@ -185,8 +193,13 @@ class EvolutionPolicy(TreePolicy):
         others = [e for e in elites if e != parent]
         extra: tuple[int, ...] = ()
         operator = "improve"
-        if others and rng.random() < cfg.crossover_rate:
-            extra, operator = (rng.choice(others),), "crossover"
+        if others and self.ops is not None:
+            operator = self.ops.choose(("improve", "crossover"), self.n_selects)
+            self.note = self.ops.note(operator)
+        elif others and rng.random() < cfg.crossover_rate:
+            operator = "crossover"
+        if operator == "crossover":
+            extra = (rng.choice(others),)
         rest = [e for e in others if e not in extra]
         inspirations = tuple(rng.sample(rest, min(cfg.num_inspirations, len(rest))))
         base = self.exploit(index, parent, operator)

@@ -15,6 +15,7 @@ import random
 
 from revtree.memory.records import Node, NodeStatus
 from revtree.orchestrator.policies.base import SeededPolicy, Selection
+from revtree.orchestrator.policies.operators import OperatorBandit
 from revtree.orchestrator.policies.treebase import DEBUGGABLE, TreeIndex, TreePolicy
 from revtree.orchestrator.tree import Tree
 from revtree.tasks.spec import GreedySearch, RandomSearch
@@ -29,6 +30,10 @@ class GreedyPolicy(TreePolicy):
        ``max_debug_depth``, drawn uniformly (by its place in id order).
     3. Otherwise improve the best succeeded node (the root counts once evaluated; ties:
        the lowest id; a succeeded node without a finite score only if no node has one).
+
+    With ``operators = "bandit"``, steps 2 and 3 are one choice among draft (from the
+    root), improve (the best) and debug (a failed leaf, where there is one), made by an
+    operator bandit (:mod:`.operators`) instead of ``debug_prob``.
     """
 
     name = "greedy"
@@ -43,6 +48,11 @@ class GreedyPolicy(TreePolicy):
         self.drafts: int | None = None  # the root's draft children; counted on a rebuild
         self.buggy: list[int] = []  # debuggable failed leaves, in id order
         self.unscored: int | None = None  # lowest succeeded id without a finite score
+        self.ops = (
+            OperatorBandit(("draft", "improve", "debug"), self.config.seed, self.name)
+            if self.config.operators == "bandit"
+            else None
+        )
 
     def sync(self, tree: Tree) -> TreeIndex:
         index = super().sync(tree)
@@ -53,6 +63,8 @@ class GreedyPolicy(TreePolicy):
     def observe(self, node: Node) -> None:
         index = self.index
         assert index is not None
+        if self.ops is not None:
+            self.ops.observe(node, index.maximize)
         if node.status is NodeStatus.SUCCEEDED and node.id not in index.value:
             self.unscored = node.id if self.unscored is None else min(self.unscored, node.id)
         elif (
@@ -73,13 +85,27 @@ class GreedyPolicy(TreePolicy):
 
     def choose(self, tree: Tree, index: TreeIndex, rng: random.Random) -> Selection | None:
         assert self.drafts is not None
+        self.note = None
         if self.drafts < self.config.num_drafts:
             return Selection(0, "draft")
-        if rng.random() < self.config.debug_prob and self.buggy:
-            return Selection(rng.choice(self.buggy), "debug")
         best = index.best_id
         best = self.unscored if best is None else best
+        if self.ops is not None:
+            return self.by_bandit(self.ops, best, rng)
+        if rng.random() < self.config.debug_prob and self.buggy:
+            return Selection(rng.choice(self.buggy), "debug")
         return Selection(best, "improve") if best is not None else Selection(0, "draft")
+
+    def by_bandit(self, ops: OperatorBandit, best: int | None, rng: random.Random) -> Selection:
+        """Draft, improve ``best`` or debug a failed leaf, as the operator bandit picks."""
+        among = ["draft"] + ["improve"] * (best is not None) + ["debug"] * bool(self.buggy)
+        operator = ops.choose(among, self.n_selects)
+        self.note = ops.note(operator)
+        if operator == "debug":
+            return Selection(rng.choice(self.buggy), "debug")
+        if operator == "improve" and best is not None:
+            return Selection(best, "improve")
+        return Selection(0, "draft")
 
 
 class RandomPolicy(TreePolicy):
