@@ -1,7 +1,8 @@
 """Search that learns: a bandit over the coder's models, the near-twin check, a bandit
 over the policy's operators.
 
-    python benchmarks/learning.py [--seeds 3] [--budget 31] [--part models|novelty|operators|both]
+    python benchmarks/learning.py [--seeds 3] [--budget 31] [--policy-budget 10]
+                                  [--part models|novelty|operators|policies|both]
 
 Real runs (``Orchestrator``, local sandbox, SQLite in a temporary home) of a task that
 maximises X in prog.py, against the fake model server over HTTP on 127.0.0.1, whose
@@ -23,6 +24,12 @@ coder answers come from ``revtree.agents.llm.fake_models.Climber``:
   ``"bandit"``: per seed, the operators chosen after the baseline and the best score;
   then the same two policies on the simulated landscapes (``policies/sim``, 60
   evaluations, 8 seeds): the mean normalised best quality with and without.
+- policies: the agentic policy against greedy, mcts, evolution and bgmcts on the bundled
+  examples, offline (the examples' own offline agents propose and code; the agentic
+  policy asks ``policies.sim.SimulatedPolicyModel``, the seeded stand-in for its model,
+  as ``benchmarks/policies.py`` does on the simulated landscapes): per example, the
+  relative improvement over the baseline (``revtree tune``'s measure), mean ± standard
+  error over the seeds, at ``--policy-budget`` nodes and ``parallel = 1``.
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ import sys
 import tempfile
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -199,11 +207,76 @@ def operators_sim(seeds: int = 8, budget: int = 60) -> Table:
     return table
 
 
+POLICIES = ("agentic", "greedy", "mcts", "evolution", "bgmcts")
+
+
+def policy_run(home: Path, store: Store, spec: Any, seed: int) -> tuple[float, int, int]:
+    """One run: its relative improvement, and (agentic) the model's calls and fallbacks."""
+    from revtree.orchestrator.policies.agentic import AgenticPolicy
+    from revtree.orchestrator.policies.sim import SimulatedPolicyModel
+    from revtree.orchestrator.tune import improvement
+
+    run = create_run(store, spec, home)
+    orch = Orchestrator(store, run.id, home=home)
+    model = SimulatedPolicyModel(seed)
+    if isinstance(orch.policy, AgenticPolicy):
+        orch.policy.attach(model.ask)
+    try:
+        orch.drive()
+    finally:
+        orch.close()
+    ok = [n for n in store.nodes(run.id) if n.score is not None and n.status.value == "succeeded"]
+    base = next((n.score for n in ok if n.id == 0), None)
+    best = (max if spec.maximize else min)((n.score for n in ok), default=None)
+    fallbacks = getattr(orch.policy, "fallbacks", 0)
+    return improvement(best, base, spec.maximize), model.calls, fallbacks
+
+
+def policies(seeds: int, budget: int, work: Path) -> Table:
+    from revtree.orchestrator.tune import load_suite, mean_se, suite_folders
+
+    specs = load_suite(suite_folders(None))
+    table = Table("example", *POLICIES, title=(
+        f"relative improvement over the baseline, mean ± se over {seeds} seeds, {budget} "
+        "nodes, offline agents; agentic asks the simulated policy model"
+    ))  # fmt: skip
+    store = Store(f"sqlite:///{work / 'policies.sqlite'}")
+    per: dict[str, list[list[float]]] = {p: [[] for _ in range(seeds)] for p in POLICIES}
+    asked = [0, 0]
+    for name, spec in specs.items():
+        row = []
+        for policy in POLICIES:
+            got = []
+            for seed in range(seeds):
+                one = spec.with_overrides(
+                    budget={"max_nodes": budget},
+                    search={"policy": policy, "seed": seed, "parallel": 1},
+                ).model_copy(update={"holdout": None})
+                value, calls, fallbacks = policy_run(work, store, one, seed)
+                got.append(value)
+                per[policy][seed].append(value)
+                if policy == "agentic":
+                    asked[0], asked[1] = asked[0] + calls, asked[1] + fallbacks
+            m, se = mean_se(got)
+            row.append(f"{m:+.4f} ± {se:.4f}")
+        table.add_row(name, *row)
+    means = []
+    for policy in POLICIES:
+        m, se = mean_se([statistics.fmean(v) for v in per[policy]])
+        means.append(f"{m:+.4f} ± {se:.4f}")
+    table.add_row("mean", *means)
+    table.caption = f"agentic: {asked[0]} model calls, {asked[1]} fell back to greedy"
+    return table
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--budget", type=int, default=31, help="max_nodes (the root included)")
-    ap.add_argument("--part", choices=("models", "novelty", "operators", "both"), default="both")
+    ap.add_argument(
+        "--part", choices=("models", "novelty", "operators", "policies", "both"), default="both"
+    )
+    ap.add_argument("--policy-budget", type=int, default=10, help="policies: max_nodes")
     ap.add_argument(
         "--sandbox-seconds", type=float, help="novelty: also at this equal sandbox-seconds budget"
     )
@@ -220,6 +293,8 @@ def main() -> None:
         if args.part == "operators":
             console.print(operators(args.seeds, args.budget, Path(tmp)))
             console.print(operators_sim())
+        if args.part == "policies":
+            console.print(policies(args.seeds, args.policy_budget, Path(tmp)))
 
 
 if __name__ == "__main__":
