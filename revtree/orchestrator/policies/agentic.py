@@ -105,8 +105,10 @@ class AgenticPolicy(GreedyPolicy):
     def fallback(self, tree: Tree, why: str) -> Selection | None:
         """Greedy's selection, when the model's answer cannot be used (``why``)."""
         self.fallbacks += 1
-        self.note = f"agentic fell back to greedy: {why}"
-        return super().select(tree)
+        choice = super().select(tree)
+        said = f"; {self.note}" if self.note else ""  # the operator bandit's, if any
+        self.note = f"agentic fell back to greedy: {why}{said}"
+        return choice
 
     def state(self) -> dict[str, Any]:
         return {**super().state(), "fallbacks": self.fallbacks}

@@ -54,6 +54,10 @@ class GreedyPolicy(TreePolicy):
             else None
         )
 
+    def select(self, tree: Tree) -> Selection | None:
+        self.note = None  # the operator bandit's choice, if it makes one
+        return super().select(tree)
+
     def sync(self, tree: Tree) -> TreeIndex:
         index = super().sync(tree)
         if self.drafts is None:
@@ -85,7 +89,6 @@ class GreedyPolicy(TreePolicy):
 
     def choose(self, tree: Tree, index: TreeIndex, rng: random.Random) -> Selection | None:
         assert self.drafts is not None
-        self.note = None
         if self.drafts < self.config.num_drafts:
             return Selection(0, "draft")
         best = index.best_id

@@ -59,3 +59,10 @@ def test_the_live_log_names_the_bandit_choice() -> None:
     sim.run(p, steps=4)
     assert p.note is not None and p.note.startswith("operator bandit chose ")
     assert "draft: " in p.note and "improve: " in p.note
+
+
+def test_an_agentic_fallback_keeps_its_reason_beside_the_bandits_choice() -> None:
+    p = policy("agentic", 0, operators="bandit", num_drafts=1)  # no model: every select falls back
+    Simulator(HOPELESS, 0, 10).run(p, steps=4)
+    assert p.note is not None and p.note.startswith("agentic fell back to greedy: no model")
+    assert "; operator bandit chose " in p.note
