@@ -23,7 +23,7 @@ from revtree.orchestrator.commands.doctor import doctor
 from revtree.orchestrator.run import alive
 from revtree.tasks import load_task
 
-from .conftest import make_task, revtree, spawn, wait_for
+from .conftest import make_task, revtree, revtree_here, spawn, wait_for
 
 FLAKY = """\
 import os, sys
@@ -74,6 +74,12 @@ def _retry(
     home: Path, db_url: str, *args: str, check: bool = True
 ) -> subprocess.CompletedProcess[str]:
     return revtree(home, "retry", *args, "--db", db_url, check=check)
+
+
+def _refused(home: Path, db_url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``revtree retry ARGS`` expected to be refused, in this process (revtree_here): a
+    refusal is decided before the run is claimed, so a subprocess proves nothing more."""
+    return revtree_here(home, "retry", *args, "--db", db_url, check=False)
 
 
 def _git(repo: Path, *args: str) -> str:
@@ -203,7 +209,7 @@ def test_retry_with_set_changes_the_run_config(
     node = st.node(run_id, 2)
     assert node.status is NodeStatus.SUCCEEDED and node.attempt == 2 and len(st.nodes(run_id)) == 3
     assert [e.attempt for e in st.evaluations(run_id, 2)] == [1, 2]
-    refused = _retry(home, db_url, run_id, "1", "--set", "search.policy=mcts", check=False)
+    refused = _refused(home, db_url, run_id, "1", "--set", "search.policy=mcts")
     assert refused.returncode == 2 and "revtree fork" in refused.stderr
     assert st.get_run(run_id).spec["search"]["policy"] == "greedy"
     _assert_healthy(st, home, run_id)
@@ -217,7 +223,7 @@ def test_retry_refuses_what_it_cannot_do(
     run_id = _failed_run(st, home, task)
 
     def refused(*args: str) -> str:
-        proc = _retry(home, db_url, run_id, *args, check=False)
+        proc = _refused(home, db_url, run_id, *args)
         assert proc.returncode == 2, proc.stdout + proc.stderr
         return proc.stderr
 
@@ -227,9 +233,10 @@ def test_retry_refuses_what_it_cannot_do(
     st.update_node(run_id, 2, status=NodeStatus.EVALUATING)
     assert f"node 2 of run {run_id} is still evaluating" in refused("2")
     st.update_node(run_id, 2, status=NodeStatus.FAILED)
-    # a live process (this one) drives the run
+    # a live process (this one) drives the run: the retry in a process of its own
     st.claim_run(run_id, os.getpid(), socket.gethostname(), alive)
-    assert "being driven by pid" in refused("1")
+    driven = _retry(home, db_url, run_id, "1", check=False)
+    assert driven.returncode == 2 and "being driven by pid" in driven.stderr
     assert st.node(run_id, 1).attempt == 1  # nothing was changed
     assert all(e.kind != "retry" for e in st.events_since(run_id))
 
@@ -243,7 +250,7 @@ def test_a_retry_of_the_baseline_and_a_node_with_children(
     Orchestrator(st, run.id, home=home).drive()
     parents = {n.parent_id for n in st.nodes(run.id)}
     assert 0 in parents
-    proc = _retry(home, db_url, run.id, "0", "--from", "code", check=False)
+    proc = _refused(home, db_url, run.id, "0", "--from", "code")
     assert proc.returncode == 2 and "baseline" in proc.stderr
     _retry(home, db_url, run.id, "0")  # the baseline, with children, from evaluate
     root = st.node(run.id, 0)
@@ -251,7 +258,7 @@ def test_a_retry_of_the_baseline_and_a_node_with_children(
     attempts = [e.attempt for e in st.evaluations(run.id, 0) if e.repeat == 0]
     assert attempts == [1, 2]  # (later repeats: the baseline's verification)
     for parent in sorted(p for p in parents if p)[:1]:
-        proc = _retry(home, db_url, run.id, str(parent), "--from", "propose", check=False)
+        proc = _refused(home, db_url, run.id, str(parent), "--from", "propose")
         assert proc.returncode == 2 and "has children" in proc.stderr
     _assert_healthy(st, home, run.id)
 
@@ -276,7 +283,7 @@ def test_a_killed_retry_is_finished_by_resume(
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    refused = _retry(home, db_url, run_id, "1", check=False)
+    refused = _refused(home, db_url, run_id, "1")
     assert refused.returncode == 2 and "still evaluating" in refused.stderr
     revtree(home, "resume", run_id, "--db", db_url)
     node = st.node(run_id, 1)
