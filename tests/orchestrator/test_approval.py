@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 
 from revtree.memory import NodeStatus, Store
-from tests.orchestrator.conftest import make_task, revtree, spawn, wait_for
+from revtree.orchestrator import Orchestrator, create_run
+from revtree.tasks import load_task
+from tests.orchestrator.conftest import make_task, revtree, revtree_here, spawn, wait_for
 
 
 def waiting(store: Store, run_id: str) -> list[int]:
@@ -67,7 +69,7 @@ def test_approve_and_reject_from_a_second_process(tmp_path: Path, home: Path, st
         proc.kill()
     # a rejection is not a failure: the summary counts it apart (issue 26)
     assert "(2 ok, 0 failed, 1 rejected, 0 unfinished)" in said, said
-    shown = json.loads(revtree(home, "show", run_id, "--json").stdout)
+    shown = json.loads(revtree_here(home, "show", run_id, "--json").stdout)
     assert (shown["n_failed"], shown["n_rejected"]) == (0, 1)
     node2 = store.node(run_id, 2)
     assert node2.status is NodeStatus.REJECTED and node2.error_kind == "rejected"
@@ -104,9 +106,11 @@ def test_a_stop_and_resume_while_waiting_loses_nothing(
 @pytest.mark.slow  # 60 s of --quick under -n 2 (issue 24)
 def test_decisions_that_make_no_sense_are_refused(tmp_path: Path, home: Path, store: Store) -> None:
     task = make_task(tmp_path / "t", budget=2)
-    revtree(home, "run", str(task))
-    run_id = only_run(store)
-    off = revtree(home, "approve", run_id, "1", check=False)
+    # a finished run without --approve (in this process: the run is not under test),
+    # then the refusals in-process: each is decided before anything is written
+    run_id = create_run(store, load_task(task), home).id
+    Orchestrator(store, run_id, home=home).drive()
+    off = revtree_here(home, "approve", run_id, "1", check=False)
     assert off.returncode == 2 and "does not hold candidates for approval" in off.stderr
     held = tmp_path / "h"
     proc = spawn(home, "run", str(make_task(held, budget=2)), "--approve")
@@ -121,11 +125,11 @@ def test_decisions_that_make_no_sense_are_refused(tmp_path: Path, home: Path, st
             (("approve", run2[0], "9"), "has no node 9"),
             (("reject", run2[0], "7"), "has no node 7"),
         ]:
-            bad = revtree(home, *args, check=False)
+            bad = revtree_here(home, *args, check=False)
             assert bad.returncode == 2 and says in bad.stderr, bad.stderr
-        revtree(home, "reject", run2[0], "1")  # no --why: still a clear reason
+        revtree_here(home, "reject", run2[0], "1")  # no --why: still a clear reason
         assert proc.wait(timeout=120) == 0
-        twice = revtree(home, "approve", run2[0], "1", check=False)
+        twice = revtree_here(home, "approve", run2[0], "1", check=False)
         assert twice.returncode == 2 and "was already rejected" in twice.stderr, twice.stderr
         assert "that decision stands" in twice.stderr
     finally:
