@@ -96,6 +96,7 @@ def pytest_on(folder: Path, *args: str, **env: str) -> subprocess.CompletedProce
 
 # under xdist the controller runs nothing: the workers' reports, deselections and end
 # lines must reach it (tests/conftest.py), and scripts/test runs with -n
+@pytest.mark.slow  # a nested pytest session per way, 5-10 s (issue 24)
 @pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
 def test_a_pytest_session_ends_with_the_groups_and_the_reasons(
     tmp_path: Path, workers: list[str]

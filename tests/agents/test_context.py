@@ -92,6 +92,7 @@ def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Store]:
     s.close()
 
 
+@pytest.mark.slow  # a whole run on a large repository, 5.5 s (issue 24)
 def test_the_editable_file_is_in_every_prompt_of_a_real_run_on_a_large_repository(
     tmp_path: Path, store: Store
 ) -> None:

@@ -250,6 +250,7 @@ def scores(node: dict[str, Any]) -> list[float | None]:
     return [node["score"], *(e["score"] for e in node["evaluations"])]
 
 
+@pytest.mark.slow  # a whole run in a subprocess per backend, 5-8 s (issue 24)
 def test_an_honest_candidate_gets_its_true_score(tmp_path: Path, backend: str) -> None:
     node = run_and_show(tmp_path / "home", write_task(tmp_path / "task", HONEST), backend)
     assert node["status"] == "succeeded" and node["score"] == TRUE

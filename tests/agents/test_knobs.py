@@ -546,6 +546,7 @@ def run_task(store: Store, home: Path, task: Path, max_nodes: int | None = None)
     return orch
 
 
+@pytest.mark.slow  # a whole run, 4.5 s (issue 24)
 def test_a_local_run_improves_near_each_parent(tmp_path: Path, home: Path, store: Store) -> None:
     orch = run_task(store, home, make_task(tmp_path / "t", budget=16, extra=LOCAL))
     root = {"X": 3.0, "N": 2}  # make_task's sol.py; knobs X in [-5, 5], N in [1, 10]

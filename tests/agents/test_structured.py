@@ -287,6 +287,7 @@ def test_typed_edits_land_inside_the_block_and_bad_calls_get_the_repair_round(
     assert '"tool_calls"' in repair.user  # the previous answer, shown as its JSON
 
 
+@pytest.mark.slow  # a whole run, 3.3 s (issue 24)
 def test_a_server_that_refuses_tools_gets_text_for_the_rest_of_the_run(
     tmp_path: Path, home: Path, store: Store
 ) -> None:

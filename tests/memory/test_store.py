@@ -379,6 +379,7 @@ store.close()
 """
 
 
+@pytest.mark.slow  # writer processes per database, 4-5 s (issue 24)
 def test_concurrent_process_writers_get_gap_free_seqs(store, url, tmp_path):
     run = new_run(store)
     before = len(seqs(store, run))

@@ -27,6 +27,7 @@ def _run(tmp_path: Path, home: Path, store: Store) -> tuple[set[str], set[str]]:
     return finished, held
 
 
+@pytest.mark.slow  # a whole run, 4 s (issue 24)
 def test_a_run_prunes_its_finished_checkpoints(tmp_path: Path, home: Path, store: Store) -> None:
     finished, held = _run(tmp_path, home, store)
     assert len(finished) == 20
@@ -39,6 +40,7 @@ def test_a_run_prunes_its_finished_checkpoints(tmp_path: Path, home: Path, store
     assert free < pages // 4, (free, pages)  # the freed pages went back to the file system
 
 
+@pytest.mark.slow  # a whole run, 4 s (issue 24)
 def test_prune_every_0_keeps_them(
     tmp_path: Path, home: Path, store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:

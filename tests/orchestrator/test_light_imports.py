@@ -97,6 +97,7 @@ def held_run(tmp_path: Path, home: Path, store: Store) -> Iterator[str]:
         proc.wait(timeout=60)
 
 
+@pytest.mark.slow  # one interpreter per light command, 7 s (issue 24)
 def test_reading_and_deciding_load_no_engine(held_run: str, home: Path, store: Store) -> None:
     run = held_run
     checked = [

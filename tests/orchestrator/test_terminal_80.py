@@ -146,6 +146,7 @@ def test_stop_of_a_run_that_is_not_running_exits_1(tsp: tuple[Path, Shown]) -> N
     assert proc.stdout.strip().endswith("is not running (completed)")
 
 
+@pytest.mark.slow  # the help of nine commands on a pty, 6 s (issue 24)
 def test_run_help_is_written_for_80_columns(tmp_path: Path) -> None:
     proc = in_terminal(tmp_path, "run", "--help", timeout=60)
     assert proc.returncode == 0, proc.stdout

@@ -481,6 +481,7 @@ os.write(3, json.dumps({"f": (solver.X - 1.3) ** 2 / 100 + cheat}).encode())
 """
 
 
+@pytest.mark.slow  # a whole run, 8 s (issue 24)
 def test_a_deterministic_evaluator_re_runs_each_new_best_once(tmp_path: Path, home: Path) -> None:
     task = quad_task(tmp_path / "q", EXACT, extra="[search]\nseed = 0\n", budget=12)
     revtree(home, "run", str(task), "--quiet")
@@ -493,6 +494,7 @@ def test_a_deterministic_evaluator_re_runs_each_new_best_once(tmp_path: Path, ho
     assert s["gain"]["beyond_noise"] is True and s["gain"]["post_selection"] is False
 
 
+@pytest.mark.slow  # a whole run, 7 s (issue 24)
 def test_a_candidate_good_on_its_first_run_only_is_never_the_best(
     tmp_path: Path, home: Path
 ) -> None:

@@ -171,6 +171,7 @@ print("exits", [p.wait() for p in procs])
 """
 
 
+@pytest.mark.slow  # 1.6 GiB of children per backend, 3-6 s (issue 24)
 def test_four_children_of_400_mib_under_a_600_mib_limit(box):
     if box.name == "bwrap":
         from revtree.sandboxes import cgroups

@@ -222,6 +222,7 @@ def test_setsid_double_forked_daemon_dies_with_the_command(local, tar_of, tmp_pa
     assert not alive(pid), f"setsid daemon {pid} outlived its evaluation"
 
 
+@pytest.mark.slow  # two sandbox timeouts, 3 s (issue 24)
 def test_setsid_daemon_dies_on_timeout_and_cancel(local, tar_of, tmp_path):
     archive = tar_of({"d.py": DAEMON})
     result = execute(local, archive, f"python d.py {tmp_path / 'a'}; sleep 30", timeout=1.5)

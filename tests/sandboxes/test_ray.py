@@ -298,6 +298,7 @@ def test_auto_without_a_cluster_says_how_to_start_one(
         RaySandbox(RunnerConfig(kind="ray"))
 
 
+@pytest.mark.slow  # a run in a subprocess waiting on a cluster, 6 s (issue 24)
 @pytest.mark.ray
 def test_run_with_an_unanswering_cluster_exits_non_zero_naming_it(
     write_task: Any, tmp_path: Path
@@ -494,6 +495,7 @@ def test_a_cancelled_evaluation_cancels_its_ray_task(monkeypatch: pytest.MonkeyP
     assert fake.cancelled and all(force is True for _, force in fake.cancelled)  # then Ray's
 
 
+@pytest.mark.slow  # a Ray worker, 3.5 s (issue 24)
 def test_a_cancelled_worker_reports_cancelled_and_a_raised_flag_stops_it_before_it_runs(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

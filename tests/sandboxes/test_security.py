@@ -88,6 +88,7 @@ for p in {paths!r}:
     assert "READ" not in result.stdout, result.stdout
 
 
+@pytest.mark.slow  # 3.4 s (issue 24)
 def test_another_candidates_workspace_is_invisible(box, tar_of):
     writer = "import time; open('marker-of-a.txt', 'w').write('a'); time.sleep(3)"
     finder = (
@@ -137,6 +138,7 @@ open('/tmp/scratch', 'w').write('tmp is fine')
     assert after.stdout == "False\n"
 
 
+@pytest.mark.slow  # 5 s (issue 24)
 def test_fork_bomb_is_contained(box, tar_of, tmp_path):
     code = """
 import os, time

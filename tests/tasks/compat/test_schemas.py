@@ -257,6 +257,7 @@ def shinka_tally(tmp_path_factory: pytest.TempPathFactory) -> tuple[Tally, dict[
     return tally, fields
 
 
+@pytest.mark.slow  # 250+ configs through both loaders, 8 s (issue 24)
 def test_openevolve_configs_all_load(
     openevolve_tally: tuple[Tally, Any], request: pytest.FixtureRequest
 ) -> None:
@@ -271,6 +272,7 @@ def test_openevolve_configs_all_load(
     assert not (keys.OPENEVOLVE_WARNED & tally.mapped), keys.OPENEVOLVE_WARNED & tally.mapped
 
 
+@pytest.mark.slow  # 150+ configs through both loaders, 7 s (issue 24)
 def test_shinka_configs_all_load(
     shinka_tally: tuple[Tally, dict[str, Any]], request: pytest.FixtureRequest
 ) -> None:
