@@ -1,4 +1,5 @@
-"""The CLI in real subprocesses: run, show, signals, kill -9 and resume, watch, export."""
+"""The CLI in real subprocesses: run, signals, kill -9 and resume, watch; what show, export
+and diff print after a run is read in-process (revtree_here)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 
 from revtree.memory import NodeStatus, RunStatus, Store
 
-from .conftest import make_task, revtree, spawn, wait_for
+from .conftest import make_task, revtree, revtree_here, spawn, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -44,14 +45,14 @@ def test_run_show_export(tmp_path: Path, home: Path, store: Store) -> None:
     task = make_task(tmp_path / "t", budget=6, parallel=2)
     out = revtree(home, "run", str(task)).stdout
     assert "new best" in out and "baseline" in out and "revtree export" in out
-    shown = json.loads(revtree(home, "show", "last", "--json", "--nodes").stdout)
+    shown = json.loads(revtree_here(home, "show", "last", "--json", "--nodes").stdout)
     assert shown["status"] == "completed" and shown["n_nodes"] == 6
     assert shown["best_score"] < shown["baseline_score"]
     assert {"id", "parent", "status", "operator", "score", "commit", "n_evaluations"} <= set(
         shown["nodes"][0]
     )
     patch = tmp_path / "best.patch"
-    revtree(home, "export", shown["run_id"], "--patch", str(patch))
+    revtree_here(home, "export", shown["run_id"], "--patch", str(patch))
     work = tmp_path / "apply"
     subprocess.run(["cp", "-r", str(task), str(work)], check=True)
     subprocess.run(["git", "init", "-q", str(work)], check=True)
@@ -60,7 +61,7 @@ def test_run_show_export(tmp_path: Path, home: Path, store: Store) -> None:
     # the evaluator reports on descriptor 3, as in a sandbox
     subprocess.run(["sh", "-c", f"{sys.executable} ev.py 3>metrics.json"], cwd=work, check=True)
     assert json.loads((work / "metrics.json").read_text())["f"] == pytest.approx(best["score"])
-    diff = revtree(home, "diff", shown["run_id"], str(shown["best_node"]), "--against", "root")
+    diff = revtree_here(home, "diff", shown["run_id"], str(shown["best_node"]), "--against", "root")
     assert diff.stdout.startswith("diff --git a/sol.py b/sol.py")
 
 
@@ -112,9 +113,9 @@ def test_resume_refuses_a_run_driven_by_a_live_process(
     try:
         run_id = _only_run(store)
         wait_for(lambda: _finished(store, run_id) >= 1, what="a finished node")
-        second = revtree(home, "resume", run_id, check=False)
+        second = revtree_here(home, "resume", run_id, check=False)  # this process: a second one
         assert second.returncode == 2 and "being driven by pid" in second.stderr
-        revtree(home, "stop", run_id)
+        revtree_here(home, "stop", run_id)
         proc.wait(timeout=60)
         assert store.get_run(run_id).status is RunStatus.STOPPED
     finally:
