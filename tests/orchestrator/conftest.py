@@ -175,7 +175,7 @@ def revtree_here(
     from revtree.errors import RevtreeError
 
     changes: dict[str, str | None] = {"REVTREE_DB": None, "REVTREE_HOME": str(home)}
-    changes.update(COLUMNS="200", **env)  # as cli_env(home, **env) makes it
+    changes.update({"COLUMNS": "200", **env})  # as cli_env(home, **env) makes it (env wins)
     result = CliRunner().invoke(app, list(args), env=changes, catch_exceptions=True)
     code, stderr = result.exit_code, result.stderr
     if isinstance(result.exception, RevtreeError):

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.orchestrator.conftest import cli_env, drain_pty, revtree
+from tests.orchestrator.conftest import cli_env, drain_pty, revtree, revtree_here
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "tsp-anneal"
 LOG_LINE = re.compile(r"^\d\d:\d\d:\d\d +\d+ \w+ +")  # time, seq, kind: the message after
@@ -62,7 +62,14 @@ def in_terminal(home: Path, *args: str, columns: int = 80, timeout: float = 300)
 
 
 def narrow(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``revtree ARGS`` captured (not a terminal) at COLUMNS=80, in a subprocess."""
     return revtree(home, *args, check=False, COLUMNS="80")
+
+
+def narrow_here(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """The same in this process (revtree_here), for output whose width is not under test
+    (JSON, a diff, one short line)."""
+    return revtree_here(home, *args, check=False, COLUMNS="80")
 
 
 @pytest.fixture(scope="module")
@@ -115,7 +122,7 @@ def test_show_nodes_cuts_hypotheses_at_words(tsp: tuple[Path, Shown]) -> None:
     assert all(len(line) <= 80 for line in proc.lines)
     words = set()
     for n in range(6):
-        shown = narrow(home, "show", "last", "--node", str(n), "--json").stdout
+        shown = narrow_here(home, "show", "last", "--node", str(n), "--json").stdout
         words |= set(re.findall(r'"hypothesis": "([^"]*)"', shown)[0].split())
     table = proc.stdout[proc.stdout.index("hypothesis / error") :]
     for cell in re.findall(r"\d{10}  (.*)$", table, re.M):  # the text after the commit
@@ -130,7 +137,7 @@ def test_show_nodes_cuts_hypotheses_at_words(tsp: tuple[Path, Shown]) -> None:
 def test_knob_values_are_written_short(tsp: tuple[Path, Shown], tmp_path: Path) -> None:
     home, _ = tsp
     for n in range(1, 6):
-        diff = narrow(home, "diff", "last", str(n)).stdout
+        diff = narrow_here(home, "diff", "last", str(n)).stdout
         added = [x for x in diff.splitlines() if x.startswith("+") and " = " in x]
         assert added, diff
         for line in added:  # 0.4697, not 0.4697358999576485
@@ -141,7 +148,7 @@ def test_knob_values_are_written_short(tsp: tuple[Path, Shown], tmp_path: Path) 
 @pytest.mark.slow
 def test_stop_of_a_run_that_is_not_running_exits_1(tsp: tuple[Path, Shown]) -> None:
     home, _ = tsp
-    proc = narrow(home, "stop", "last")
+    proc = narrow_here(home, "stop", "last")
     assert proc.returncode == 1
     assert proc.stdout.strip().endswith("is not running (completed)")
 
