@@ -63,9 +63,6 @@ ALLOWED = {
     ("sandboxes/docker/containers.py", "box.sock"): "containers.py's own Box",
     ("orchestrator/policies/treebase.py", "index.deferred"): "treebase.py's own index",
     ("orchestrator/policies/evolution.py", "island.born"): "evolution.py's own Island",
-    # not yet moved behind a method (issue 25, next)
-    ("orchestrator/model_choice.py", "bandits[role].choices"): "PENDING: a Thompson method",
-    ("orchestrator/llm_team.py", "coder.answer"): "PENDING: the one-call coder's method",
 }
 
 

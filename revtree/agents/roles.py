@@ -381,10 +381,15 @@ NOT_PROSE = ("```", "<<<<<<<", "=======", ">>>>>>>", "=== FILE", "--- ", "+++ ",
 
 
 class OneCallCoder(LLMCoder):
-    """The coder; in one-call mode, also the proposer. ``answer``, when set, is used as
-    the coder's first answer instead of a call (it came with the hypothesis)."""
+    """The coder; in one-call mode, also the proposer. ``answer``, when given, is used
+    as the coder's first answer instead of a call (it came with the hypothesis)."""
 
     answer: Completion | None = None
+
+    def given(self, answer: Completion | None) -> None:
+        """Use ``answer`` (the one-call answer kept since the propose step) as the next
+        reply; None: the next reply is a call."""
+        self.answer = answer
 
     def ask_all(self, ctx: Context, proposer_template: str | None) -> Completion:
         """One call for the hypothesis and the edits: the coder's rules and the

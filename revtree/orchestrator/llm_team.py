@@ -338,8 +338,9 @@ class Team:
             changes = coder.repair(self.context(node), proposal, refusal)
         else:
             with self._lock:
-                coder.answer = self._answers.pop((node.id, node.attempt), None)
-            if coder.answer is None and self._tools_on():
+                answer = self._answers.pop((node.id, node.attempt), None)
+                coder.given(answer)
+            if answer is None and self._tools_on():
                 return self._work(node, coder, proposal)
             changes = coder.code(self.context(node), proposal)
         self.repo.learn(node.id, proposal.hypothesis, self.context(node).files, changes)

@@ -80,7 +80,7 @@ def replay(
     for (role, node_id, attempt), model in chosen.items():
         if role not in bandits:
             continue
-        bandits[role].choices += 1
+        bandits[role].seek(bandits[role].choices + 1)
         node = nodes.get(node_id)
         if node is not None and node.attempt == attempt and node.status.is_finished():
             cost = (usd or {}).get((node_id, role), 0.0)

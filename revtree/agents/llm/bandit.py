@@ -53,6 +53,11 @@ class Thompson:
         self.arms = {name: Arm() for name in arms}
         self.seed, self.key, self.choices = seed, key, 0
 
+    def seek(self, choices: int) -> None:
+        """Go on as if ``choices`` choices had been made (a replay, or a policy that
+        counts its own selections): the next draw is the one that would follow them."""
+        self.choices = choices
+
     def choose(self, among: Collection[str] | None = None) -> str:
         """The arm for the next candidate (counted as a choice, not yet as a pull);
         ``among``: only these arms may be chosen (every arm is drawn all the same, so the

@@ -40,7 +40,7 @@ class OperatorBandit:
 
     def choose(self, among: Collection[str], selects: int) -> str:
         """The operator of the ``selects``-th selection, one of ``among``."""
-        self.thompson.choices = selects
+        self.thompson.seek(selects)
         return self.thompson.choose(among)
 
     def observe(self, node: Node, maximize: bool) -> None:
