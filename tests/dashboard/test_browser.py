@@ -191,6 +191,7 @@ def test_a_hypothesis_with_html_renders_as_text(
 
 
 # -- e. 10k nodes ---------------------------------------------------------------------
+@pytest.mark.slow  # 10 s of --quick: 10,000 nodes bulk-built, then the page (issue 24)
 def test_ten_thousand_nodes_open_fast_and_pan_zoom(
     page: Any, site: Site, dashboard: Dashboard, finished_run: str
 ) -> None:
@@ -251,6 +252,7 @@ def test_ten_thousand_nodes_open_fast_and_pan_zoom(
 
 
 # -- the runs page, read-only mode, compare -------------------------------------------
+@pytest.mark.slow  # 9 s of --quick: a fork run, then three pages (issue 24)
 def test_runs_page_groups_forks_and_compares(
     page: Any, site: Site, dashboard: Dashboard, finished_run: str
 ) -> None:

@@ -109,6 +109,7 @@ def test_crossover_edges_and_fork_links(
     assert page.errors == []
 
 
+@pytest.mark.slow  # 10 s of --quick: every page at two widths (issue 24)
 def test_screenshots_at_800_and_1400_px(
     browser: Any, site: Site, dashboard: Dashboard, finished_run: str
 ) -> None:

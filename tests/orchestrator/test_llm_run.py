@@ -524,6 +524,7 @@ class ToolUser:
         return FakeReply(tool_calls=[("edit_file", edit), ("done", {"summary": "fit"})])
 
 
+@pytest.mark.slow  # 6 s of --quick: a whole run (issue 24)
 def test_a_tool_using_coder_searches_reads_and_edits_in_a_real_run(
     tmp_path: Path, home: Path, store: Store
 ) -> None:

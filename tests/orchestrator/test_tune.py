@@ -128,6 +128,7 @@ def test_a_run_that_cannot_start_fails_its_trial_and_the_tune_goes_on(tmp_path: 
     assert "failed: RuntimeError: no machine today" in out.stderr  # the run's line, apart
 
 
+@pytest.mark.slow  # 9 s of --quick: a tune through the CLI (issue 24)
 def test_a_tune_whose_every_trial_fails_exits_1_and_says_why(tmp_path: Path) -> None:
     home, suite = tmp_path / "home", tmp_path / "suite"
     make_task(suite / "a", budget=20, modes=("crash", "ok"))  # the baseline crashes
