@@ -2,7 +2,7 @@
 over the policy's operators.
 
     python benchmarks/learning.py [--seeds 3] [--budget 31] [--policy-budget 10]
-                                  [--part models|novelty|operators|policies|both]
+                                  [--part models|novelty|embeddings|operators|policies|both]
 
 Real runs (``Orchestrator``, local sandbox, SQLite in a temporary home) of a task that
 maximises X in prog.py, against the fake model server over HTTP on 127.0.0.1, whose
@@ -18,6 +18,11 @@ coder answers come from ``revtree.agents.llm.fake_models.Climber``:
   evaluated, those refused as near twins (evaluations saved) or as identical to their
   parent (refused either way), the evaluations run (the final checks of the best
   included), the sandbox seconds and the best score.
+- embeddings: one model (chance 0.6) that, 40% of the time, gives again an answer it gave
+  to a parent with the same X, its number written otherwise (``12.30`` for ``12.3``);
+  the text check at 0.98 with and without the embeddings check (0.99, ``[agents]
+  embeddings_model`` at the fake server, whose vectors see a number by its value: the
+  test's ``by_meaning``); the same columns as novelty.
 - operators: one model (chance 0.6) a third of whose edits also break the program and
   which finds the bug in a broken parent with the chance 0.8 (a debug that pays);
   greedy and evolution with ``operators = "policy"`` (their fixed chances) and
@@ -58,9 +63,11 @@ from tests.orchestrator.test_model_bandit import QUALITY, climb_task
 os.environ.setdefault("REVTREE_SANDBOX", "local")  # the fake model's code is harmless
 
 
-def run_once(home: Path, task: Path, climber: Climber) -> tuple[Store, str]:
+def run_once(
+    home: Path, task: Path, climber: Climber, server: FakeLLMServer | None = None
+) -> tuple[Store, str]:
     store = Store(f"sqlite:///{home / 'db.sqlite'}")
-    with FakeLLMServer(climber) as srv:
+    with server or FakeLLMServer(climber) as srv:
         spec = load_task(task).with_overrides(agents={"base_url": srv.openai_url})
         run = create_run(store, spec, home)
         Orchestrator(store, run.id, home=home).drive()
@@ -88,18 +95,23 @@ def models(seeds: int, budget: int, work: Path) -> Table:
     return table
 
 
+NOVELTY_COLUMNS = (
+    "seed",
+    "novelty",
+    "candidates",
+    "evaluated",
+    "twins refused",
+    "same as parent",
+    "evaluations",
+    "sandbox s",
+    "best score",
+)
+
+
 def novelty(seeds: int, budget: int, work: Path, seconds: float | None) -> Table:
     """``seconds``: an equal budget of sandbox seconds instead of candidates."""
     table = Table(
-        "seed",
-        "novelty",
-        "candidates",
-        "evaluated",
-        "twins refused",
-        "same as parent",
-        "evaluations",
-        "sandbox s",
-        "best score",
+        *NOVELTY_COLUMNS,
         title=f"equal budget: {seconds:g} sandbox seconds"
         if seconds
         else f"equal budget: {budget - 1} candidates (near twins not counted)",
@@ -107,35 +119,70 @@ def novelty(seeds: int, budget: int, work: Path, seconds: float | None) -> Table
     for seed in range(seeds):
         for threshold in (0.98, 1.0):
             home = work / f"n{seed}{threshold}{seconds}"
-            task = climb_task(
-                home / "task",
-                selection="weights",
-                budget=1000 if seconds else budget,
-                novelty=threshold,
-                extra=f"max_sandbox_seconds = {seconds}" if seconds else "",
-            )
-            text = (task / "task.toml").read_text()
-            text = text.split("[[agents.coder.ensemble]]")[0].replace("seed = 1", f"seed = {seed}")
-            (task / "task.toml").write_text(
-                text + '[agents.coder]\nmodel = "openai-compatible:one"\n'
-            )
+            task = novelty_task(home, seed, budget, threshold, seconds)
             climber = Climber({"one": 0.6}, seed=seed, repeat=1 / 3)
             store, run_id = run_once(home, task, climber)
-            nodes = [n for n in store.nodes(run_id) if n.id > 0]
-            evals = [e for e in store.evaluations(run_id) if e.node_id != 0]
-            best = max((n.score for n in nodes if n.score is not None), default=None)
-            table.add_row(
-                str(seed),
-                "off" if threshold >= 1 else f"{threshold:g}",
-                str(len(nodes)),
-                str(sum(n.n_evals > 0 for n in nodes)),
-                str(sum(n.error_kind == TWIN for n in nodes)),
-                str(sum("changes nothing" in (n.error or "") for n in nodes)),
-                str(len(evals)),
-                f"{sum(e.duration for e in evals):.2f}",
-                "-" if best is None else f"{best:.4g}",
-            )
+            label = "off" if threshold >= 1 else f"{threshold:g}"
+            table.add_row(str(seed), label, *novelty_row(store, run_id))
     return table
+
+
+def embeddings(seeds: int, budget: int, work: Path, seconds: float | None) -> Table:
+    """The paraphrasing model, with the embeddings check on (0.99) and off."""
+    from revtree.agents.llm.fake_embeddings import EmbeddingsFakeLLMServer
+    from tests.orchestrator.test_novelty import by_meaning
+
+    what = f"{seconds:g} sandbox seconds" if seconds else f"{budget - 1} candidates"
+    table = Table(*NOVELTY_COLUMNS, title=f"paraphrases, equal budget: {what}")
+    for seed in range(seeds):
+        for threshold in (0.99, 1.0):
+            home = work / f"e{seed}{threshold}{seconds}"
+            task = novelty_task(home, seed, budget, 0.98, seconds)
+            text = (task / "task.toml").read_text()
+            text = text.replace('mode = "llm"', 'mode = "llm"\nembeddings_model = "emb"')
+            text = text.replace(
+                "novelty_threshold",
+                f"novelty_embeddings_threshold = {threshold}\nnovelty_threshold",
+            )
+            (task / "task.toml").write_text(text)
+            climber = Climber({"one": 0.6}, seed=seed, paraphrase=0.4)
+            server = EmbeddingsFakeLLMServer(climber, embed=by_meaning)
+            store, run_id = run_once(home, task, climber, server)
+            label = "text only" if threshold >= 1 else f"embeddings {threshold:g}"
+            table.add_row(str(seed), label, *novelty_row(store, run_id))
+    return table
+
+
+def novelty_task(
+    home: Path, seed: int, budget: int, threshold: float, seconds: float | None
+) -> Path:
+    """The climb task on one model, at ``budget`` candidates or ``seconds``."""
+    task = climb_task(
+        home / "task",
+        selection="weights",
+        budget=1000 if seconds else budget,
+        novelty=threshold,
+        extra=f"max_sandbox_seconds = {seconds}" if seconds else "",
+    )
+    text = (task / "task.toml").read_text()
+    text = text.split("[[agents.coder.ensemble]]")[0].replace("seed = 1", f"seed = {seed}")
+    (task / "task.toml").write_text(text + '[agents.coder]\nmodel = "openai-compatible:one"\n')
+    return task
+
+
+def novelty_row(store: Store, run_id: str) -> list[str]:
+    nodes = [n for n in store.nodes(run_id) if n.id > 0]
+    evals = [e for e in store.evaluations(run_id) if e.node_id != 0]
+    best = max((n.score for n in nodes if n.score is not None), default=None)
+    return [
+        str(len(nodes)),
+        str(sum(n.n_evals > 0 for n in nodes)),
+        str(sum(n.error_kind == TWIN for n in nodes)),
+        str(sum("changes nothing" in (n.error or "") for n in nodes)),
+        str(len(evals)),
+        f"{sum(e.duration for e in evals):.2f}",
+        "-" if best is None else f"{best:.4g}",
+    ]
 
 
 def operators(seeds: int, budget: int, work: Path) -> Table:
@@ -274,7 +321,9 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--budget", type=int, default=31, help="max_nodes (the root included)")
     ap.add_argument(
-        "--part", choices=("models", "novelty", "operators", "policies", "both"), default="both"
+        "--part",
+        choices=("models", "novelty", "embeddings", "operators", "policies", "both"),
+        default="both",
     )
     ap.add_argument("--policy-budget", type=int, default=10, help="policies: max_nodes")
     ap.add_argument(
@@ -290,6 +339,10 @@ def main() -> None:
             console.print(novelty(args.seeds, args.budget, Path(tmp), None))
             if args.sandbox_seconds:
                 console.print(novelty(args.seeds, args.budget, Path(tmp), args.sandbox_seconds))
+        if args.part == "embeddings":
+            console.print(embeddings(args.seeds, args.budget, Path(tmp), None))
+            if args.sandbox_seconds:
+                console.print(embeddings(args.seeds, args.budget, Path(tmp), args.sandbox_seconds))
         if args.part == "operators":
             console.print(operators(args.seeds, args.budget, Path(tmp)))
             console.print(operators_sim())

@@ -164,7 +164,7 @@ class Index:
             self.semantic_error = f"{type(e).__name__}: {e}"[:300]
             return
         with self._lock:
-            self._vectors.update(zip(keys, map(_unit, vectors), strict=True))
+            self._vectors.update(zip(keys, map(unit, vectors), strict=True))
 
     def _embed_text(self, path: str, text: str) -> str:
         symbols = self.outline(path, text) if self.outline else ""
@@ -204,7 +204,7 @@ class Index:
     def _cosine(self, query: str, keys: Mapping[str, str]) -> list[tuple[str, float]]:
         assert self.embedder is not None
         try:
-            q = _unit(self.embedder.embed([query[:EMBED_CHARS]])[0])
+            q = unit(self.embedder.embed([query[:EMBED_CHARS]])[0])
         except Exception as e:
             self.semantic_error = f"{type(e).__name__}: {e}"[:300]
             return []
@@ -216,7 +216,8 @@ class Index:
         return sorted(scores, key=lambda s: (-s[1], s[0]))
 
 
-def _unit(v: Iterable[float]) -> list[float]:
+def unit(v: Iterable[float]) -> list[float]:
+    """``v`` scaled to length 1 (a zero vector as it is)."""
     vec = list(v)
     norm = math.sqrt(sum(x * x for x in vec)) or 1.0
     return [x / norm for x in vec]

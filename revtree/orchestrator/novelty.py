@@ -16,22 +16,42 @@ changed blank lines or trailing spaces) is its parent's twin.
 Refused when the similarity is above ``[search] novelty_threshold`` (1.0: off): the
 candidate is ``rejected`` with the error kind ``records.TWIN`` and the twin named; the proposer
 sees it in its next prompt (``agents.lessons``). Compared: the baseline and every node
-that was or is being evaluated (not failed before its evaluation). Not covered: code
-that differs in text but not in behaviour (renamed variables, reordered functions).
+that was or is being evaluated (not failed before its evaluation).
+
+With ``[agents] embeddings_model`` set, a candidate the text check lets through is also
+compared by meaning (``ChangeEmbeddings``): each change (the unified diff of the
+normalised editable files from the node's parent, cut to ``EMBED_CHARS``) is embedded
+once, at the run's ``/embeddings`` endpoint, and a candidate whose change has a cosine
+above ``[search] novelty_embeddings_threshold`` with an evaluated node's change is that
+node's twin, provided the two codes write the same numbers (by value: ``12.3`` is
+``12.30``) and the candidate is nearer that node than its own parent (a text similarity
+above 0). The provisos are there because embeddings barely see numbers: two tweaks of
+one constant to different values embed almost alike, and must both be tried. So the
+embeddings catch a repeat that the text check scores as only partly alike (a number
+written otherwise, reformatted, re-spelt, lines reordered), not code that differs
+wholly in text but not in behaviour. Changes from different parents differ in the lines
+they remove, so they embed less alike: the check errs towards evaluating. An endpoint
+that fails turns the embeddings off for the rest of the run, with one warning in the
+live log; the text check goes on.
 """
 
 from __future__ import annotations
 
 import difflib
+import re
 import threading
+from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 
+from revtree.agents.retrieval import Embedder, unit
 from revtree.memory import GitStore, Node, NodeStatus
 from revtree.orchestrator.mirror import Mirror
 from revtree.tasks import TaskSpec, matches
 
 CHAR_MATCH_LIMIT = 4_000_000  # a replaced block larger (product of lengths): all differ
 CACHE = 4096  # normalised files kept, by blob, and commits' texts, by commit
+EMBED_CHARS = 8000  # of a change's diff embedded (about 2,000 tokens)
 
 
 @dataclass(frozen=True)
@@ -41,11 +61,17 @@ class Twin:
     node_id: int
     similarity: float
     threshold: float
+    by: str = "text"  # or "embeddings": the cosine of the two changes' embeddings
 
     def reason(self) -> str:
+        how, key = (
+            ("embedding similarity of the changes", "novelty_embeddings_threshold")
+            if self.by == "embeddings"
+            else ("similarity", "novelty_threshold")
+        )
         return (
-            f"not evaluated: a near twin of node {self.node_id} (similarity "
-            f"{self.similarity:.3f} > novelty_threshold {self.threshold:g}), whose code "
+            f"not evaluated: a near twin of node {self.node_id} ({how} "
+            f"{self.similarity:.3f} > {key} {self.threshold:g}), whose code "
             "is evaluated already; propose something different"
         )
 
@@ -70,6 +96,14 @@ def distance(a: list[str], b: list[str]) -> int:
     return out
 
 
+NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d*)?(?:[eE][-+]?\d+)?")
+
+
+def numbers(lines: list[str]) -> Counter[float]:
+    """The numbers written in a text, by value (``12.3`` and ``12.30`` are one)."""
+    return Counter(float(m) for line in lines for m in NUMBER.findall(line))
+
+
 def similarity(candidate: list[str], parent: list[str], other: list[str]) -> float:
     """How much of the candidate's change from its parent ``other`` has already, in
     [0, 1]; 1 for a candidate that is its parent once normalised."""
@@ -79,29 +113,77 @@ def similarity(candidate: list[str], parent: list[str], other: list[str]) -> flo
     return max(0.0, 1.0 - distance(candidate, other) / change)
 
 
+class ChangeEmbeddings:
+    """The embeddings of the run's changes, by node (thread-safe); off for good once the
+    endpoint fails, after telling ``warn`` why."""
+
+    def __init__(self, embedder: Embedder, threshold: float, warn: Callable[[str], None]) -> None:
+        self.embedder, self.threshold, self.warn = embedder, threshold, warn
+        self.error: str | None = None
+        self._vectors: dict[int, list[float]] = {}
+        self._lock = threading.Lock()
+
+    def of(self, changes: dict[int, Callable[[], str]]) -> dict[int, list[float]] | None:
+        """The unit vector of each node's change (``changes``: node -> its diff, made
+        only where not embedded yet), or None when the embeddings are off."""
+        with self._lock:
+            missing = [n for n in changes if n not in self._vectors]
+        if self.error is not None:
+            return None
+        if missing:
+            try:
+                found = self.embedder.embed([changes[n]()[:EMBED_CHARS] for n in missing])
+            except Exception as e:  # the endpoint's failure is not the candidate's
+                self.error = f"{type(e).__name__}: {e}"[:300]
+                self.warn(
+                    "the novelty check's embeddings are off for the rest of the run (the "
+                    f"text check goes on): {self.error}"
+                )
+                return None
+            with self._lock:
+                self._vectors.update(zip(missing, map(unit, found), strict=True))
+        with self._lock:
+            return {n: self._vectors[n] for n in changes}
+
+
 class Novelty:
     """The near-twin check of one run (thread-safe; files cached by blob)."""
 
-    def __init__(self, spec: TaskSpec, git: GitStore, mirror: Mirror) -> None:
+    def __init__(
+        self,
+        spec: TaskSpec,
+        git: GitStore,
+        mirror: Mirror,
+        embeddings: ChangeEmbeddings | None = None,
+    ) -> None:
         self.threshold, self.editable = spec.search.novelty_threshold, spec.editable
-        self.git, self.mirror = git, mirror
+        self.git, self.mirror, self.embeddings = git, mirror, embeddings
         self._lines: dict[bytes, list[str]] = {}
         self._texts: dict[str, list[str]] = {}
         self._lock = threading.Lock()
 
     def twin(self, node: Node) -> Twin | None:
-        """The evaluated node ``node`` is a near twin of (the most alike, then the
-        lowest id), or None; None always when the check is off."""
+        """The evaluated node ``node`` is a near twin of (by text: the most alike, then
+        the lowest id; else by embeddings, the same), or None; None always when both
+        checks are off."""
         parent = self.mirror.parent(node)
-        if self.threshold >= 1.0 or node.commit is None or parent.commit is None:
+        off = self.threshold >= 1.0 and self.embeddings is None
+        if off or node.commit is None or parent.commit is None:
             return None
         mine, theirs = self.text(node.commit), self.text(parent.commit)
         change = distance(mine, theirs)
-        if change == 0:
-            return Twin(parent.id, 1.0, self.threshold)
+        if change == 0:  # only blank lines or trailing spaces changed
+            return Twin(parent.id, 1.0, self.threshold) if self.threshold < 1.0 else None
+        others = self._evaluated(node)
+        found = self._text_twin(mine, change, others) if self.threshold < 1.0 else None
+        if found is None and self.embeddings is not None:
+            found = self._embedding_twin(node, mine, change, others)
+        return found
+
+    def _text_twin(self, mine: list[str], change: int, others: list[Node]) -> Twin | None:
         slack = (1.0 - self.threshold) * change
         best: Twin | None = None
-        for other in self._evaluated(node):
+        for other in others:
             text = self.text(other.commit or "")
             if abs(_size(text) - _size(mine)) > 2 * slack + abs(len(text) - len(mine)) + 1:
                 continue  # too far apart in size to be alike enough
@@ -109,6 +191,35 @@ class Novelty:
             if alike > self.threshold and (best is None or alike > best.similarity):
                 best = Twin(other.id, alike, self.threshold)
         return best
+
+    def _embedding_twin(
+        self, node: Node, mine: list[str], change: int, others: list[Node]
+    ) -> Twin | None:
+        assert self.embeddings is not None
+        changed = [o for o in others if o.parent_id is not None]  # the baseline has none
+        vectors = self.embeddings.of({n.id: self._diff_of(n) for n in [node, *changed]})
+        if vectors is None:
+            return None
+        limit, best = self.embeddings.threshold, None
+        for other in changed:
+            cosine = sum(a * b for a, b in zip(vectors[node.id], vectors[other.id], strict=True))
+            if cosine <= limit or (best is not None and cosine <= best.similarity):
+                continue
+            text = self.text(other.commit or "")
+            if distance(mine, text) < change and numbers(mine) == numbers(text):
+                best = Twin(other.id, min(cosine, 1.0), limit, "embeddings")
+        return best
+
+    def _diff_of(self, node: Node) -> Callable[[], str]:
+        """The change of ``node`` from its parent as embedded: a unified diff of the
+        normalised editable files (made when called)."""
+
+        def diff() -> str:
+            parent = self.mirror.parent(node)
+            before, after = self.text(parent.commit or ""), self.text(node.commit or "")
+            return "\n".join(difflib.unified_diff(before, after, lineterm="", n=3)) or "="
+
+        return diff
 
     def _evaluated(self, node: Node) -> list[Node]:
         nodes = self.mirror.copy().values()
@@ -156,3 +267,13 @@ _EVALUATED = (NodeStatus.SUCCEEDED, NodeStatus.EVALUATING)
 
 def _size(lines: list[str]) -> int:
     return sum(len(s) for s in lines)
+
+
+def change_embeddings(spec: TaskSpec, warn: Callable[[str], None]) -> ChangeEmbeddings | None:
+    """The embeddings of the run's changes where ``[agents] embeddings_model`` is set and
+    ``[search] novelty_embeddings_threshold`` is below 1, else None."""
+    from revtree.agents.retrieval import make_embedder
+
+    a, limit = spec.agents, spec.search.novelty_embeddings_threshold
+    embedder = make_embedder(a.embeddings_model, a.base_url, a.api_key_env) if limit < 1 else None
+    return None if embedder is None else ChangeEmbeddings(embedder, limit, warn)

@@ -40,7 +40,7 @@ from revtree.memory import Node, NodeStatus
 from revtree.memory.records import TWIN
 from revtree.memory.stages import GUARD, HOLDOUT
 from revtree.orchestrator.measures import node_features
-from revtree.orchestrator.novelty import Novelty
+from revtree.orchestrator.novelty import Novelty, change_embeddings
 from revtree.orchestrator.policies import Selection
 from revtree.orchestrator.reviews import Beside, contains
 from revtree.orchestrator.tree import Tree
@@ -81,9 +81,13 @@ class Steps:
         self.unselected: set[str] = set()  # tickets started that have no node yet
         self.announced: set[tuple[int, int]] = set()  # (node, attempt) shown as waiting
         self.failures: dict[int, Failure] = {}  # node -> its failure, where not its code's
-        self.novelty = Novelty(parts.spec, parts.git, parts.mirror)
+        embeddings = change_embeddings(parts.spec, self._warn)
+        self.novelty = Novelty(parts.spec, parts.git, parts.mirror, embeddings)
         beside = contains(parts.sandbox) and parts.spec.search.approve != "evaluate"
         self.beside = Beside(beside and bool(parts.agents.reviewers))
+
+    def _warn(self, message: str) -> None:
+        self.store.add_event(self.run_id, "warning", message)
 
     # -- the candidate boundary --------------------------------------------------------
     def guarded(self, step: str, fn: Callable[[State], State | None]) -> Callable[[State], State]:

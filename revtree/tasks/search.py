@@ -54,6 +54,15 @@ class _Search(Section):
         "trailing spaces and blank lines aside); the twin is named and the proposer told. "
         "1.0: off.",
     )
+    novelty_embeddings_threshold: float = Field(
+        0.99,
+        ge=0,
+        le=1,
+        description="Where [agents] embeddings_model is set: also refuse a candidate whose "
+        "change (its diff from its parent) embeds with a cosine above this to an evaluated "
+        "node's change, unless their texts are wholly different (embeddings barely see "
+        "numbers: two values of one constant are both tried). 1.0: off.",
+    )
 
 
 COMMON_KEYS = tuple(_Search.model_fields)

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from revtree.agents.llm.fake_models import Climber
+from revtree.agents.llm.fake_embeddings import EmbeddingsFakeLLMServer, fake_embedding
+from revtree.agents.llm.fake_models import VALUE, Climber
 from revtree.agents.llm.fake_server import FakeLLMServer
 from revtree.memory import NodeStatus, Store
 from revtree.memory.records import TWIN
@@ -39,6 +40,14 @@ def test_similarity_is_relative_to_the_change() -> None:
     assert similarity(bigger, LONG[:10], near) == 1.0
     slightly = [*bigger[:-1], bigger[-1].replace("long", "lung")]
     assert 0.98 < similarity(bigger, LONG[:10], slightly) < 1.0
+
+
+def test_numbers_are_compared_by_value() -> None:
+    from revtree.orchestrator.novelty import numbers
+
+    assert numbers(["X = 12.30", "y = f(1e-3, 2)"]) == numbers(["y = f(0.001, 2.0)", "X = 12.3"])
+    assert numbers(["X = 12.3"]) != numbers(["X = 12.4"])
+    assert not numbers(["x1 = a.b2 + var_3"])  # digits inside names are not numbers
 
 
 @pytest.mark.slow  # a run of 16 candidates
@@ -117,3 +126,81 @@ def test_max_twins_defaults_to_max_nodes(home: Path, tmp_path: Path) -> None:
     assert "max_twins=5 reached" in (store.get_run(run_id).reason or "")
     assert sum(n.error_kind == TWIN for n in store.nodes(run_id)) == 5
     store.close()
+
+
+def by_meaning(text: str) -> list[float]:
+    """The fake embedding model of these tests: words and numbers, a number by its value
+    however it is written (``12.30`` is ``12.3``)."""
+    canon = re.sub(r"\d+\.\d+", lambda m: repr(float(m.group())), text)
+    return fake_embedding(canon, words=r"[a-z]{3,}|\d+(?:\.\d+)?")
+
+
+def embedding_task(tmp_path: Path, budget: int, threshold: float = 0.99) -> Path:
+    """The climb task on one model, with embeddings at the fake server."""
+    task = one_model(climb_task(tmp_path, selection="weights", budget=budget, novelty=0.98))
+    text = (task / "task.toml").read_text()
+    text = text.replace('mode = "llm"', 'mode = "llm"\nembeddings_model = "emb"')
+    text = text.replace(
+        "novelty_threshold", f"novelty_embeddings_threshold = {threshold}\nnovelty_threshold"
+    )
+    (task / "task.toml").write_text(text)
+    return task
+
+
+def _x(home: Path, run_id: str, commit: str | None) -> float:
+    return float(VALUE.search(_files(home, run_id, commit)["prog.py"].decode()).group(1))  # type: ignore[union-attr]
+
+
+@pytest.mark.slow  # two runs of 14 candidates
+def test_a_repeat_written_otherwise_is_refused_by_embeddings_only(
+    tmp_path: Path, home: Path, store: Store
+) -> None:
+    from .conftest import revtree
+
+    runs = {}
+    for threshold in (0.99, 1.0):  # embeddings on, then off: the text check alone
+        task = embedding_task(tmp_path / str(threshold), budget=14, threshold=threshold)
+        model = Climber({"one": 0.6}, seed=4, paraphrase=0.4)
+        with EmbeddingsFakeLLMServer(model, embed=by_meaning) as srv:
+            runs[threshold] = drive(store, home, task, srv.openai_url)
+            embedded = [t for batch in srv.embedding_inputs for t in batch]
+        assert model.repeats > 0, "the fake model must have paraphrased some answer"
+        if threshold == 1.0:
+            assert not any(t.startswith("---") for t in embedded)  # no change embedded
+    on = {n.id: n for n in store.nodes(runs[0.99])}
+    twins = [n for n in on.values() if n.error_kind == TWIN]
+    assert twins, "a paraphrase from the same parent must be refused"
+    for n in twins:
+        assert "embedding similarity of the changes" in (n.error or "")
+        named = on[int(re.search(r"near twin of node (\d+)", n.error or "").group(1))]  # type: ignore[union-attr]
+        assert named.n_evals > 0 and not store.evaluations(runs[0.99], n.id)
+        assert _x(home, runs[0.99], n.commit) == _x(home, runs[0.99], named.commit)
+        assert _files(home, runs[0.99], n.commit) != _files(home, runs[0.99], named.commit)
+    off = store.nodes(runs[1.0])
+    assert not any(n.error_kind == TWIN for n in off)  # the text check let them through
+    seen: dict[float, int] = {}
+    for n in sorted(off, key=lambda n: n.id):  # ... and they were evaluated again
+        if n.n_evals > 0 and n.parent_id is not None:
+            seen[_x(home, runs[1.0], n.commit)] = seen.get(_x(home, runs[1.0], n.commit), 0) + 1
+    assert max(seen.values()) > 1, seen
+    shown = json.loads(revtree(home, "show", runs[0.99], "--json").stdout)["novelty"]
+    assert shown["by_embeddings"] == shown["evaluations_saved"] == len(twins)
+    assert shown["embeddings_threshold"] == 0.99
+
+
+@pytest.mark.slow  # a run of 13 candidates
+def test_a_failing_embeddings_endpoint_leaves_the_text_check(
+    tmp_path: Path, home: Path, store: Store
+) -> None:
+    task = embedding_task(tmp_path / "t", budget=13)  # as the max_nodes test: twins by text
+    model = Climber({"one": 0.6}, seed=2, repeat=1 / 3)
+    with EmbeddingsFakeLLMServer(model, embeddings_status=500, embed=by_meaning) as srv:
+        run_id = drive(store, home, task, srv.openai_url)
+    info, nodes = store.get_run(run_id), store.nodes(run_id)
+    assert info.status.value == "completed", info.reason
+    said = [e.message for e in store.events_since(run_id) if e.kind == "warning"]
+    off = [m for m in said if "novelty check's embeddings are off" in m]
+    assert len(off) == 1 and "500" in off[0], said
+    twins = [n for n in nodes if n.error_kind == TWIN]
+    assert twins, "the verbatim repeats are still refused, by text"
+    assert all("embedding" not in (n.error or "") for n in twins)

@@ -9,6 +9,7 @@ import json
 import math
 import re
 import struct
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
@@ -16,12 +17,12 @@ from revtree.agents.llm.base import estimate_tokens
 from revtree.agents.llm.fake_server import FakeLLMServer, Responder
 
 
-def fake_embedding(text: str, dims: int = 256) -> list[float]:
+def fake_embedding(text: str, dims: int = 256, words: str = r"[a-z]{3,}") -> list[float]:
     """A deterministic unit vector: hashed features of the words' first five letters, so
     texts sharing word stems (``smoothing``, ``smoothed``) are near, as real embeddings
-    of related texts are."""
+    of related texts are. ``words``: what counts as a word."""
     vec = [0.0] * dims
-    for word in re.findall(r"[a-z]{3,}", re.sub(r"([a-z])([A-Z])", r"\1 \2", text).lower()):
+    for word in re.findall(words, re.sub(r"([a-z])([A-Z])", r"\1 \2", text).lower()):
         h = int.from_bytes(hashlib.blake2b(word[:5].encode(), digest_size=4).digest(), "big")
         vec[h % dims] += 1.0 if h & 1 << 31 else -1.0
     norm = math.sqrt(sum(x * x for x in vec)) or 1.0
@@ -31,11 +32,19 @@ def fake_embedding(text: str, dims: int = 256) -> list[float]:
 class EmbeddingsFakeLLMServer(FakeLLMServer):
     """A ``FakeLLMServer`` that also answers OpenAI's ``POST /v1/embeddings`` with
     ``fake_embedding`` vectors (float or base64, as asked); each call's inputs are kept
-    in ``embedding_inputs``. ``embeddings_status`` other than 200 fails those calls."""
+    in ``embedding_inputs``. ``embeddings_status`` other than 200 fails those calls;
+    ``embed`` replaces ``fake_embedding``."""
 
-    def __init__(self, responder: Responder, *, embeddings_status: int = 200, **kw: Any) -> None:
+    def __init__(
+        self,
+        responder: Responder,
+        *,
+        embeddings_status: int = 200,
+        embed: Callable[[str], list[float]] = fake_embedding,
+        **kw: Any,
+    ) -> None:
         self.embedding_inputs: list[list[str]] = []
-        self.embeddings_status = embeddings_status
+        self.embeddings_status, self.embed = embeddings_status, embed
         super().__init__(responder, **kw)
 
     def handler(self) -> type[BaseHTTPRequestHandler]:
@@ -67,7 +76,7 @@ class EmbeddingsFakeLLMServer(FakeLLMServer):
             return self.embeddings_status, {"error": error}
         rows: list[dict[str, Any]] = []
         for i, text in enumerate(texts):
-            vec: Any = fake_embedding(text)
+            vec: Any = self.embed(text)
             if body.get("encoding_format") == "base64":
                 vec = base64.b64encode(struct.pack(f"<{len(vec)}f", *vec)).decode()
             rows.append({"object": "embedding", "index": i, "embedding": vec})

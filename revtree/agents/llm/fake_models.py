@@ -5,7 +5,9 @@ that answers each coder call with the whole of one file in which one number (the
 ``X = ...``) moved: up (better, for a task that maximises X) with the probability
 ``quality[model]`` of the model the request names, else down, by a random step so that
 no two answers are alike. With ``repeat``, that share of the answers is instead one it
-gave before, word for word (a model that repeats itself). With ``crash``, that share of
+gave before, word for word (a model that repeats itself); with ``paraphrase``, that share
+is one it gave before to a file with the same ``X``, with its number written with one more trailing
+zero (the same program in other words: ``12.3`` as ``12.30``). With ``crash``, that share of
 the answers also carry a line that makes the program fail (its ``X`` moved all the
 same); asked to edit such a program (a debug), the model removes the line with the
 chance ``fix``, else moves ``X`` and keeps the line. Seeded: one RNG per model, so the
@@ -47,8 +49,11 @@ class Climber:
         path: str = "prog.py",
         crash: float = 0.0,
         fix: float = 0.0,
+        paraphrase: float = 0.0,
     ) -> None:
         self.quality, self.seed, self.repeat, self.path = dict(quality), seed, repeat, path
+        self.paraphrase = paraphrase
+        self.given: dict[str, list[str]] = {}  # the X asked about -> the answers to it
         self.crash, self.fix = crash, fix
         self.rngs: dict[str, random.Random] = {}
         self.answers: list[str] = []
@@ -67,6 +72,10 @@ class Climber:
             if self.answers and rng.random() < self.repeat:
                 self.repeats += 1
                 return rng.choice(self.answers)
+            earlier = self.given.get(found.group(1), [])
+            if earlier and self.paraphrase and rng.random() < self.paraphrase:
+                self.repeats += 1
+                return VALUE.sub(lambda m: f"X = {m.group(1)}0", rng.choice(earlier), count=1)
             x = float(found.group(1))
             broken = CRASH in (text or "")
             if broken and rng.random() < self.fix:
@@ -79,4 +88,5 @@ class Climber:
             program = PROGRAM.format(x=x) + (f"\n{CRASH}\n" if broken else "")
             answer = f"=== FILE: {self.path} ===\n```python\n{program}```\n"
             self.answers.append(answer)
+            self.given.setdefault(found.group(1), []).append(answer)
             return answer

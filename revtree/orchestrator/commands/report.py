@@ -106,18 +106,21 @@ def waiting(store: Store, run: RunInfo, nodes: list[Node]) -> list[int]:
 def learning(store: Store, run: RunInfo, nodes: list[Node]) -> dict[str, Any]:
     """What the search learnt to skip or prefer: ``novelty`` (the threshold, and the
     candidates refused as near twins of evaluated ones, each an evaluation saved at
-    least) and, where a bandit picks the models, ``models`` (each model's candidates and
-    mean reward, per role)."""
+    least; with embeddings, their threshold and the twins they found) and, where a
+    bandit picks the models, ``models`` (each model's candidates and mean reward, per
+    role)."""
     from revtree.memory.records import TWIN
     from revtree.orchestrator.model_choice import Setting, summary
     from revtree.tasks.agent_settings import Agents
 
     stored = run.spec or {}  # read by section: a plugin policy need not import here
     search = stored.get("search") or {}
-    twins = sum(n.error_kind == TWIN for n in nodes)
-    out: dict[str, Any] = {
-        "novelty": {"threshold": search.get("novelty_threshold"), "evaluations_saved": twins}
-    }
+    twins = [n for n in nodes if n.error_kind == TWIN]
+    novelty = {"threshold": search.get("novelty_threshold"), "evaluations_saved": len(twins)}
+    if (stored.get("agents") or {}).get("embeddings_model"):
+        novelty["embeddings_threshold"] = search.get("novelty_embeddings_threshold")
+        novelty["by_embeddings"] = sum("embedding similarity" in (n.error or "") for n in twins)
+    out: dict[str, Any] = {"novelty": novelty}
     try:
         agents = Agents.model_validate(stored.get("agents") or {})
     except ValueError:  # a task stored by another version: no bandit to show
