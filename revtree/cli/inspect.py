@@ -8,7 +8,7 @@ import re
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich import box
@@ -118,15 +118,29 @@ def ls(
 LABELS = {
     "improvement": "improvement (relative)",
     "gain": "gain (absolute)",
+    "operators": "operators (bandit)",
 }
 
 
 def show_value(key: str, v: object) -> str:
     """A ``show`` row's value: the relative improvement as a signed percentage of the
-    baseline (positive: better), the rest as :func:`fmt_value` writes them."""
+    baseline (positive: better), the operator bandit one arm a line (:func:`arms_text`),
+    the rest as :func:`fmt_value` writes them."""
     if key == "improvement" and isinstance(v, float):
         return f"{v:+.2%} of the baseline (positive: better)"
+    if key == "operators" and isinstance(v, dict):
+        return arms_text(v["arms"])
     return fmt_value(key, v)
+
+
+def arms_text(arms: dict[str, dict[str, Any]]) -> str:
+    """The operator bandit's arms, one a line: ``improve: 12 candidates, mean reward
+    0.31`` (``-`` before its first)."""
+    lines = []
+    for name, a in arms.items():
+        mean = "-" if a["mean_reward"] is None else f"{a['mean_reward']:.2f}"
+        lines.append(f"{name}: {a['pulls']} candidates, mean reward {mean}")
+    return "\n".join(lines)
 
 
 def clip(text: str, limit: int) -> str:

@@ -81,7 +81,8 @@ class GreedySearch(_Search):
         description="Who picks the operator where this policy's rules leave a choice "
         "(after the drafts: draft, improve or debug, instead of debug_prob): 'policy', its fixed "
         "chances; 'bandit', a Thompson-sampling bandit rewarded with each candidate's gain "
-        "over its parent (the live log names its choice).",
+        "over the run's best when it finished (the live log names its choice; `revtree show` "
+        "and the dashboard give each operator's candidates and mean reward).",
     )
 
 
@@ -156,7 +157,8 @@ class EvolutionSearch(_Verified):
         description="Who picks the operator where this policy's rules leave a choice "
         "(improve or crossover, instead of crossover_rate): 'policy', its fixed "
         "chances; 'bandit', a Thompson-sampling bandit rewarded with each candidate's gain "
-        "over its parent (the live log names its choice).",
+        "over the run's best when it finished (the live log names its choice; `revtree show` "
+        "and the dashboard give each operator's candidates and mean reward).",
     )
     num_inspirations: int = Field(2, ge=0, description="Other elites shown to the proposer.")
     features: tuple[str, ...] = Field(

@@ -106,9 +106,10 @@ def waiting(store: Store, run: RunInfo, nodes: list[Node]) -> list[int]:
 def learning(store: Store, run: RunInfo, nodes: list[Node]) -> dict[str, Any]:
     """What the search learnt to skip or prefer: ``novelty`` (the threshold, and the
     candidates refused as near twins of evaluated ones, each an evaluation saved at
-    least; with embeddings, their threshold and the twins they found) and, where a
-    bandit picks the models, ``models`` (each model's candidates and mean reward, per
-    role)."""
+    least; with embeddings, their threshold and the twins they found); where a bandit
+    picks the models, ``models`` (each model's candidates and mean reward, per role);
+    where one picks the operators (``[search] operators = "bandit"``), ``operators``
+    (:func:`operator_bandit`)."""
     from revtree.memory.records import TWIN
     from revtree.orchestrator.model_choice import Setting, summary
     from revtree.tasks.agent_settings import Agents
@@ -121,6 +122,8 @@ def learning(store: Store, run: RunInfo, nodes: list[Node]) -> dict[str, Any]:
         novelty["embeddings_threshold"] = search.get("novelty_embeddings_threshold")
         novelty["by_embeddings"] = sum("embedding similarity" in (n.error or "") for n in twins)
     out: dict[str, Any] = {"novelty": novelty}
+    if search.get("operators") == "bandit" and (ops := operator_bandit(run, nodes)):
+        out["operators"] = ops
     try:
         agents = Agents.model_validate(stored.get("agents") or {})
     except ValueError:  # a task stored by another version: no bandit to show
@@ -129,6 +132,22 @@ def learning(store: Store, run: RunInfo, nodes: list[Node]) -> dict[str, Any]:
     if setting.arms:
         out["models"] = summary(setting, store.events_since(run.id, 0, 10**9), nodes)
     return out
+
+
+def operator_bandit(run: RunInfo, nodes: list[Node]) -> dict[str, Any] | None:
+    """The operator bandit of a run whose policy has one (greedy, agentic, evolution),
+    rebuilt from its finished nodes as a resume rebuilds it: per arm (the policy's
+    ``operator_arms``), the candidates it was rewarded for and their mean reward. None
+    for a policy without one. Loads the policies, for such runs only."""
+    from revtree.orchestrator.policies import REGISTRY
+    from revtree.orchestrator.policies.operators import replay, summary
+
+    klass = REGISTRY.get(run.policy)
+    arms = getattr(klass, "operator_arms", None)
+    if klass is None or not arms:
+        return None
+    seed = int((run.spec.get("search") or {}).get("seed", 0))
+    return summary(replay(arms, seed, klass.name, nodes, run.maximize))
 
 
 def islands(run: RunInfo, tree: Tree) -> list[dict[str, Any]]:

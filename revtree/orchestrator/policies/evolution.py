@@ -102,6 +102,7 @@ class EvolutionPolicy(TreePolicy):
 
     name = "evolution"
     config: EvolutionSearch
+    operator_arms = ("improve", "crossover")  # the operator bandit's, if asked for
 
     def __init__(self, config: EvolutionSearch) -> None:
         super().__init__(config)
@@ -116,7 +117,7 @@ class EvolutionPolicy(TreePolicy):
         self.cells_of: dict[int, tuple[int, ...]] = {}
         self.n_programs = 0
         self.ops = (
-            OperatorBandit(("improve", "crossover"), self.config.seed, self.name)
+            OperatorBandit(self.operator_arms, self.config.seed, self.name)
             if self.config.operators == "bandit"
             else None
         )
@@ -194,7 +195,7 @@ class EvolutionPolicy(TreePolicy):
         extra: tuple[int, ...] = ()
         operator = "improve"
         if others and self.ops is not None:
-            operator = self.ops.choose(("improve", "crossover"), self.n_selects)
+            operator = self.ops.choose(self.operator_arms, self.n_selects)
             self.note = self.ops.note(operator)
         elif others and rng.random() < cfg.crossover_rate:
             operator = "crossover"

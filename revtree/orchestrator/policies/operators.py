@@ -21,11 +21,17 @@ the uninterrupted one did (at ``parallel = 1``). Not guaranteed: anything when a
 operator's worth drifts during a run (no discounting), nor that the bandit beats the
 policy's fixed chances (``benchmarks/learning.py --part operators`` measures it; the
 default stays the policy's).
+
+Shown: the live log names each choice with the arms' counts; ``revtree show`` (its
+``operators`` row), ``revtree show --json`` (``operators``) and the dashboard's "what
+the search learnt" card give each arm's candidates and mean reward, from
+:func:`replay` of the stored tree (what a resume rebuilds).
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Sequence
+from typing import Any
 
 from revtree.agents.llm.bandit import Thompson, reward
 from revtree.memory.records import Node
@@ -54,3 +60,22 @@ class OperatorBandit:
     def note(self, chose: str) -> str:
         """The live log's words for a choice."""
         return f"operator bandit chose {chose} ({self.thompson.line()})"
+
+
+def replay(
+    arms: Sequence[str], seed: int, key: str, nodes: Iterable[Node], maximize: bool
+) -> OperatorBandit:
+    """The bandit as a policy's rebuild from the tree leaves it: each finished node
+    observed in id order (``TreePolicy.sync``). ``arms`` are the policy's
+    ``operator_arms``, ``key`` its name."""
+    ops = OperatorBandit(arms, seed, key)
+    for node in sorted(nodes, key=lambda n: n.id):
+        if node.status.is_finished():
+            ops.observe(node, maximize)
+    return ops
+
+
+def summary(ops: OperatorBandit) -> dict[str, Any]:
+    """What ``revtree show --json`` says of the bandit (``operators``): per arm, the
+    finished candidates it was rewarded for and their mean reward (None before one)."""
+    return {"arms": ops.thompson.stats()}

@@ -39,6 +39,7 @@ class GreedyPolicy(TreePolicy):
     name = "greedy"
     config: GreedySearch
     draft_unscored_root = False
+    operator_arms = ("draft", "improve", "debug")  # the operator bandit's, if asked for
 
     def __init__(self, config: GreedySearch) -> None:
         super().__init__(config)
@@ -49,7 +50,7 @@ class GreedyPolicy(TreePolicy):
         self.buggy: list[int] = []  # debuggable failed leaves, in id order
         self.unscored: int | None = None  # lowest succeeded id without a finite score
         self.ops = (
-            OperatorBandit(("draft", "improve", "debug"), self.config.seed, self.name)
+            OperatorBandit(self.operator_arms, self.config.seed, self.name)
             if self.config.operators == "bandit"
             else None
         )

@@ -1,14 +1,18 @@
 """The operator bandit (``[search] operators = "bandit"``) on simulated landscapes: it
 moves away from an operator that never pays, follows one that does, resumes as the
-uninterrupted run chose, and leaves the policy's own rules alone when off."""
+uninterrupted run chose, and leaves the policy's own rules alone when off; its replay
+from the tree (what ``revtree show`` reports) is the live bandit. A real run's ``show``
+is in ``tests/orchestrator/test_operator_bandit_show.py``."""
 
 from __future__ import annotations
 
 import json
 from collections import Counter
+from typing import Any
 
 import pytest
 
+from revtree.orchestrator.policies.operators import replay, summary
 from revtree.orchestrator.policies.sim import Landscape, Simulator
 from tests.orchestrator.policies.test_contract import policy
 
@@ -66,3 +70,25 @@ def test_an_agentic_fallback_keeps_its_reason_beside_the_bandits_choice() -> Non
     Simulator(HOPELESS, 0, 10).run(p, steps=4)
     assert p.note is not None and p.note.startswith("agentic fell back to greedy: no model")
     assert "; operator bandit chose " in p.note
+
+
+@pytest.mark.parametrize("name", ["greedy", "evolution", "agentic"])
+def test_the_replay_of_the_tree_is_the_policys_bandit(name: str) -> None:
+    params: dict[str, Any] = {"operators": "bandit"} | (
+        {} if name == "evolution" else {"num_drafts": 1}
+    )
+    p: Any = policy(name, 4, **params)
+    sim = Simulator(FIXABLE, 4, 30)
+    run = sim.run(p)  # parallel 1: nodes finish in id order
+    rebuilt = summary(replay(p.operator_arms, 4, p.name, run.nodes.values(), True))["arms"]
+    assert list(rebuilt) == list(p.operator_arms)
+    again: Any = policy(name, 4, **params)
+    again.sync(sim.tree())  # the policy's own rebuild, as a resume does
+    assert summary(again.ops)["arms"] == rebuilt
+    if name != "agentic":  # agentic learns the last nodes at its next select only
+        assert summary(p.ops)["arms"] == rebuilt  # and the bandit that ran
+    made = Counter(n.operator for i, n in run.nodes.items() if i != 0)
+    assert {op: a["pulls"] for op, a in rebuilt.items()} == {op: made[op] for op in rebuilt}
+    if name != "evolution":  # evolution drafts into an empty island: no arm's choice
+        assert sum(made[op] for op in rebuilt) == len(run.nodes) - 1  # every candidate an arm's
+    assert sum(a["pulls"] > 0 for a in rebuilt.values()) >= 2, rebuilt  # more than one tried
