@@ -1,7 +1,8 @@
 """Issue 26/27: what the search learnt, on the run page: the model bandit's candidates
-and mean reward per model, and the near twins refused before evaluation, read from a
-real run against the fake server over HTTP (three models of known quality, one of them
-repeating earlier answers) and shown in headless Chromium."""
+and mean reward per model, the operator bandit's per operator, and the near twins
+refused before evaluation, read from a real run against the fake server over HTTP
+(three models of known quality, one of them repeating earlier answers; greedy with
+``operators = "bandit"``) and shown in headless Chromium."""
 
 from __future__ import annotations
 
@@ -23,6 +24,10 @@ def test_the_run_page_shows_the_bandit_and_the_evaluations_saved(
     page: Any, site: Site, dashboard: Dashboard, tmp_path: Path
 ) -> None:
     task = climb_task(tmp_path / "t", selection="bandit", budget=13, novelty=0.98)
+    toml = task / "task.toml"  # the operators picked by a bandit too
+    toml.write_text(
+        toml.read_text().replace("num_drafts = 1\n", 'num_drafts = 1\noperators = "bandit"\n')
+    )
     with FakeLLMServer(Climber(QUALITY, seed=2, repeat=1 / 3)) as srv:
         run_id = drive(Store(site.db), site.home, task, srv.openai_url)
     shown = json.loads(site.cli("show", run_id, "--json").stdout)
@@ -41,6 +46,21 @@ def test_the_run_page_shows_the_bandit_and_the_evaluations_saved(
         assert name == model and int(pulls) == arms[model]["pulls"]
         want = arms[model]["mean_reward"]
         assert mean == ("\u2013" if want is None else f"{want:.2f}")
+    ops = shown["operators"]["arms"]
+    assert list(ops) == ["draft", "improve", "debug"]
+    # every finished candidate, near twins too (refused: reward 0), the baseline aside
+    assert sum(a["pulls"] for a in ops.values()) == shown["n_nodes"] - 1
+    rows = page.eval_on_selector_all(
+        "#learning table.bandit[data-role='operators'] tr",
+        "rs => rs.map(r => [r.dataset.operator, ...[...r.cells].map(c => c.textContent)])",
+    )
+    assert [r[0] for r in rows] == list(ops)
+    for op, name, pulls, _bar, mean in rows:
+        assert name == op and int(pulls) == ops[op]["pulls"]
+        want = ops[op]["mean_reward"]
+        assert mean == ("\u2013" if want is None else f"{want:.2f}")
+    card = page.inner_text("#learning")
+    assert "operators chosen by a bandit (Thompson sampling): candidates and mean reward" in card
     said = page.inner_text("#novelty")
     assert said.startswith(f"{saved} candidate") and "0.98" in said, said
     page.screenshot(path=str(ARTIFACTS / "learning-run-page.png"), full_page=True)

@@ -998,24 +998,32 @@
       };
       this.reviveTimer = setTimeout(tick, every);
     }
-    // -- what the search learnt: the model bandits and the near-twin check -----------
+    // -- what the search learnt: the bandits (models, operators), the near-twin check --
     renderLearning() {
       const r = this.run || {}, models = r.models || {}, nov = r.novelty || {};
       const roles = Object.keys(models), saved = nov.evaluations_saved || 0;
+      const ops = Object.entries((r.operators || {}).arms || {});
       const box = clear(this.learnt);
-      if (!roles.length && !saved) return;
+      if (!roles.length && !saved && !ops.length) return;
       const body = el("div", { class: "learnt" });
       const card = el("div", { class: "card" }, el("h3", {}, "what the search learnt"), body);
-      for (const role of roles) {
-        const arms = Object.entries(models[role].models || {});
+      // one table per bandit: an arm a row (name, candidates, a bar of them, mean reward)
+      const bandit = (role, arms, key) => {
         const most = Math.max(1, ...arms.map(([, a]) => a.pulls || 0));
-        put(body, el("div", { class: "muted" }, role + "'s models, chosen by a bandit (Thompson sampling): candidates and mean reward (0–1)"));
-        put(body, el("table", { class: "bandit", "data-role": role },
-          el("tbody", {}, arms.map(([name, a]) => el("tr", { "data-model": name },
+        return el("table", { class: "bandit", "data-role": role },
+          el("tbody", {}, arms.map(([name, a]) => el("tr", { ["data-" + key]: name },
             el("td", {}, name),
             el("td", { class: "num" }, String(a.pulls || 0)),
             el("td", { class: "barcell" }, el("i", { style: "width:" + (100 * (a.pulls || 0) / most).toFixed(0) + "%" })),
-            el("td", { class: "num" }, a.mean_reward == null ? "–" : a.mean_reward.toFixed(2)))))));
+            el("td", { class: "num" }, a.mean_reward == null ? "–" : a.mean_reward.toFixed(2))))));
+      };
+      for (const role of roles) {
+        put(body, el("div", { class: "muted" }, role + "'s models, chosen by a bandit (Thompson sampling): candidates and mean reward (0–1)"));
+        put(body, bandit(role, Object.entries(models[role].models || {}), "model"));
+      }
+      if (ops.length) {
+        put(body, el("div", { class: "muted" }, "operators chosen by a bandit (Thompson sampling): candidates and mean reward (0–1)"));
+        put(body, bandit("operators", ops, "operator"));
       }
       if (nov.threshold != null && nov.threshold < 1) {
         put(body, el("p", { id: "novelty" }, el("b", {}, String(saved)),
