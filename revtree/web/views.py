@@ -114,9 +114,11 @@ class Views:
         run = self.run(run_id)
         s = dict(self.summary(run))
         b = run.spec.get("budget") or {}  # the stored spec: a validated TaskSpec's dump
+        twins = (s.get("novelty") or {}).get("evaluations_saved") or 0
         s["maximize"] = run.maximize
         s["budget"] = {
-            "nodes": {"used": s["n_nodes"], "max": b.get("max_nodes")},
+            # near twins are refused unevaluated and not counted toward max_nodes
+            "nodes": {"used": s["n_nodes"] - twins, "max": b.get("max_nodes"), "twins": twins},
             "wall": {"used": s["wall_seconds"], "max": b.get("max_wall")},
             "sandbox_seconds": {"used": s["sandbox_seconds"], "max": b.get("max_sandbox_seconds")},
             "usd": {"used": s["llm"]["usd"], "max": b.get("max_usd")},

@@ -129,7 +129,7 @@ def test_run_is_show_json_plus(dashboard: Dashboard, site: Site, finished_run: s
     )
     assert {k: data[k] for k in shown} == shown  # the lean summary is the same summary
     assert data["maximize"] is False and data["approve"] is False and data["waiting"] == []
-    assert data["budget"]["nodes"] == {"used": 6, "max": 6}
+    assert data["budget"]["nodes"] == {"used": 6, "max": 6, "twins": 0}
     assert data["budget"]["usd"]["max"] is None
     events = get(dashboard, f"/api/runs/{finished_run}/events?after=0&limit=5000")["events"]
     assert data["last_seq"] == events[-1]["seq"] > 5

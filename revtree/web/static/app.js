@@ -918,7 +918,14 @@
         label.textContent += " (" + fmtDur(before) + " inherited)";
         sandbox.title = fmtDur(before) + " of it spent by run " + this.run.parent_run + " on the nodes this fork took over; the wall time is this run's own";
       }
-      put(g, [one("nodes", b.nodes, (x) => (x == null ? "–" : String(x))), one("wall time", b.wall, fmtDur),
+      // near twins are refused before evaluation and not counted toward max_nodes
+      const nodes = one("nodes", b.nodes, (x) => (x == null ? "–" : String(x)));
+      const twins = (b.nodes || {}).twins || 0;
+      if (twins) {
+        nodes.querySelector(".label span").textContent += " (+" + twins + " near twin" + (twins === 1 ? "" : "s") + ")";
+        nodes.title = twins + " candidate" + (twins === 1 ? " was" : "s were") + " refused unevaluated as near twins; they do not count toward max_nodes";
+      }
+      put(g, [nodes, one("wall time", b.wall, fmtDur),
         sandbox, one("dollars", b.usd, fmtUsd)]);
     }
     // -- live log ----------------------------------------------------------------------
@@ -1025,10 +1032,12 @@
         put(body, el("div", { class: "muted" }, "operators chosen by a bandit (Thompson sampling): candidates and mean reward (0–1)"));
         put(body, bandit("operators", ops, "operator"));
       }
-      if (nov.threshold != null && nov.threshold < 1) {
+      const byMeaning = nov.by_embeddings != null && nov.embeddings_threshold < 1;
+      if ((nov.threshold != null && nov.threshold < 1) || byMeaning) {
         put(body, el("p", { id: "novelty" }, el("b", {}, String(saved)),
           " candidate" + (saved === 1 ? " was" : "s were") + " refused before evaluation as near twins of evaluated ones (similarity ≥ " + nov.threshold + "): " +
-          saved + " evaluation" + (saved === 1 ? "" : "s") + " saved"));
+          saved + " evaluation" + (saved === 1 ? "" : "s") + " saved" +
+          (byMeaning ? "; " + nov.by_embeddings + " of them by the embeddings of their changes (cosine ≥ " + nov.embeddings_threshold + ")" : "")));
       }
       put(box, card);
     }
