@@ -330,9 +330,6 @@ def test_sandbox_env_drops_secrets_even_when_asked(tmp_path, monkeypatch):
 STAGES = ("FULL", "GUARD", "HOLDOUT")
 STAGES_HOME = "revtree.memory.stages"
 DIRECTION_HOME = "revtree.memory.records"  # directed() and Score, beside each other
-# Files another change owns (issue 25's policy work): their hand-written directions go
-# when that change lands; listed so that no new file joins them.
-DIRECTION_PENDING = {"revtree.orchestrator.tune", "revtree.orchestrator.policies.treebase"}
 
 
 def stage_sources(source: str, module: str, is_package: bool = False) -> list[str]:
@@ -387,12 +384,7 @@ def test_stage_names_come_from_one_module(path):
 
 @pytest.mark.parametrize("path", MODULES, ids=lambda p: module_name(p))
 def test_the_direction_is_written_in_one_place(path):
-    module = module_name(path)
-    found = hand_directions(path.read_text(encoding="utf-8"), module)
-    if module in DIRECTION_PENDING:
-        assert found, f"{module} no longer writes a direction: drop it from DIRECTION_PENDING"
-    else:
-        assert found == []
+    assert hand_directions(path.read_text(encoding="utf-8"), module_name(path)) == []
 
 
 @pytest.mark.parametrize(

@@ -40,7 +40,7 @@ from typing import Any
 
 from revtree.errors import RevtreeError
 from revtree.memory import Store
-from revtree.memory.records import NodeStatus
+from revtree.memory.records import NodeStatus, directed
 from revtree.tasks.load import load_task
 from revtree.tasks.spec import TaskSpec
 
@@ -80,8 +80,7 @@ def improvement(best: float | None, baseline: float | None, maximize: bool) -> f
     """``(best - baseline) / |baseline|``, positive when better (see the module)."""
     if best is None or baseline is None or not math.isfinite(baseline):
         return 0.0
-    sign = 1.0 if maximize else -1.0
-    return sign * (best - baseline) / (abs(baseline) or 1.0)
+    return directed(best - baseline, maximize) / (abs(baseline) or 1.0)
 
 
 def suite_folders(suite: Path | None) -> list[Path]:

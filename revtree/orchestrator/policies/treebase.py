@@ -41,7 +41,7 @@ import random
 from collections import defaultdict
 from typing import Any
 
-from revtree.memory.records import Node, NodeStatus
+from revtree.memory.records import Node, NodeStatus, directed
 from revtree.orchestrator.policies.base import SeededPolicy, Selection
 from revtree.orchestrator.tree import Tree
 
@@ -57,7 +57,7 @@ def key_of(node: Node, maximize: bool) -> float | None:
         return None
     if not math.isfinite(node.score):
         return None
-    return node.score if maximize else -node.score
+    return directed(node.score, maximize)
 
 
 class Noise:
