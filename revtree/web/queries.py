@@ -1,7 +1,8 @@
 """The dashboard's SQL: lean reads of the tables in ``revtree.memory.models`` that the
 Store has no method for, sized for runs of 10k nodes.
 
-- :class:`SummaryView` is a Store whose reads carry only what
+- :class:`SummaryView` is a read model over a Store (a
+  :class:`~revtree.memory.reads.RunReads`, no write methods) whose reads carry only what
   ``report.summarize`` looks at (nodes without their texts, the evaluations it reads,
   model calls without prompts), so that the summary of a 10k-node run is the very
   function ``revtree show --json`` runs, at a fraction of the cost.
@@ -22,7 +23,15 @@ from sqlalchemy.engine import Connection
 
 from revtree.memory import Store
 from revtree.memory.db import transaction
-from revtree.memory.records import EvalResult, LLMCall, Node, NodeStatus, directed
+from revtree.memory.records import (
+    Decision,
+    EvalResult,
+    Event,
+    LLMCall,
+    Node,
+    NodeStatus,
+    directed,
+)
 from revtree.memory.rows import CALLS, EVALS, EVENTS, NODES, RUNS, row_to_eval
 from revtree.memory.stages import FULL, GUARD, HOLDOUT
 
@@ -91,20 +100,22 @@ def best_of(nodes: list[Node], maximize: bool) -> Node | None:
     return best
 
 
-class SummaryView(Store):
-    """A read-only Store over another's engine for ``report.summarize``: ``nodes`` have
-    no proposal, review or lesson; ``evaluations`` of a whole run are those summarize
-    reads (holdout, guard, and the full stage of the root and the best); ``llm_calls``
-    have no prompt or answer. Every other read is the Store's own."""
+class SummaryView:
+    """The reads of ``report.summarize`` (a :class:`~revtree.memory.reads.RunReads`)
+    over a Store, lean where a run is large: ``nodes`` have no proposal, review or
+    lesson; ``evaluations`` of a whole run are those summarize reads (holdout, guard,
+    and the full stage of the root and the best, as found by the last ``nodes`` of the
+    run); ``llm_calls`` have no prompt or answer. The other reads are the Store's own;
+    it has no write methods."""
 
     def __init__(self, store: Store) -> None:
-        super().__init__(store.url, engine=store.engine)
+        self.store = store
         self.best: dict[str, int | None] = {}
 
     def nodes(self, run_id: str) -> list[Node]:
-        with transaction(self.engine) as conn:
+        with transaction(self.store.engine) as conn:
             nodes = _lean_nodes(conn, run_id)
-        maximize = self.get_run(run_id).maximize
+        maximize = self.store.get_run(run_id).maximize
         best = best_of(nodes, maximize)
         self.best[run_id] = best.id if best else None
         return nodes
@@ -113,7 +124,7 @@ class SummaryView(Store):
         self, run_id: str, node_id: int | None = None, stage: str | None = None
     ) -> list[EvalResult]:
         if node_id is not None or stage is not None:
-            return super().evaluations(run_id, node_id, stage)
+            return self.store.evaluations(run_id, node_id, stage)
         best = self.best.get(run_id)
         wanted = [0] if best is None else [0, best]
         query = select(EVALS).where(
@@ -123,12 +134,12 @@ class SummaryView(Store):
                 (EVALS.c.stage == FULL) & EVALS.c.node_id.in_(wanted),
             ),
         )
-        with transaction(self.engine) as conn:
+        with transaction(self.store.engine) as conn:
             rows = conn.execute(query.order_by(EVALS.c.id)).all()
         return [row_to_eval(r) for r in rows]
 
     def llm_calls(self, run_id: str) -> list[LLMCall]:
-        with transaction(self.engine) as conn:
+        with transaction(self.store.engine) as conn:
             rows = conn.execute(
                 select(
                     CALLS.c.role,
@@ -147,6 +158,15 @@ class SummaryView(Store):
                 .order_by(CALLS.c.id)
             ).all()
         return [LLMCall(*r) for r in rows]
+
+    def sandbox_seconds(self, run_id: str) -> float:
+        return self.store.sandbox_seconds(run_id)
+
+    def decisions(self, run_id: str, nodes: dict[int, int]) -> dict[int, Decision]:
+        return self.store.decisions(run_id, nodes)
+
+    def events_since(self, run_id: str, after: int = 0, limit: int = 1000) -> list[Event]:
+        return self.store.events_since(run_id, after, limit)
 
 
 def run_marks(store: Store, run_id: str | None = None) -> dict[str, tuple[Any, ...]]:

@@ -18,10 +18,11 @@ from revtree.orchestrator.tree import Tree
 from revtree.orchestrator.trust import final_better, gain
 
 if TYPE_CHECKING:
+    from revtree.memory.reads import RunReads
     from revtree.memory.store import Store
 
 
-def summarize(store: Store, run: RunInfo, with_nodes: bool = False) -> dict[str, Any]:
+def summarize(store: RunReads, run: RunInfo, with_nodes: bool = False) -> dict[str, Any]:
     """The run as a JSON-able dict (the contract of ``revtree show --json``). ``n_failed``
     counts the nodes that failed; ``n_rejected``, apart, the candidates a reviewer or a
     person rejected before their evaluation (not failures of the candidate's code)."""
@@ -93,7 +94,7 @@ def summarize(store: Store, run: RunInfo, with_nodes: bool = False) -> dict[str,
     return out
 
 
-def waiting(store: Store, run: RunInfo, nodes: list[Node]) -> list[int]:
+def waiting(store: RunReads, run: RunInfo, nodes: list[Node]) -> list[int]:
     """Candidates held for a person's approval (``approve = "evaluate"``): coded, not the
     root, with no decision yet on their attempt."""
     if (run.spec.get("search") or {}).get("approve") != "evaluate":
@@ -103,7 +104,7 @@ def waiting(store: Store, run: RunInfo, nodes: list[Node]) -> list[int]:
     return sorted(n for n in coded if n not in decided)
 
 
-def learning(store: Store, run: RunInfo, nodes: list[Node]) -> dict[str, Any]:
+def learning(store: RunReads, run: RunInfo, nodes: list[Node]) -> dict[str, Any]:
     """What the search learnt to skip or prefer: ``novelty`` (the threshold, and the
     candidates refused as near twins of evaluated ones, each an evaluation saved at
     least; with embeddings, their threshold and the twins they found); where a bandit
@@ -222,7 +223,7 @@ COMPARE_KEYS = (
 )
 
 
-def compare(store: Store, runs: list[RunInfo]) -> list[tuple[str, list[Any]]]:
+def compare(store: RunReads, runs: list[RunInfo]) -> list[tuple[str, list[Any]]]:
     """Runs side by side: one row per key of ``COMPARE_KEYS`` (``summarize``'s, plus
     ``holdout_score``: the last holdout of the run's best node, and ``usd``), with one
     value per run, in the order given. A table is ``Table("", *ids)`` and these rows."""
