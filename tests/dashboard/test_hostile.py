@@ -262,6 +262,7 @@ def test_a_closed_stdout_does_not_stop_the_server(site: Site, finished_run: str)
 
 
 # -- the page --------------------------------------------------------------------------
+@pytest.mark.slow  # a page that waits out its timeout: 3 s or more on 2 loaded cores
 @pytest.mark.browser
 def test_a_malformed_fragment_does_not_hang_the_page(dashboard: Dashboard) -> None:
     """``#/run/%E0%A4%A`` (decodeURIComponent throws): an error on the page, not

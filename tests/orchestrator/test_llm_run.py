@@ -367,6 +367,7 @@ def test_agentic_policy_steers_and_falls_back_to_greedy(
     assert store.get_run(run_id).policy_state["fallbacks"] >= 2
 
 
+@pytest.mark.slow  # a whole run: 3 s or more on 2 loaded cores
 def test_edits_in_every_dialect_land_through_the_openai_sdk(
     tmp_path: Path, home: Path, store: Store
 ) -> None:

@@ -159,6 +159,7 @@ def test_secrets_in_the_parent_environment_do_not_reach_the_sandbox(
     assert all(e.metrics["leak"] == [] for e in evals)
 
 
+@pytest.mark.slow  # two whole runs: 3 s or more on 2 loaded cores
 def test_same_seed_same_tree(tmp_path: Path, home: Path, store: Store) -> None:
     def tree(task: Path) -> list[tuple]:
         orch = _run(store, home, task)
@@ -171,6 +172,7 @@ def test_same_seed_same_tree(tmp_path: Path, home: Path, store: Store) -> None:
     assert first == tree(make_task(tmp_path / "b", budget=8))
 
 
+@pytest.mark.slow  # three runs: 3 s or more on 2 loaded cores
 def test_resume_after_a_stop_chooses_as_the_uninterrupted_run(
     tmp_path: Path, home: Path, store: Store
 ) -> None:
@@ -193,6 +195,7 @@ def test_resume_after_a_stop_chooses_as_the_uninterrupted_run(
     assert got == expected
 
 
+@pytest.mark.slow  # two whole runs: 3 s or more on 2 loaded cores
 def test_policies_optuna_and_random_run(tmp_path: Path, home: Path, store: Store) -> None:
     for policy in ("optuna", "random"):
         orch = _run(store, home, make_task(tmp_path / policy, budget=6, policy=policy))

@@ -171,6 +171,7 @@ def test_run_help_is_written_for_80_columns(tmp_path: Path) -> None:
         assert "--json" in help_text and "Print JSON" in help_text
 
 
+@pytest.mark.slow  # a run, then show: 3 s or more on 2 loaded cores
 def test_a_summary_without_a_scored_node_says_so(tmp_path: Path) -> None:
     task = tmp_path / "tsp"
     shutil.copytree(EXAMPLE, task)

@@ -106,6 +106,7 @@ def build(context):
 """
 
 
+@pytest.mark.slow  # a tune of real runs: 3 s or more on 2 loaded cores
 def test_a_run_that_cannot_start_fails_its_trial_and_the_tune_goes_on(tmp_path: Path) -> None:
     home, suite = tmp_path / "home", tmp_path / "suite"
     task = make_task(suite / "a", budget=20)
