@@ -102,7 +102,7 @@ def run(nodes: int, old: bool, tools: bool = False) -> dict[str, float]:
         root = Path(tmp)
         task = write_task(root / "t", nodes=nodes)
         store = Store(f"sqlite:///{root / 'revtree.db'}")
-        patch = mock.patch("revtree.orchestrator.llm_team.RepoContext", WholeRepository)
+        patch = mock.patch("revtree.orchestrator.contexts.RepoContext", WholeRepository)
         model = ToolModeller() if tools else Modeller()
         with FakeLLMServer(model) as srv, patch if old else mock.MagicMock():
             agents = {"base_url": srv.openai_url}

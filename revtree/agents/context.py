@@ -322,6 +322,11 @@ class RepoContext:
             )
         return rel
 
+    def saw(self, node_id: int, paths: list[str]) -> None:
+        """The files a candidate read (a tool coder's), in place of its related files."""
+        with self._lock:
+            self.shown[node_id] = paths
+
     def recall(self, query: str) -> list[Learnt]:
         """What earlier candidates learnt that shares at least two words with ``query``."""
         q = set(words(query))

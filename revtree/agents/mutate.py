@@ -47,7 +47,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from revtree.agents.base import Coder, Job, Proposal, Proposer, Refusal
+from revtree.agents.base import Coder, Job, Learner, Proposal, Refusal
 from revtree.agents.driver import MUTATE, driver
 from revtree.agents.edits import evolve_regions
 from revtree.agents.knobs import KnobCoder, KnobProposer, derive_seed
@@ -85,7 +85,7 @@ AVOID = 0.05  # a site's weight is multiplied by this for each breakage it share
 
 def offline_agents(
     spec: TaskSpec, baseline: Mapping[str, Any] | None = None
-) -> tuple[Proposer, Coder]:
+) -> tuple[Learner, Coder]:
     """The offline proposer and coder that the driver names (``agents.driver``): knobs
     (from the root's values, ``baseline``), or code mutations."""
     if driver(spec).name == MUTATE:

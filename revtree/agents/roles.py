@@ -18,11 +18,10 @@ import functools
 import json
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from string import Template
 
-from revtree.agents.base import Proposal, Refusal, Verdict
+from revtree.agents.base import Context, Proposal, Refusal, Verdict
 from revtree.agents.context import ContextBuilder
 from revtree.agents.edits import apply_edits
 from revtree.agents.formats import EditFormat, make_format
@@ -58,22 +57,6 @@ OPERATORS = {
     "crossover": "combine the strengths of the parent and the other parents shown",
     "tune": "adjust the parent's parameters",
 }
-
-
-@dataclass(frozen=True)
-class Context:
-    """What the agents see of one candidate; built by the orchestrator."""
-
-    node_id: int
-    operator: str
-    parent_id: int
-    parent_score: str
-    prefix: str  # stable: task, goal, baseline files
-    parent_files: str  # files that differ from the baseline, in full
-    parent_eval: str
-    memory: str
-    others: str = ""
-    files: Mapping[str, bytes] = field(default_factory=dict)  # the parent's files
 
 
 @functools.lru_cache(maxsize=64)

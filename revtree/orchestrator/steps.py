@@ -139,7 +139,7 @@ class Steps:
         parent = self.mirror.parent(node)
         assert parent.commit is not None
         commit = parent.commit
-        return Job(node, parent, lambda: self.p.git.read_files(commit))
+        return Job(node, parent, lambda: self.p.git.read_files(commit), self.agents.context)
 
     # -- the steps ---------------------------------------------------------------------
     def select(self, state: State) -> State | None:

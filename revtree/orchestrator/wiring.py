@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from revtree.agents import Evaluator, StaticReviewer, read_knobs
-from revtree.agents.base import Agents
+from revtree.agents.base import Agents, Reviewer
 from revtree.agents.driver import driver
 from revtree.agents.llm import BudgetExhausted
 from revtree.agents.mutate import offline_agents
@@ -27,8 +27,17 @@ from revtree.memory import GitStore, RunInfo, Store
 from revtree.memory.db import revtree_home
 from revtree.memory.gitstore import PROTECTED_REF
 from revtree.orchestrator.budget import Budget
+from revtree.orchestrator.contexts import ContextSource
 from revtree.orchestrator.gpus import GpuPool
-from revtree.orchestrator.llm_team import Team
+from revtree.orchestrator.llm_agents import (
+    AnalystAgent,
+    CoderAgent,
+    OneCallProposer,
+    PolicyModel,
+    ProposerAgent,
+    ReviewerAgent,
+)
+from revtree.orchestrator.llm_models import Models, rewards
 from revtree.orchestrator.mirror import Mirror
 from revtree.orchestrator.policies import make_policy
 from revtree.orchestrator.policies.base import Policy
@@ -222,7 +231,7 @@ def wire(
     )
     if agents.ask is not None:  # a policy that asks a model (agentic) gets one
         policy.attach(agents.ask)
-    mirror.observers.append(agents.proposer.observe)  # told of each finished node
+    mirror.observers.extend(agents.observers)  # told of each finished node
     mirror.updaters.append(policy.update)  # under the tree lock, with the best
     slots = Slots(parallel, cancel, budget)
     follower = None
@@ -307,11 +316,7 @@ def make_agents(
     checks = (StaticReviewer(spec),)
     chosen = driver(spec)
     if chosen.llm:
-        team = Team(store, spec, git, mirror, sandbox, cancel)
-        reviewers = (team,) if spec.agents.reviewer.enabled else ()
-        return Agents(
-            team, team, reviewers, team, "LLM", team.meter.exhausted, team.ask_policy, checks
-        )
+        return llm_agents(store, spec, git, mirror, sandbox, cancel, checks)
     baseline = None
     if chosen.knobs:  # an improve of the root starts from its values
         root = mirror.get(0)
@@ -320,4 +325,37 @@ def make_agents(
         baseline = read_knobs(spec.knobs, git.read_files(root.commit, knob_files))
     proposer, coder = offline_agents(spec, baseline)
     proposer.rebuild(mirror.nodes.values())
-    return Agents(proposer, coder, (), None, chosen.label, checks=checks)
+    return Agents(
+        proposer, coder, (), None, chosen.label, checks=checks, observers=(proposer.observe,)
+    )
+
+
+def llm_agents(
+    store: Store,
+    spec: TaskSpec,
+    git: GitStore,
+    mirror: Mirror,
+    sandbox: Sandbox,
+    cancel: threading.Event,
+    checks: tuple[Reviewer, ...],
+) -> Agents:
+    """The model roles, each its own agent over the run's shared ``Models``; the context
+    source every job carries; the bandits rewarded as nodes finish."""
+    models = Models.build(store, spec, mirror)
+    context = ContextSource(store, spec, git, mirror)
+    coder = CoderAgent(models, context.repo, sandbox, cancel)
+    proposer = OneCallProposer(coder) if spec.agents.one_call else ProposerAgent(models)
+    reviewers = (ReviewerAgent(models),) if "reviewer" in models.clients else ()
+    analyst = AnalystAgent(models, context.evaluation) if "analyst" in models.clients else None
+    return Agents(
+        proposer,
+        coder,
+        reviewers,
+        analyst,
+        "LLM",
+        models.meter.exhausted,
+        PolicyModel(models, context.repo.prefix).ask,
+        checks,
+        context,
+        (rewards(models.choice, mirror),),
+    )

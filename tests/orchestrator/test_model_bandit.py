@@ -128,8 +128,7 @@ def test_a_resumed_run_rebuilds_the_bandit_from_the_store(
         stored = replay(setting, choices_of(store.events_since(run.id)), nodes)["coder"]
         assert stored.choices == 8 and sum(a.pulls for a in stored.arms.values()) == 8
         again = Orchestrator(store, run.id, home=home)
-        team = again.parts.agents.proposer
-        rebuilt = team.choice.bandits["coder"]  # type: ignore[attr-defined]
+        rebuilt = again.parts.agents.coder.models.choice.bandits["coder"]  # type: ignore[attr-defined]
         assert rebuilt.choices == 8 and rebuilt.stats() == stored.stats()
         try:
             again.drive()

@@ -284,7 +284,7 @@ def require_models(spec: TaskSpec, timeout: float = START_TIMEOUT) -> None:
     for ``run`` and ``resume`` before they create or evaluate anything: raises
     ``LLMError`` naming each model and URL that did not answer. Nothing for an offline
     run."""
-    from revtree.orchestrator.llm_team import role_models as clients
+    from revtree.orchestrator.llm_models import role_models as clients
 
     if not driver(spec).llm:
         return
