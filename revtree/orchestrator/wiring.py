@@ -44,6 +44,7 @@ from revtree.orchestrator.policies.base import Policy
 from revtree.orchestrator.run import RunPaths, claim
 from revtree.sandboxes import BackendChoice, Capacity, Sandbox, choose_backend, make_sandbox
 from revtree.tasks import TaskSpec, matches
+from revtree.tasks.sandbox import gpus_of
 
 AUTO_PERIOD = 3.0  # seconds between looks at the cluster's resources (--parallel auto)
 AUTO_MAX = 256
@@ -212,7 +213,7 @@ def wire(
             config=spec.sandbox,
             task_root=spec.root,
             labels={"revtree.run": run.id},
-            gpu_pool=GpuPool() if spec.sandbox.gpus else None,
+            gpu_pool=GpuPool() if gpus_of(spec.sandbox) else None,
         )
     auto = parallel == "auto"
     parallel = auto_parallel(spec, sandbox) if auto else int(parallel or spec.search.parallel)
@@ -282,7 +283,7 @@ def writers(spec: TaskSpec) -> dict[str, Any]:
 def ray_choice(spec: TaskSpec) -> BackendChoice:
     """The Ray runner: each worker picks its own backend (``auto`` never downgrades)."""
     r = spec.runner
-    gpus = r.gpus if r.gpus is not None else spec.sandbox.gpus
+    gpus = r.gpus if r.gpus is not None else gpus_of(spec.sandbox)
     return BackendChoice(
         "ray",
         f"runner ray at {r.address}: each evaluation a Ray task ({r.cpus:g} CPU, {gpus} GPU) "

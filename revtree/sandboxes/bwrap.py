@@ -48,6 +48,10 @@ from revtree.sandboxes import cgroups
 from revtree.sandboxes.base import ExecRequest, SandboxContext
 from revtree.sandboxes.env import sandbox_env
 from revtree.sandboxes.local import Launch, LocalSandbox, prctl, supervised
+from revtree.tasks.sandbox import BwrapConfig
+
+Config = BwrapConfig
+"""The namespace backend's ``[sandbox]`` keys: the common ones (its caps are options)."""
 
 DISK_CAP = 1 << 30  # bytes each of the workspace, /tmp and /dev/shm may hold
 PIDS_CAP = 512  # processes per evaluation, where a cgroup enforces it

@@ -65,6 +65,10 @@ from revtree.sandboxes.base import (
 )
 from revtree.sandboxes.env import sandbox_env
 from revtree.sandboxes.supervise import PARENT_ENV
+from revtree.tasks.sandbox import LocalConfig
+
+Config = LocalConfig
+"""The local backend's ``[sandbox]`` keys: the common ones only."""
 
 _PR_SET_DUMPABLE = 4
 METRICS_CAP = 1 << 20
@@ -89,8 +93,8 @@ def protect_orchestrator() -> bool:
 
 def build(context: SandboxContext) -> LocalSandbox:
     """The local backend (``[sandbox] backend = "local"``): it uses only the context's
-    ``base_dir``; what it honours of ``[sandbox]`` (limits, environment) comes with each
-    request, and the rest is Docker's (image, mounts, network, GPUs, pool, outputs)."""
+    ``base_dir``; what it honours of ``[sandbox]`` (its :data:`Config`: limits,
+    environment) comes with each request."""
     return LocalSandbox(context.base_dir)
 
 

@@ -1,7 +1,8 @@
 """The sandbox backends, found by name: one module each, with a ``build`` function.
 
 ``build(context: SandboxContext, **options) -> Sandbox``: the context carries what a
-run has for any backend (the ``[sandbox]`` section, the workspace folder, the task's
+run has for any backend (the ``[sandbox]`` section as the backend's own model, the
+``Config`` beside its ``build``: ``revtree.tasks.sandbox.narrow``; the workspace folder, the task's
 folder, a GPU pool, labels, the ``[runner]`` section, an event sink) and the backend
 takes what it uses; ``options`` are the backend's own keyword arguments (Docker's
 ``base_url``, bubblewrap's ``disk_bytes``), which callers pass by name.
@@ -29,7 +30,11 @@ BUILTIN = {
     "docker": "revtree.sandboxes.docker",
     "ray": "revtree.sandboxes.ray",  # the Ray runner ([runner] kind = "ray")
 }
-"""Built-in backend name -> the module whose ``build`` makes it."""
+"""Built-in backend name -> the module whose ``build`` makes it (and whose ``Config`` is
+its ``[sandbox]`` model, ``revtree.tasks.sandbox.BUILTIN``'s)."""
+RUNNERS = ("ray",)
+"""Built-ins that are no ``[sandbox] backend`` but run each evaluation in a worker's own
+(the Ray runner): they take the ``[sandbox]`` section as it is, for the worker."""
 
 CONTEXT = tuple(f.name for f in dataclasses.fields(SandboxContext))
 
@@ -46,10 +51,15 @@ def builder(backend: str) -> tuple[Callable[..., Any], str]:
 
 def build(backend: str, **kwargs: Any) -> Sandbox:
     """Build ``backend`` (a resolved name, never ``auto``) from keyword arguments: the
-    :class:`SandboxContext` fields make the context, the rest are the backend's
-    options. An option the backend does not take is a TypeError naming the backend and
+    :class:`SandboxContext` fields make the context (``config`` narrowed to the
+    backend's own model: ``auto``'s keys that the picked backend takes), the rest are
+    the backend's options. An option the backend does not take is a TypeError naming the backend and
     the argument (never silently dropped)."""
     make, where = builder(backend)
+    if "config" in kwargs and backend not in RUNNERS:
+        from revtree.tasks.sandbox import narrow  # pydantic, only when a backend is built
+
+        kwargs["config"] = narrow(kwargs["config"], backend)
     if isinstance(make, type):  # a class by dotted path: its constructor's arguments
         sandbox: Sandbox = _checked(make, backend, where, kwargs)(**kwargs)
         return sandbox

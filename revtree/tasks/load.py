@@ -24,6 +24,8 @@ from pydantic import BaseModel, ValidationError
 from revtree.errors import TaskSpecError
 from revtree.tasks.names import matches
 from revtree.tasks.profiles import apply_profile
+from revtree.tasks.sandbox import BUILTIN as SANDBOX_MODELS
+from revtree.tasks.sandbox import BadSandbox
 from revtree.tasks.search import PLUGIN
 from revtree.tasks.spec import POLICIES, Knob, TaskSpec
 
@@ -87,13 +89,22 @@ def format_validation_error(error: ValidationError, file: Path | str) -> str:
     """One line per problem: ``file: key 'a.b[2].c': what was expected (got ...)``."""
     lines = [f"{file}: {error.error_count()} problem(s) in the task"]
     for err in error.errors():
-        lines.append(f"  key '{_key(err['loc'])}': {_explain(err)}")
+        lines.append(f"  key '{_key(_loc(err))}': {_explain(err)}")
     return "\n".join(lines)
 
 
 _WRAPPER = re.compile(r"^[a-z-]+\[.*\]$")  # pydantic's validator and union steps in a loc
 TAGS = frozenset({*POLICIES, PLUGIN})  # the [search] union's steps in a loc
+TAGGED = frozenset(  # (section, tag): the [search] and [sandbox] unions' steps in a loc
+    {*(("search", t) for t in TAGS), *(("sandbox", t) for t in (*SANDBOX_MODELS, PLUGIN))}
+)
 _GLOB_KEYS = frozenset({"editable", "protected", "exclude", "files", "outputs"})
+
+
+def _loc(err: Any) -> tuple[Any, ...]:
+    """Where a problem is; a plugin backend's ``[sandbox]`` says which of its keys."""
+    loc, error = tuple(err["loc"]), (err.get("ctx") or {}).get("error")
+    return (*loc, error.key) if isinstance(error, BadSandbox) else loc
 
 
 def _explain(err: Any) -> str:
@@ -101,6 +112,8 @@ def _explain(err: Any) -> str:
     kind, got, loc = err["type"], err.get("input"), tuple(err["loc"])
     name = next((p for p in reversed(loc) if isinstance(p, str) and not _WRAPPER.match(p)), "")
     shown = f" (got {got!r:.80})"
+    if kind == "extra_forbidden" and len(loc) == 3 and loc[0] == "sandbox":
+        return _not_backends(str(loc[-1]), str(loc[1]))
     if kind == "extra_forbidden":
         known = _keys_at(loc[:-1])
         return "unknown key" + (_did_you_mean(str(loc[-1]), known) or _known(known))
@@ -134,6 +147,17 @@ def _explain(err: Any) -> str:
         return f"unknown {field} {tag!r:.80}: " + _one_of(ctx.get("expected_tags", ""), tag)
     msg = str(err["msg"]).removeprefix("Value error, ")
     return msg if isinstance(got, dict) or repr(got) in msg else msg + shown
+
+
+def _not_backends(key: str, backend: str) -> str:
+    """A ``[sandbox]`` key that ``backend`` does not take: whose it is, and its keys."""
+    owners = [n for n, m in SANDBOX_MODELS.items() if key in m.model_fields and n != "auto"]
+    known = [k for k in SANDBOX_MODELS[backend].model_fields if k != "backend"]
+    whose = f"a key of {' and '.join(map(repr, owners))}; " if owners else ""
+    hint = _did_you_mean(key, known)
+    return f"sandbox backend {backend!r} does not take {key!r}{hint} ({whose}its keys: " + (
+        ", ".join(known) + ")"
+    )
 
 
 def _one_of(expected: str, got: Any) -> str:
@@ -193,7 +217,7 @@ def _key(loc: Iterable[Any]) -> str:
     for i, part in enumerate(parts):
         if isinstance(part, int):
             out += f"[{part}]"
-        elif _WRAPPER.match(part) or (i > 0 and parts[i - 1] == "search" and part in TAGS):
+        elif _WRAPPER.match(part) or (i > 0 and (parts[i - 1], part) in TAGGED):
             continue
         else:
             out += f".{part}" if out else str(part)

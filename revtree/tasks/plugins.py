@@ -14,6 +14,8 @@ the ``[search.options]`` table as keyword arguments.
 A sandbox backend is named the same ways (group ``revtree.sandboxes``) and resolves to a
 module with a ``build(context) -> Sandbox`` function, or to that function itself
 (:func:`resolve_sandbox`); the sandboxes layer calls it (``revtree.sandboxes.registry``).
+A ``Config`` beside ``build`` in that module (:func:`sandbox_config_of`) is the model
+``[sandbox]`` is validated as for it (``revtree.tasks.sandbox``).
 
 An edit format (``[agents] edit_format``, group ``revtree.edit_formats``) resolves to a
 class built with no arguments, checked to have the members of
@@ -26,6 +28,7 @@ from __future__ import annotations
 import difflib
 import importlib
 import inspect
+import sys
 from importlib.metadata import entry_points
 from types import ModuleType
 from typing import Any
@@ -73,6 +76,16 @@ def resolve_sandbox(ref: str) -> Any:
     if not callable(found):
         raise ValueError(f"{kind} {ref!r} is a {type(found).__name__}, not build(context)")
     return found
+
+
+def sandbox_config_of(ref: str) -> Any:
+    """The ``Config`` that the module of ``ref``'s builder declares beside ``build`` (the
+    pydantic model of its ``[sandbox]`` keys), or None where it declares none. Raises
+    ValueError as :func:`resolve_sandbox` where ``ref`` does not resolve."""
+    found = find(ref, "sandbox backend", SANDBOX_GROUP, SANDBOXES, "'package.module:build'")
+    name = getattr(found, "__module__", None) or ""
+    module = found if isinstance(found, ModuleType) else sys.modules.get(name)
+    return getattr(module, "Config", None)
 
 
 FORMAT_MEMBERS = {"name": str, "help": str, "tools": tuple, "parse": None, "edit_of": None}

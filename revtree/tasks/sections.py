@@ -1,6 +1,7 @@
 """The sections of a task spec that say how a candidate is scored and within what limits:
-``[evaluate]`` (its stages and trusted grade step), ``[holdout]``, ``[sandbox]``,
-``[budget]`` and ``[trust]``; and what every section shares: the :class:`Section` base,
+``[evaluate]`` (its stages and trusted grade step), ``[holdout]``, ``[budget]`` and
+``[trust]`` (``[sandbox]``, one model per backend, is :mod:`revtree.tasks.sandbox`'s);
+and what every section shares: the :class:`Section` base,
 durations and sizes (the secret-name check is :mod:`revtree.tasks.names`'s).
 
 The whole task is :class:`revtree.tasks.spec.TaskSpec`; the ``[search]`` policies are in
@@ -22,9 +23,6 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-
-from revtree.tasks.names import SANDBOXES, is_secret
-from revtree.tasks.plugins import resolve_sandbox
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _SIZES = {"k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
@@ -264,85 +262,6 @@ class Holdout(Section):
         if self.outputs and self.grade is None:
             check_grade(None, self.outputs, "holdout")
         return self
-
-
-class SandboxConfig(Section):
-    """Where and under which limits evaluations run."""
-
-    backend: str = Field(
-        "auto",
-        description="'auto' uses docker when an engine answers and has the image, else "
-        "bwrap (Linux namespaces) where bubblewrap works, else refuses code a model writes; "
-        "or 'local', 'bwrap', 'docker', a 'package.module:build' of your own, or a name an "
-        "installed package registers in the entry-point group 'revtree.sandboxes'.",
-    )
-    memory: Size = Field(4 * 2**30, description="Address-space / memory limit per evaluation.")
-    cpu_seconds: Duration | None = Field(None, description="CPU-time limit per evaluation.")
-    output_cap: Size = Field(2**20, description="Bytes of stdout and of stderr kept per run.")
-    env: dict[str, str] = Field(default_factory=dict, description="Extra environment variables.")
-    pass_env: Globs = Field((), description="Host variables passed through by name.")
-    image: str | None = Field(
-        None,
-        description="Docker image of the evaluations. Default: the locally bootstrapped "
-        "revtree-base image if the engine has it, else python:3.11-slim.",
-    )
-    cpus: float | None = Field(None, gt=0, description="Docker: CPUs per evaluation (nano_cpus).")
-    gpus: int = Field(
-        0, ge=0, description="Docker: GPUs per evaluation, distinct among concurrent ones."
-    )
-    network: Literal["none", "bridge", "host"] = Field(
-        "none", description="Docker: network of the container; 'none' unless you opt in."
-    )
-    mounts: dict[str, str] = Field(
-        default_factory=dict,
-        description="Docker: read-only bind mounts, container path -> host path (relative "
-        "host paths are relative to task.toml), e.g. datasets.",
-    )
-    warm_pool: int = Field(
-        2,
-        ge=0,
-        le=64,
-        description="Docker: containers created and started ahead (running only an idle "
-        "process, never reused), so an evaluation skips container start-up; 0 turns it off.",
-    )
-    outputs: Globs = Field(
-        (), description="Docker: workspace files copied out after each evaluation (size-capped)."
-    )
-    disk: Size = Field(
-        512 * 2**20, description="Docker: size cap of the writable workspace (and of /tmp)."
-    )
-
-    @field_validator("backend")
-    @classmethod
-    def _known_backend(cls, backend: str) -> str:
-        if backend not in SANDBOXES:
-            resolve_sandbox(backend)  # a one-line ValueError where it does not resolve
-        return backend
-
-    @field_validator("mounts")
-    @classmethod
-    def _absolute_targets(cls, value: dict[str, str]) -> dict[str, str]:
-        bad = [t for t in value if not t.startswith("/") or t.rstrip("/") in ("", "/sandbox")]
-        if bad:
-            raise ValueError(f"mount targets must be absolute container paths: {bad}")
-        return value
-
-    @field_validator("outputs")
-    @classmethod
-    def _relative_outputs(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        bad = [o for o in value if o.startswith("/") or ".." in o.split("/") or not o.strip()]
-        if bad:
-            raise ValueError(f"outputs must be paths inside the workspace: {bad}")
-        return value
-
-    @field_validator("env", "pass_env")
-    @classmethod
-    def _no_secrets(cls, value: Any) -> Any:
-        names = value.keys() if isinstance(value, dict) else value
-        bad = [n for n in names if is_secret(n)]
-        if bad:
-            raise ValueError(f"secrets never enter a sandbox; remove {bad}")
-        return value
 
 
 class Budget(Section):

@@ -7,7 +7,8 @@ expected. Checks that need the file system (globs match, knob locations exist) l
 in :mod:`revtree.tasks.load`.
 
 This module holds :class:`TaskSpec`, the whole task; its sections live in
-:mod:`revtree.tasks.sections` (evaluate, holdout, sandbox, budget, trust),
+:mod:`revtree.tasks.sections` (evaluate, holdout, budget, trust),
+:mod:`revtree.tasks.sandbox` (one ``[sandbox]`` model per backend),
 :mod:`revtree.tasks.search` (the search policies), :mod:`revtree.tasks.runner` (where
 evaluations run: this machine or a Ray cluster) and :mod:`revtree.tasks.agent_settings`
 (agents and knobs), and every name is importable from here as well.
@@ -33,6 +34,15 @@ from revtree.tasks.agent_settings import (
 )
 from revtree.tasks.names import POLICIES, SECRET_NAME, is_secret
 from revtree.tasks.runner import RunnerConfig
+from revtree.tasks.sandbox import (
+    AutoConfig,
+    BwrapConfig,
+    DockerConfig,
+    LocalConfig,
+    SandboxBase,
+    SandboxConfig,
+    keys_for,
+)
 from revtree.tasks.search import (
     COMMON_KEYS,
     AgenticSearch,
@@ -52,7 +62,6 @@ from revtree.tasks.sections import (
     Globs,
     Grade,
     Holdout,
-    SandboxConfig,
     Section,
     Size,
     Stage,
@@ -73,8 +82,11 @@ __all__ = [
     "SECRET_NAME",
     "AgenticSearch",
     "Agents",
+    "AutoConfig",
     "BgmctsSearch",
     "Budget",
+    "BwrapConfig",
+    "DockerConfig",
     "Duration",
     "EnsembleMember",
     "Evaluate",
@@ -86,6 +98,7 @@ __all__ = [
     "Holdout",
     "Knob",
     "KnobAgent",
+    "LocalConfig",
     "MctsSearch",
     "MutateAgent",
     "OptunaSearch",
@@ -93,6 +106,7 @@ __all__ = [
     "RandomSearch",
     "Role",
     "RunnerConfig",
+    "SandboxBase",
     "SandboxConfig",
     "SearchConfig",
     "Section",
@@ -123,7 +137,7 @@ class TaskSpec(Section):
     )
     evaluate: Evaluate
     holdout: Holdout | None = None
-    sandbox: SandboxConfig = SandboxConfig()
+    sandbox: SandboxConfig = AutoConfig()
     runner: RunnerConfig = RunnerConfig()
     search: SearchConfig = GreedySearch()
     budget: Budget = Budget()
@@ -172,7 +186,8 @@ class TaskSpec(Section):
         return self.evaluate.direction == "maximize"
 
     def with_overrides(self, **sections: dict[str, Any]) -> TaskSpec:
-        """A copy with top-level sections updated key by key, validated again."""
+        """A copy with top-level sections updated key by key, validated again; a new
+        ``sandbox.backend`` keeps the keys of the task's ``[sandbox]`` that it takes."""
         data = self.model_dump(mode="python")
         for section, values in sections.items():
             if values:
@@ -180,6 +195,8 @@ class TaskSpec(Section):
         if "search" in sections and "policy" in (sections["search"] or {}):
             base = {k: data["search"][k] for k in COMMON_KEYS if k in data["search"]}
             data["search"] = {**base, **sections["search"]}
+        if "backend" in (sections.get("sandbox") or {}):  # the keys the new backend takes
+            data["sandbox"] = keys_for(data["sandbox"], sections["sandbox"]["backend"])
         try:
             return TaskSpec.model_validate(data)
         except ValidationError as e:

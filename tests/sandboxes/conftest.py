@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from revtree.sandboxes import Sandbox, make_sandbox
-from revtree.tasks.spec import SandboxConfig
+from revtree.tasks.sandbox import DockerConfig
 
 BACKENDS = [
     "local",
@@ -51,7 +51,7 @@ def docker_client() -> Iterator[Any]:
 def docker_sandbox(client: Any, **config: Any) -> Sandbox:
     from revtree.sandboxes.docker import DockerSandbox
 
-    return DockerSandbox(SandboxConfig(**config), client=None)
+    return DockerSandbox(DockerConfig(**config), client=None)
 
 
 @pytest.fixture(params=BACKENDS)

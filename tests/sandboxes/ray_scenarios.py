@@ -555,7 +555,7 @@ def scenario_docker(work: Path) -> dict[str, Any]:
     from revtree.sandboxes.ray import RaySandbox
     from revtree.sandboxes.ray import sandbox as driver
     from revtree.tasks.runner import RunnerConfig
-    from revtree.tasks.sections import SandboxConfig
+    from revtree.tasks.sandbox import DockerConfig
 
     os.environ[RECORD] = str(work / "created.jsonl")  # the raylet's workers inherit it
     cluster, _ = start_cluster([{"num_cpus": 1, "num_gpus": 1}])
@@ -574,7 +574,7 @@ def scenario_docker(work: Path) -> dict[str, Any]:
         driver.run_request = recording_run_request  # type: ignore[assignment]
         sandbox = RaySandbox(
             RunnerConfig(kind="ray", address=cluster.address, gpus=1),
-            SandboxConfig(backend="docker"),
+            DockerConfig(),
         )
         request = ExecRequest(archive_of({"s.py": b"print('ran')\n"}), "python s.py", Limits(60))
         gpu: dict[str, Any] = {}

@@ -35,7 +35,7 @@ from revtree.sandboxes.docker import (
     runner_script,
 )
 from revtree.sandboxes.images import PACKAGES, apt_mirror, base_tag, build_image, host_suite
-from revtree.tasks.spec import SandboxConfig
+from revtree.tasks.sandbox import AutoConfig, DockerConfig
 from tests.conftest import TASK_TOML
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -95,14 +95,14 @@ def test_no_engine_is_a_clear_error():
 @pytest.mark.docker
 def test_missing_image_is_named(docker_client):
     with pytest.raises(SandboxError, match="revtree-no-such-image:0"):
-        DockerSandbox(SandboxConfig(image="revtree-no-such-image:0"))
+        DockerSandbox(DockerConfig(image="revtree-no-such-image:0"))
 
 
 @pytest.mark.docker
 def test_container_is_hardened_and_requests_gpus(docker_client, tmp_path):
     data = tmp_path / "data"
     data.mkdir()
-    config = SandboxConfig(gpus=2, cpus=1.5, memory="300m", mounts={"/data": str(data)})
+    config = DockerConfig(gpus=2, cpus=1.5, memory="300m", mounts={"/data": str(data)})
     box = DockerSandbox(config, gpu_pool=GpuPool(["0", "1", "2"]))
     cid = box.create_for_inspection({"revtree.run": "r1", "revtree.node": "7"}, ["1", "2"])
     try:
@@ -144,7 +144,7 @@ def test_mounts_are_read_only(docker_client, tmp_path, tar_of):
     (data / "set.csv").write_text("1,2\n")
     os.chmod(data / "set.csv", 0o644)
     os.chmod(data, 0o755)
-    box = DockerSandbox(SandboxConfig(mounts={"/data": str(data)}))
+    box = DockerSandbox(DockerConfig(mounts={"/data": str(data)}))
     try:
         cmd = "cat /data/set.csv; touch /data/new 2>&1 || echo refused"
         result = box.execute(ExecRequest(tar_of({}), cmd, Limits(timeout=10)))
@@ -156,11 +156,11 @@ def test_mounts_are_read_only(docker_client, tmp_path, tar_of):
 
 @pytest.mark.docker
 def test_warm_pool_containers_are_never_reused(docker_client, tar_of):
-    box = DockerSandbox(SandboxConfig(warm_pool=2))
+    box = DockerSandbox(DockerConfig(warm_pool=2))
     try:
         assert box.warm_ready(30)
         archive = tar_of({"a.txt": "a\n"})
-        limits = Limits(timeout=10, memory_bytes=SandboxConfig().memory)
+        limits = Limits(timeout=10, memory_bytes=DockerConfig().memory)
         results = [box.execute(ExecRequest(archive, "ls; touch b", limits)) for _ in range(4)]
     finally:
         box.close()
@@ -229,7 +229,7 @@ def test_build_image_from_dockerfile_and_a_failing_step(docker_client, tmp_path,
     (folder / "Dockerfile").write_text("ARG BASE\nFROM $BASE\nRUN echo built > /etc/marker\n")
     tag = build_image(docker_client, "revtree-test-build:ok", dockerfile=folder / "Dockerfile")
     try:
-        box = DockerSandbox(SandboxConfig(image=tag))
+        box = DockerSandbox(DockerConfig(image=tag))
         result = box.execute(ExecRequest(tar_of({}), "cat /etc/marker", Limits(timeout=10)))
         box.close()
         assert result.stdout == "built\n"
@@ -242,7 +242,7 @@ def test_build_image_from_dockerfile_and_a_failing_step(docker_client, tmp_path,
 
 @pytest.mark.docker
 def test_through_the_api_only_as_with_a_remote_engine(docker_client, tar_of):
-    box = DockerSandbox(SandboxConfig(outputs=("r.txt",)), host_volumes=False)
+    box = DockerSandbox(DockerConfig(outputs=("r.txt",)), host_volumes=False)
     write = (
         "echo '{\"s\": 1}' >&3; echo out > r.txt; mkdir -p o/p; echo g > o/p/g.json; "
         "cat in.txt; ln -s /etc/passwd link.json; "
@@ -267,7 +267,7 @@ def test_through_the_api_only_as_with_a_remote_engine(docker_client, tar_of):
 def test_hostile_outputs_and_metrics_are_refused_not_raised(docker_client, tar_of, host_volumes):
     """Both ways of reading the volume: a link, FIFO, oversize file or climbing glob
     is named in ``refused``; a metrics file replaced by a link is not read."""
-    box = DockerSandbox(SandboxConfig(warm_pool=0), host_volumes=host_volumes, output_cap=1000)
+    box = DockerSandbox(DockerConfig(warm_pool=0), host_volumes=host_volumes, output_cap=1000)
     hostile = (
         "echo ok > a.out; ln -s /etc/passwd b.out; mkfifo c.out; head -c 1001 /dev/zero > d.out; "
         "ln -s /sandbox/out e; echo '{\"score\": 999}' >&3; "
@@ -311,21 +311,21 @@ def test_auto_without_an_engine_runs_only_knob_candidates_locally(monkeypatch):
     monkeypatch.delenv(AUTO_ENV, raising=False)
     monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
     monkeypatch.setenv("REVTREE_BWRAP", "/nonexistent/bwrap")  # and no bubblewrap
-    choice = choose_backend("auto", SandboxConfig(), knob_only=True)
+    choice = choose_backend("auto", AutoConfig(), knob_only=True)
     assert choice.name == "local"
     assert choice.reason == "auto: no Docker engine answers at unix:///nonexistent/docker.sock"
     assert choice.warning is not None and "\n" not in choice.warning
     assert "[[knobs]]" in choice.warning and "--sandbox local" in choice.warning
     for make in (
-        lambda: choose_backend("auto", SandboxConfig(), writer="LLM agents write them"),
-        lambda: make_sandbox("auto", config=SandboxConfig()),
+        lambda: choose_backend("auto", AutoConfig(), writer="LLM agents write them"),
+        lambda: make_sandbox("auto", config=AutoConfig()),
     ):
         with pytest.raises(SandboxError) as caught:
             make()
         message = str(caught.value)
         assert "no Docker engine answers at unix:///nonexistent/docker.sock" in message
         assert "`revtree sandbox bootstrap-base`" in message and "--sandbox local" in message
-    asked = choose_backend("local", SandboxConfig())
+    asked = choose_backend("local", AutoConfig())
     assert asked.warning is not None
     for word in ("same file system", "network", "database", "forge"):
         assert word in asked.warning
@@ -338,26 +338,26 @@ def test_auto_without_an_engine_takes_bwrap_for_any_code(monkeypatch, bwrap_usab
     monkeypatch.delenv(AUTO_ENV, raising=False)
     monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
     for how in ({"writer": "LLM agents write them"}, {"knob_only": True}):
-        choice = choose_backend("auto", SandboxConfig(), **how)  # type: ignore[arg-type]
+        choice = choose_backend("auto", AutoConfig(), **how)  # type: ignore[arg-type]
         assert (choice.name, choice.warning) == ("bwrap", None)
         assert choice.reason.startswith("auto: no Docker engine answers at unix:///nonexistent")
         assert "no network" in choice.reason and "memory" in choice.reason
-    assert make_sandbox("auto", config=SandboxConfig()).name == "bwrap"
+    assert make_sandbox("auto", config=AutoConfig()).name == "bwrap"
 
 
 def test_forced_and_asked_choices_say_so(monkeypatch):
     monkeypatch.setenv(AUTO_ENV, "local")
-    forced = choose_backend("auto", SandboxConfig())
+    forced = choose_backend("auto", AutoConfig())
     assert (forced.name, forced.reason) == ("local", "forced by REVTREE_SANDBOX=local")
     assert forced.warning is not None
-    asked = choose_backend("docker", SandboxConfig())
+    asked = choose_backend("docker", AutoConfig())
     assert asked == BackendChoice("docker", "asked for in the task or --sandbox")
 
 
 @pytest.mark.docker
 def test_auto_with_the_engine_and_image_is_docker(docker_client, monkeypatch):
     monkeypatch.delenv(AUTO_ENV, raising=False)
-    choice = choose_backend("auto", SandboxConfig())
+    choice = choose_backend("auto", AutoConfig())
     assert choice.name == "docker" and choice.warning is None
     assert choice.reason.startswith("auto: the Docker engine at ")
     assert choice.reason.endswith(f"answers and has image {base_tag()}")
@@ -366,7 +366,7 @@ def test_auto_with_the_engine_and_image_is_docker(docker_client, monkeypatch):
 @pytest.mark.docker
 def test_auto_with_a_missing_image_stops_instead_of_going_local(docker_client, monkeypatch):
     monkeypatch.delenv(AUTO_ENV, raising=False)
-    config = SandboxConfig(image="revtree-no-such-image:1")
+    config = AutoConfig(image="revtree-no-such-image:1")
     for make in (
         lambda: choose_backend("auto", config),
         lambda: make_sandbox("auto", config=config),
@@ -430,7 +430,7 @@ def test_resident_runner_is_the_only_process_and_its_files_are_the_hosts(
     """Engine on this host, and root: the container's main process becomes the runner
     (no exec); the trigger FIFO, runner script and archive are beyond the command's
     reach; the exit code is the container's."""
-    box = DockerSandbox(SandboxConfig(warm_pool=warm_pool))
+    box = DockerSandbox(DockerConfig(warm_pool=warm_pool))
     try:
         box.warm_ready(30)
         result = box.execute(ExecRequest(tar_of({"a.txt": "a"}), PROBE, Limits(timeout=10)))
@@ -447,7 +447,7 @@ def test_resident_runner_is_the_only_process_and_its_files_are_the_hosts(
 
 @pytest.mark.docker
 def test_without_the_volume_folder_the_command_is_an_exec(docker_client, tar_of):
-    box = DockerSandbox(SandboxConfig(warm_pool=0), host_volumes=False)
+    box = DockerSandbox(DockerConfig(warm_pool=0), host_volumes=False)
     try:
         result = box.execute(ExecRequest(tar_of({"a.txt": "a"}), PROBE, Limits(timeout=10)))
     finally:
@@ -491,7 +491,7 @@ def test_build_image_cli_installs_a_requirements_list_with_pip(docker_client, tm
     try:
         assert out.returncode == 0, out.stderr
         assert out.stdout.startswith(tag)
-        box = DockerSandbox(SandboxConfig(image=tag))
+        box = DockerSandbox(DockerConfig(image=tag))
         cmd = "python -c 'import revtree_tiny; print(revtree_tiny.VALUE)'"
         result = box.execute(ExecRequest(tar_of({}), cmd, Limits(timeout=20)))
         box.close()

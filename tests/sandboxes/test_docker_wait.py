@@ -22,7 +22,7 @@ import pytest
 
 from revtree.errors import SandboxError
 from revtree.sandboxes.docker.containers import Box, Containers
-from revtree.tasks.spec import SandboxConfig
+from revtree.tasks.sandbox import DockerConfig
 
 
 class Engine(ThreadingHTTPServer):
@@ -67,7 +67,7 @@ def engine() -> Iterator[Engine]:
 
 def containers(engine: Engine) -> Containers:
     api = docker.APIClient(base_url=f"tcp://127.0.0.1:{engine.server_port}", version="1.41")
-    c = Containers(api, "img", SandboxConfig(), {}, [], 64, False)
+    c = Containers(api, "img", DockerConfig(), {}, [], 64, False)
     c.wait_timeout = 0.3
     return c
 

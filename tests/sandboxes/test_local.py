@@ -18,6 +18,7 @@ from revtree.errors import Cancelled, SandboxError
 from revtree.sandboxes import make_sandbox, resolve_auto
 from revtree.sandboxes.bwrap import usable
 from revtree.sandboxes.local import LocalSandbox, ShmJanitor
+from revtree.tasks.sandbox import AutoConfig
 from tests.sandboxes.test_contract import BOUND, execute
 
 
@@ -56,7 +57,10 @@ def wait_dead(pid: int, within: float = 5.0) -> bool:
 def test_make_sandbox_by_name_and_dotted_path(monkeypatch):
     assert isinstance(make_sandbox("local"), LocalSandbox)
     assert isinstance(make_sandbox("revtree.sandboxes.local.LocalSandbox"), LocalSandbox)
-    assert isinstance(make_sandbox("local", config=object()), LocalSandbox)  # taken, unused
+    # auto's keys, narrowed to the local backend's (Docker's do not apply there)
+    assert isinstance(make_sandbox("local", config=AutoConfig(image="x")), LocalSandbox)
+    with pytest.raises(TypeError, match=r"config is a object, not a \[sandbox\] model"):
+        make_sandbox("local", config=object())
     monkeypatch.setenv("REVTREE_SANDBOX", "local")
     assert isinstance(make_sandbox("auto"), LocalSandbox)
     monkeypatch.delenv("REVTREE_SANDBOX")

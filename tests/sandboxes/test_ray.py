@@ -338,12 +338,12 @@ def test_the_worker_hands_rays_gpu_ids_to_its_local_backend(
 ) -> None:
     from revtree.sandboxes.base import ExecRequest, Limits, archive_of
     from revtree.sandboxes.ray import worker
-    from revtree.tasks.sections import SandboxConfig
+    from revtree.tasks.sandbox import AutoConfig
 
     monkeypatch.setattr(worker, "placement", lambda: ("box/0123abcd", ["3", "5"]))
     script = b"import os\nos.write(3, os.environ['CUDA_VISIBLE_DEVICES'].encode())\n"
     request = ExecRequest(b"", "python s.py", Limits(30))
-    out = worker.run_request(archive_of({"s.py": script}), request, SandboxConfig(), None)
+    out = worker.run_request(archive_of({"s.py": script}), request, AutoConfig(), None)
     result = out["result"]
     assert result.exit_code == 0, result.stderr
     assert result.metrics_text == "3,5"
@@ -504,7 +504,7 @@ def test_a_cancelled_worker_reports_cancelled_and_a_raised_flag_stops_it_before_
     from revtree.errors import Cancelled
     from revtree.sandboxes.base import ExecRequest, Limits, archive_of
     from revtree.sandboxes.ray import worker
-    from revtree.tasks.sections import SandboxConfig
+    from revtree.tasks.sandbox import AutoConfig
 
     up: set[str] = set()
     monkeypatch.setattr(worker, "placement", lambda: ("box/0123abcd", []))
@@ -516,11 +516,11 @@ def test_a_cancelled_worker_reports_cancelled_and_a_raised_flag_stops_it_before_
     archive = archive_of({"s.py": script.encode()})
     up.add("before")
     t0 = time.monotonic()
-    out = worker.run_request(archive, request, SandboxConfig(), None, "before")
+    out = worker.run_request(archive, request, AutoConfig(), None, "before")
     assert out == {"cancelled": True, "host": "box/0123abcd"}
     assert time.monotonic() - t0 < 0.5
     threading.Timer(0.5, up.add, args=("during",)).start()
-    out = worker.run_request(archive, request, SandboxConfig(), None, "during")
+    out = worker.run_request(archive, request, AutoConfig(), None, "during")
     assert out["cancelled"] and time.monotonic() - t0 < 2.5
     time.sleep(3)
     assert not done.exists()  # the supervisor killed it

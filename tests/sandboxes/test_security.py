@@ -15,7 +15,7 @@ import pytest
 from revtree.sandboxes import ExecRequest, ExecResult, Limits
 from revtree.sandboxes.base import OUTPUT_FILE_CAP
 from revtree.sandboxes.docker import DockerSandbox
-from revtree.tasks.spec import SandboxConfig
+from revtree.tasks.sandbox import DockerConfig
 from tests.sandboxes.conftest import leftovers
 
 pytestmark = pytest.mark.docker
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.docker
 
 @pytest.fixture
 def box(docker_client):
-    sb = DockerSandbox(SandboxConfig(disk="64m", outputs=("result.txt",)))
+    sb = DockerSandbox(DockerConfig(disk="64m", outputs=("result.txt",)))
     yield sb
     sb.close()
 
@@ -194,7 +194,7 @@ def roomy_box(docker_client, request):
     """A box whose disk cap leaves room for a file over ``OUTPUT_FILE_CAP``; outputs read
     in the volume's folder on this host, or through the engine's API."""
     sb = DockerSandbox(
-        SandboxConfig(disk="256m", outputs=("result.txt",)), host_volumes=request.param
+        DockerConfig(disk="256m", outputs=("result.txt",)), host_volumes=request.param
     )
     yield sb
     sb.close()
@@ -270,7 +270,7 @@ os.unlink(path)
 {tamper}
 print('tampered')
 """
-    box = DockerSandbox(SandboxConfig(disk="64m"), host_volumes=host_volumes)
+    box = DockerSandbox(DockerConfig(disk="64m"), host_volumes=host_volumes)
     try:
         result = run(box, tar_of, code)
     finally:

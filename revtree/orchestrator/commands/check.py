@@ -43,6 +43,7 @@ from revtree.orchestrator.run import read_source
 from revtree.orchestrator.wiring import writers
 from revtree.sandboxes import BackendChoice, Sandbox, choose_backend, make_sandbox
 from revtree.tasks import TaskSpec, code_files, load_task, matches
+from revtree.tasks.sandbox import without_pool
 
 OK, FAIL, SKIP, WARN = "ok", "fail", "skip", "warn"
 DEFAULT_URLS = {"openai": "https://api.openai.com/v1", "anthropic": "https://api.anthropic.com"}
@@ -158,7 +159,7 @@ def _sandbox(spec: TaskSpec, report: Report, tmp: Path) -> Sandbox | None:
     status = WARN if choice.warning else OK
     note = "; it does not isolate (README: Sandboxes)" if choice.warning else ""
     report.add("sandbox", status, f"{choice.name} ({choice.reason}){note}", choice.warning or "")
-    config = spec.sandbox.model_copy(update={"warm_pool": 0})  # one evaluation: no pool
+    config = without_pool(spec.sandbox)  # one evaluation: no pool
     try:
         return make_sandbox(
             choice.name,

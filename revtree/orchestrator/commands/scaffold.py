@@ -33,6 +33,7 @@ from revtree.orchestrator.commands.check import Report, preflight
 from revtree.orchestrator.commands.constants import find_knobs, knobs_toml
 from revtree.sandboxes import make_sandbox
 from revtree.tasks import TaskSpec, load_task
+from revtree.tasks.sandbox import without_pool
 from revtree.tasks.spec import Knob
 
 TASK_FILE, EVALUATOR, ANSWERS = "task.toml", "evaluate.py", "answers.json"
@@ -205,7 +206,7 @@ def try_evaluator(spec: TaskSpec) -> Report:
     in the local sandbox: ``init`` runs the user's own command on the user's own
     program, as their shell would (no model wrote any of it), on any machine."""
     with tempfile.TemporaryDirectory(prefix="revtree-init-") as tmp:
-        config = spec.sandbox.model_copy(update={"warm_pool": 0})
+        config = without_pool(spec.sandbox)
         sandbox = make_sandbox("local", base_dir=Path(tmp) / "work", config=config)
         try:
             return preflight(spec, sandbox=sandbox, models=False)

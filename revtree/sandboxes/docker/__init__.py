@@ -110,7 +110,7 @@ from revtree.sandboxes.docker.engine import (
 )
 from revtree.sandboxes.docker.files import glob_match
 from revtree.sandboxes.docker.launch import runner_script
-from revtree.sandboxes.docker.sandbox import DockerResult, DockerSandbox, GpuLease, build
+from revtree.sandboxes.docker.sandbox import Config, DockerResult, DockerSandbox, GpuLease, build
 
 __all__ = [
     "LABEL",
@@ -118,6 +118,7 @@ __all__ = [
     "OWNER",
     "RUN",
     "WARM",
+    "Config",
     "DockerResult",
     "DockerSandbox",
     "GpuLease",

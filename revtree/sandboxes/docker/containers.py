@@ -18,7 +18,7 @@ from revtree.errors import SandboxError
 from revtree.sandboxes.base import Limits
 from revtree.sandboxes.docker.engine import NODE, PATH, ROOT, RUN, UID, engine_error
 from revtree.sandboxes.docker.files import skeleton_tar
-from revtree.tasks.spec import SandboxConfig
+from revtree.tasks.sandbox import DockerConfig
 
 HOLD = ["sleep", "2147483647"]  # the idle process a container runs until the exec
 GO, SCRIPT, PAYLOAD = ".go", ".run", ".workspace.tar"  # in the volume's root (root-owned)
@@ -91,7 +91,7 @@ class Containers:
         self,
         api: Any,
         image: str,
-        config: SandboxConfig,
+        config: DockerConfig,
         labels: Mapping[str, str],
         mounts: Sequence[Any],
         pids_limit: int,

@@ -47,7 +47,10 @@ from revtree.sandboxes.docker.files import (
 )
 from revtree.sandboxes.docker.launch import GRACE, Tails, launch_exec, launch_resident
 from revtree.sandboxes.docker.pool import Phase, WarmPool
-from revtree.tasks.spec import SandboxConfig
+from revtree.tasks.sandbox import DockerConfig
+
+Config = DockerConfig
+"""The Docker backend's ``[sandbox]`` keys: the common ones and the container's."""
 
 
 class GpuLease(Protocol):
@@ -99,7 +102,7 @@ class DockerSandbox:
 
     def __init__(
         self,
-        config: SandboxConfig | None = None,
+        config: DockerConfig | None = None,
         *,
         base_url: str | None = None,
         client: Any = None,
@@ -116,7 +119,7 @@ class DockerSandbox:
         API, as with a remote engine."""
         from revtree.sandboxes.images import default_image, image_exists
 
-        self.config = config or SandboxConfig()
+        self.config = config or DockerConfig()
         self.client = client or connect(base_url)
         self.api = self.client.api
         self.image = self.config.image or default_image(self.client)

@@ -21,7 +21,7 @@ from revtree.errors import Cancelled, SandboxError
 from revtree.sandboxes.base import ExecRequest, ExecResult, SandboxContext
 from revtree.sandboxes.ray.worker import lower_flag, raise_flag, run_request
 from revtree.tasks.runner import RunnerConfig
-from revtree.tasks.sections import SandboxConfig
+from revtree.tasks.sandbox import AutoConfig, SandboxBase, gpus_of
 
 EventSink = Callable[[str, str, int | None], None]  # (kind, message, node id)
 ARCHIVES_KEPT = 64  # distinct archives whose object-store copy is kept for reuse
@@ -125,18 +125,18 @@ class RaySandbox:
     def __init__(
         self,
         runner: RunnerConfig | None = None,
-        config: SandboxConfig | None = None,
+        config: SandboxBase | None = None,
         *,
         task_root: str | None = None,
         on_event: EventSink | None = None,
     ) -> None:
         self.runner = runner or RunnerConfig(kind="ray")
-        self.config = config or SandboxConfig()
+        self.config = config or AutoConfig()
         self.task_root = task_root or None
         self.on_event = on_event
         self.ray = ray_module()
         self.owns_connection = connect(self.runner)
-        gpus = self.runner.gpus if self.runner.gpus is not None else self.config.gpus
+        gpus = self.runner.gpus if self.runner.gpus is not None else gpus_of(self.config)
         options: dict[str, Any] = {
             "num_cpus": self.runner.cpus,
             "num_gpus": gpus,

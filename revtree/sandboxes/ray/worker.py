@@ -36,7 +36,7 @@ from typing import Any
 from revtree.errors import Cancelled, RevtreeError, SandboxError
 from revtree.sandboxes import BackendChoice, choose_backend, make_sandbox
 from revtree.sandboxes.base import ExecRequest, Sandbox
-from revtree.tasks.sections import SandboxConfig
+from revtree.tasks.sandbox import DockerKeys, SandboxBase
 
 
 class AssignedGpus:
@@ -69,9 +69,10 @@ class Backend:
 BACKENDS: dict[str, Backend] = {}  # one per (config, GPU count) in this worker process
 
 
-def backend_for(config: SandboxConfig, task_root: str | None, n_gpus: int) -> Backend:
+def backend_for(config: SandboxBase, task_root: str | None, n_gpus: int) -> Backend:
     """This machine's sandbox backend for ``config`` with ``n_gpus`` GPUs per request."""
-    config = config.model_copy(update={"gpus": n_gpus})
+    if isinstance(config, DockerKeys):  # the backend leases the ids Ray assigned
+        config = config.model_copy(update={"gpus": n_gpus})
     key = f"{config.model_dump_json()}|{task_root}"
     if key not in BACKENDS:
         choice = choose_backend(config.backend, config)
@@ -136,7 +137,7 @@ def watch_flag(token: str, cancel: threading.Event, done: threading.Event) -> No
 def run_request(
     archive: bytes,
     request: ExecRequest,
-    config: SandboxConfig,
+    config: SandboxBase,
     task_root: str | None,
     token: str | None = None,
 ) -> dict[str, Any]:
