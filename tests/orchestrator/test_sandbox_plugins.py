@@ -1,8 +1,9 @@
 """A sandbox backend of one's own, named from a task file's ``[sandbox] backend``, runs a
 whole task through the real CLI (offline: the knob proposer): by import path
 (``module:build``, the module in the task folder on PYTHONPATH) and by the name of an
-entry point of a throwaway installed package. Neither touches a file of the package; a
-misspelt name is refused at load in one line naming the key."""
+entry point of a throwaway installed package, and one with its own ``[sandbox]`` keys (a
+``Config`` beside ``build``). None touches a file of the package; a misspelt name, or a
+key the backend does not take, is refused at load in one line naming the key."""
 
 from __future__ import annotations
 
@@ -45,12 +46,27 @@ def build(context):
 """
 
 
-def toy_task(root: Path, backend: str) -> Path:
-    """The knob task of conftest (5 nodes) with ``[sandbox] backend = backend``."""
+# The same with its own [sandbox] keys: a Config beside build, which the task's
+# [sandbox] validates as and the backend gets as context.config.
+CONFIGURED = TOY.replace(
+    "from revtree.sandboxes.local import LocalSandbox\n",
+    "from revtree.sandboxes.local import LocalSandbox\n"
+    "from revtree.tasks.sandbox import SandboxBase\n",
+).replace(
+    "def build(context):\n",
+    "class Config(SandboxBase):\n    tag: str = 'none'\n\n\n"
+    "def build(context):\n"
+    "    say(f'config {type(context.config).__name__} {context.config.tag}')\n",
+)
+
+
+def toy_task(root: Path, backend: str, keys: str = "") -> Path:
+    """The knob task of conftest (5 nodes) with ``[sandbox] backend = backend`` and
+    ``keys`` (lines of that table)."""
     task = make_task(root, budget=5)
     text = (task / "task.toml").read_text()
     (task / "task.toml").write_text(
-        text.replace("[sandbox]\n", f'[sandbox]\nbackend = "{backend}"\n')
+        text.replace("[sandbox]\n", f'[sandbox]\nbackend = "{backend}"\n{keys}')
     )
     return task
 
@@ -81,6 +97,33 @@ def test_a_backend_from_an_installed_entry_point_runs_by_name(tmp_path: Path, ho
     finished(home)
     assert len(used(site / "toybox" / "used.log")) >= 5
     assert package_files() == before
+
+
+@pytest.mark.slow
+def test_a_backend_with_its_own_config_runs_a_whole_task(tmp_path: Path, home: Path) -> None:
+    before = package_files()
+    task = toy_task(tmp_path / "t", "toysandbox:build", 'tag = "blue"\n')
+    (task / "toysandbox.py").write_text(CONFIGURED)
+    run_task(home, task, task)
+    finished(home)
+    assert "config Config blue" in (task / "used.log").read_text().splitlines()
+    assert len(used(task / "used.log")) >= 5
+    assert package_files() == before
+
+
+def test_a_backend_with_its_own_config_refuses_a_key_it_does_not_take(
+    tmp_path: Path, home: Path
+) -> None:
+    task = toy_task(tmp_path / "t", "toysandbox:build", 'tag = "blue"\nwarm_pool = 0\n')
+    (task / "toysandbox.py").write_text(CONFIGURED)
+    proc = run_task(home, task, task, check=False)
+    assert proc.returncode == 2, proc
+    lines = [line for line in proc.stderr.splitlines() if "key 'sandbox.warm_pool'" in line]
+    assert len(lines) == 1, proc.stderr
+    assert "sandbox backend 'toysandbox:build' does not take 'warm_pool'" in lines[0]
+    assert "tag)" in lines[0]  # its keys, its own among them
+    assert "Traceback" not in proc.stderr and not (home / "revtree.db").exists()
+    assert not (task / "used.log").exists()  # refused at load: never built
 
 
 @pytest.mark.parametrize(
