@@ -90,6 +90,7 @@ def choose_backend(
     try:
         from revtree.sandboxes.docker import engine_answers, engine_url, missing_image
         from revtree.sandboxes.images import default_image, image_exists
+        from revtree.tasks.sandbox import DockerKeys
     except ImportError as e:
         return _choice("local", f"auto: the Docker backend cannot be loaded ({e})")
     url = engine_url(base_url)
@@ -117,7 +118,7 @@ def choose_backend(
     if client is None:
         raise SandboxError(_refusal(writer, f"no Docker engine answers at {url}"))
     try:
-        asked = getattr(config, "image", None)
+        asked = config.image if isinstance(config, DockerKeys) else None
         image = asked or default_image(client)
         if not image_exists(client, image):
             if asked:
