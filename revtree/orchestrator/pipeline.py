@@ -1,10 +1,11 @@
 """The candidate pipeline as a LangGraph ``StateGraph``: the graph is the controller.
 
-    select ─► propose ─► code ─► review ─► approve ─► evaluate ─► record
-                         ▲  │       │          │          │          ▲
-                         └──┘       └──────────┴──► record└► analyse ┘
-                        repair     rejected (by a reviewer     failed
-                        (bounded)   or the user)
+    select ─► propose ─► code ─► review ─► approve ─► evaluate ─► record ─► verify
+      │                  ▲  │       │          │          │          ▲ new best? ▲
+      │                  └──┘       └──────────┴──► record└► analyse ┘           │
+      │                 repair     rejected (by a reviewer     failed            │
+      │                (bounded)    or the user)                                 │
+      └─────────────── a node the policy asks to verify ─────────────────────────┘
 
 The edges carry what is decided between steps: an answer whose edits cannot be applied
 goes back to the coder for a repair round while it has rounds left, then to ``record``;
@@ -16,12 +17,20 @@ analyst. Where the sandbox contains the candidate, ``review`` runs only the pure
 and starts the model review in a thread; ``evaluate`` waits for its verdict after the
 evaluation, and a rejection goes to ``record`` as from ``review`` (orchestrator/reviews.py).
 
+The sandbox time a candidate costs beyond its own evaluation is a step of its own,
+``verify``: ``record`` only records, and its "new best?" edge goes to ``verify`` (the
+best's repeats and guard holdout: ``Trust.best``) or ends the thread; ``select`` only
+selects, and a node the policy asks to re-run goes to ``verify`` in a thread with no
+node of its own (``Trust.for_policy``). The final checks of the best, when the run
+ends, are the orchestrator's (``Trust.finalize``), outside the graph.
+
 What travels in the graph state is what a step hands the next: the ticket and node id,
-the refused answer (``refusal``), a rejection (``verdict``), the evaluation's
-``outcome`` and the ``analysis``. What a candidate *is* (its proposal, commit, scores)
-lives in SQL, the single source: every step is idempotent against it, and the
-checkpoints stay small (they say where a thread stands, not what it holds). A node
-that is finished ends its thread at the next edge.
+the node the policy asks to verify (``verify``), the refused answer (``refusal``), a
+rejection (``verdict``), the evaluation's ``outcome`` and the ``analysis``. What a
+candidate *is* (its proposal, commit, scores) lives in SQL, the single source: every
+step is idempotent against it, and the checkpoints stay small (they say where a thread
+stands, not what it holds). A node that is finished ends its thread at the next edge,
+but for the "new best?" edge after ``record``.
 """
 
 from __future__ import annotations
@@ -31,14 +40,26 @@ from typing import Any, TypedDict
 
 from langgraph.graph import END, START, StateGraph
 
+from revtree.memory import NodeStatus
 from revtree.orchestrator.steps import Steps
 
-STEPS = ("select", "propose", "code", "review", "approve", "evaluate", "analyse", "record")
+STEPS = (
+    "select",
+    "propose",
+    "code",
+    "review",
+    "approve",
+    "evaluate",
+    "analyse",
+    "record",
+    "verify",
+)
 
 
 class CandidateState(TypedDict, total=False):
     ticket: str
     node_id: int | None
+    verify: int | None  # the node the policy asks to verify (the thread has no node)
     refusal: dict[str, Any] | None  # {error, answer, round, detail, repairable, unreadable}
     verdict: dict[str, Any] | None  # {accepted: False, reasons, by?}: a rejection
     outcome: dict[str, Any] | None  # the evaluation's ``Outcome``
@@ -77,8 +98,18 @@ def build_pipeline(steps: Steps, checkpointer: Any) -> Any:
         failed = not outcome.get("ok") and outcome.get("error_kind") != "gated"
         return "analyse" if failed and analyst else "record"
 
+    def after_select(state: CandidateState) -> str:
+        return "verify" if state.get("verify") is not None else done(lambda s: "propose")(state)
+
+    def after_record(state: CandidateState) -> str:  # new best?
+        node_id, m = state.get("node_id"), steps.mirror
+        best = node_id is not None and m.best_id == node_id
+        return "verify" if best and m.get(node_id).status is NodeStatus.SUCCEEDED else END
+
+    graph.add_conditional_edges("select", after_select, ["propose", "verify", END])
+    graph.add_conditional_edges("record", after_record, ["verify", END])
+    graph.add_edge("verify", END)
     routes: dict[str, tuple[Callable[[CandidateState], str], tuple[str, ...]]] = {
-        "select": (lambda s: "propose", ("propose",)),
         "propose": (lambda s: "code", ("code",)),
         "code": (after_code, ("code", "review", "record")),
         "review": (rejected_or(after_review), (after_review, "record")),
@@ -90,7 +121,6 @@ def build_pipeline(steps: Steps, checkpointer: Any) -> Any:
         if here in names:
             present = [t for t in targets if t in names]
             graph.add_conditional_edges(here, done(route), [*present, END])
-    graph.add_edge("record", END)
     return graph.compile(checkpointer=checkpointer)
 
 

@@ -1,5 +1,5 @@
 """The steps of a candidate's pipeline: select, propose, code, review, approve,
-evaluate, analyse, record. ``pipeline`` wires them into the graph; its edges decide
+evaluate, analyse, record, verify. ``pipeline`` wires them into the graph; its edges decide
 what comes next from what a step returns (see there).
 
 Each step reads its node from the mirror and is idempotent against SQL: a step whose
@@ -114,8 +114,8 @@ class Steps:
                 self.fail(node_id, step, detail_of(e), error_kind(e, step))
                 self._foreign(node_id, foreign_failure(e, step))
                 return {}
-            finally:
-                if node_id is not None:
+            finally:  # a finished node's timings are stored already: no more are kept
+                if node_id is not None and not self.mirror.get(node_id).status.is_finished():
                     self.mirror.time(node_id, step, time.monotonic() - t0)
 
         run.__name__ = step
@@ -143,42 +143,41 @@ class Steps:
 
     # -- the steps ---------------------------------------------------------------------
     def select(self, state: State) -> State | None:
+        """The policy's choice, and only that: a new node, a node to re-run before it is
+        exploited (``verify``: that step, in a thread with no node), or nothing (idle).
+        A slow policy (a model call) selects outside the tree lock, one at a time."""
         ticket, m, policy = state["ticket"], self.mirror, self.p.policy
         with m.lock:
             if ticket in m.by_ticket:
                 self.unselected.discard(ticket)
                 return {"node_id": m.by_ticket[ticket]}
             snapshot = m.snapshot()
-            if not policy.slow:  # a fast policy selects and its node is made in one section
-                update, verify = self._take(ticket, self._choose(snapshot))
-        if policy.slow:  # a slow one (a model call) selects outside the tree lock, one at a time
-            with self.p.policy_lock:
-                picked = self._choose(snapshot)
-            with m.lock:
-                update, verify = self._take(ticket, picked)
-        if verify is not None:  # the policy asked for repeats of a node before exploiting it
-            self.trust.for_policy(verify)
-        return update
+            if not policy.slow:
+                return self._take(ticket, self._choose(snapshot))
+        with self.p.policy_lock:
+            picked = self._choose(snapshot)
+        with m.lock:
+            return self._take(ticket, picked)
 
     def _choose(self, snapshot: Tree) -> Picked:
         policy = self.p.policy
         before = policy.state()
         return policy.select(snapshot), before, policy.note
 
-    def _take(self, ticket: str, picked: Picked) -> tuple[State, int | None]:
-        """The node for a selection (under the tree lock), or the node to verify."""
+    def _take(self, ticket: str, picked: Picked) -> State:
+        """The node for a selection (under the tree lock), or the node to verify (one
+        ticket at a time per node: ``Trust.claim``)."""
         choice, before, note = picked
         self.unselected.discard(ticket)
-        if choice is None or (
-            choice.operator == "verify" and choice.parent_id in self.trust.verifying
-        ):
+        if choice is not None and choice.operator == "verify":
+            if self.trust.claim(choice.parent_id):
+                self.store.update_run(self.run_id, policy_state=self.p.policy.state())
+                return {"node_id": None, "verify": choice.parent_id}
+            choice = None  # verifying already, by another ticket
+        if choice is None:
             self.idle.add(ticket)
-            return {"node_id": None}, None
-        if choice.operator == "verify":
-            self.trust.verifying.add(choice.parent_id)
-            self.store.update_run(self.run_id, policy_state=self.p.policy.state())
-            return {"node_id": None}, choice.parent_id
-        return {"node_id": self._add(ticket, choice, before, note).id}, None
+            return {"node_id": None}
+        return {"node_id": self._add(ticket, choice, before, note).id}
 
     def _add(
         self, ticket: str, choice: Selection, before: dict[str, Any], note: str | None
@@ -436,10 +435,10 @@ class Steps:
             return None
 
     def record(self, state: State) -> None:
+        """A refused edit, a rejection or the outcome, on the node; only that (a new best
+        goes on to ``verify``). A replay of a finished node records nothing."""
         node = self.mirror.get(state["node_id"])
-        if node.status.is_finished():  # a replay: finish the checks a kill interrupted
-            if node.status is NodeStatus.SUCCEEDED and self.mirror.best_id == node.id:
-                self.trust.best(node.id)
+        if node.status.is_finished():
             return
         if (refusal := state.get("refusal")) is not None:
             self.fail(node.id, "code", refusal["detail"], "code")
@@ -472,8 +471,6 @@ class Steps:
                 n_evals=o.n_evals,
                 features=node_features(self.p.git, self.spec, node, self.mirror.get, o.metrics),
             )
-            if self.mirror.best_id == node.id:
-                self.trust.best(node.id)
         else:
             self.mirror.finish(
                 node.id,
@@ -484,6 +481,15 @@ class Steps:
                 error_kind=o.error_kind,
                 n_evals=o.n_evals,
             )
+
+    def verify(self, state: State) -> None:
+        """The repeats a policy asked of a node (``verify``, from ``select``), or a new
+        best's repeats and guard holdout (``record``'s "new best?" edge), unless another
+        is the best now. The run's end is ``Trust.finalize``'s (in ``core``)."""
+        if (asked := state.get("verify")) is not None:
+            self.trust.for_policy(asked)
+        elif self.mirror.best_id == state["node_id"]:
+            self.trust.best(state["node_id"])
 
     def _gain(self, node: Node, score: float) -> str:
         root = self.mirror.get(0)

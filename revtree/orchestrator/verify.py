@@ -40,7 +40,7 @@ class Trust:
     def __init__(self, parts: Parts) -> None:
         self.p, self.spec, self.mirror = parts, parts.spec, parts.mirror
         self.store, self.run_id = parts.store, parts.run_id
-        self.verifying: set[int] = set()  # nodes the policy asked to verify, in progress
+        self._verifying: set[int] = set()  # nodes the policy asked to verify, in progress
         self.guarded = self._stored_guards()  # node -> the mean of its guard holdout runs
         self._guard_locks: dict[int, threading.Lock] = {}  # one guard run per node at once
 
@@ -237,8 +237,17 @@ class Trust:
             if not any(e.stage == HOLDOUT and e.attempt == attempt for e in evals):
                 self.holdout(node_id)
 
+    def claim(self, node_id: int) -> bool:
+        """Take a node the policy asks to verify (under the tree lock); False where it is
+        being verified already. ``for_policy`` lets it go."""
+        if node_id in self._verifying:
+            return False
+        self._verifying.add(node_id)
+        return True
+
     def for_policy(self, node_id: int) -> None:
-        """The policy asked for more repeats of a promising node before exploiting it."""
+        """The policy asked for more repeats of a promising node (``claim``ed) before
+        exploiting it."""
         try:
             repeats = int(getattr(self.spec.search, "verify_repeats", 3))
             node = self.verify(node_id, repeats, slot=True)
@@ -246,7 +255,7 @@ class Trust:
                 self.p.policy.update(node)
         finally:
             with self.mirror.lock:
-                self.verifying.discard(node_id)
+                self._verifying.discard(node_id)
 
     def verify(
         self, node_id: int, repeats: int, slot: bool = False, until: bool | None = None
