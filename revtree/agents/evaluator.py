@@ -360,7 +360,7 @@ class Evaluator:
         node_id: int,
         archive: bytes,
         done: Mapping[tuple[str, int], EvalResult],
-        record: Callable[[EvalResult], None],
+        record: Callable[[EvalResult], object],
         cancel: threading.Event | None = None,
         labels: Mapping[str, str] | None = None,
     ) -> Outcome:

@@ -44,25 +44,17 @@ class Trust:
         self.guarded = self._stored_guards()  # node -> the mean of its guard holdout runs
         self._guard_locks: dict[int, threading.Lock] = {}  # one guard run per node at once
 
-    def record(self, result: EvalResult, kind: str | None = None) -> None:
-        """Store one evaluation of the node's current attempt, with its event."""
+    def record(
+        self, result: EvalResult, kind: str | None = None, counted: bool = True
+    ) -> EvalResult:
+        """The one writer of evaluations (the candidate's, a verification's, a holdout's):
+        store one evaluation as of the node's current attempt, with its event, and spend
+        its sandbox time on the budget once, with ``kind``'s trust share where
+        ``counted``. Returns what was stored."""
         result = dataclasses.replace(result, attempt=self.mirror.get(result.node_id).attempt)
-        what = (
-            f"{result.score:.6g}"
-            if result.ok and result.score is not None
-            else (f"failed ({result.error_kind}): {result.error}")
-        )
-        where = f"node {result.node_id} {result.stage}#{result.repeat}"
-        data = {
-            "stage": result.stage,
-            "repeat": result.repeat,
-            "score": result.score,
-            "ok": result.ok,
-            "duration": result.duration,
-        }
-        msg = f"{where}: {what} in {result.duration:.2f}s"
-        self.store.record_evaluation(self.run_id, result, ("eval", msg, data))
-        self.p.budget.spend(result.duration, kind)
+        self.store.record_evaluation(self.run_id, result, _event(result))
+        self.p.budget.spend(result.duration, kind, counted)
+        return result
 
     def _stored_guards(self) -> dict[int, float]:
         """The guard score of each guarded node (its current attempt), from SQL: only the
@@ -166,8 +158,6 @@ class Trust:
                 if result is None:
                     return None
                 runs[repeat] = result
-                # the reference (the baseline's guard) is not counted in the guard share
-                self.p.budget.spend(result.duration, GUARD, counted=node_id != 0)
             scores = [e.score for e in runs.values() if e.ok and e.score is not None]
             if scores:
                 with self.mirror.lock:
@@ -368,7 +358,8 @@ class Trust:
 
     def holdout(self, node_id: int, split: str = HOLDOUT, repeat: int = 0) -> EvalResult | None:
         """Run the hidden holdout evaluation on a node and record it (``split``: the
-        final judge, or the guard during the search)."""
+        final judge, or the guard during the search, whose runs count in the guard share
+        but for the baseline's, the reference)."""
         node = self.mirror.get(node_id)
         if self.spec.holdout is None or node.commit is None:
             return None
@@ -381,16 +372,31 @@ class Trust:
             overlay.update(git.read_files(files))
         archive = git.archive(node.commit, overlay)
         result = self.p.evaluator.holdout(node_id, archive, self.p.cancel, overlay, split, repeat)
-        if result is not None:
-            result = dataclasses.replace(result, attempt=node.attempt)
-            self.store.record_evaluation(self.run_id, result)
-            what = f"{result.score:.6g}" if result.ok else f"failed: {result.error}"
-            label = "guard holdout" if split == GUARD else "holdout"
-            self.store.add_event(
-                self.run_id,
-                "holdout",
-                f"{label} of node {node_id}: {what}",
-                node_id,
-                {"score": result.score, "ok": result.ok},
-            )
-        return result
+        if result is None:
+            return None
+        guard = split == GUARD
+        return self.record(result, GUARD if guard else None, counted=guard and node_id != 0)
+
+
+def _event(result: EvalResult) -> tuple[str, str, dict[str, Any]]:
+    """The live log's line for an evaluation stored: ``eval``, or ``holdout`` for a
+    holdout's (the guard split or the final judge)."""
+    if result.stage in (GUARD, HOLDOUT):
+        what = f"{result.score:.6g}" if result.ok else f"failed: {result.error}"
+        label = "guard holdout" if result.stage == GUARD else "holdout"
+        message = f"{label} of node {result.node_id}: {what}"
+        return "holdout", message, {"score": result.score, "ok": result.ok}
+    what = (
+        f"{result.score:.6g}"
+        if result.ok and result.score is not None
+        else (f"failed ({result.error_kind}): {result.error}")
+    )
+    data: dict[str, Any] = {
+        "stage": result.stage,
+        "repeat": result.repeat,
+        "score": result.score,
+        "ok": result.ok,
+        "duration": result.duration,
+    }
+    where = f"node {result.node_id} {result.stage}#{result.repeat}"
+    return "eval", f"{where}: {what} in {result.duration:.2f}s", data

@@ -12,6 +12,7 @@ import pytest
 from revtree.memory import NodeStatus, Store
 from revtree.memory.stages import FULL
 from revtree.orchestrator import Orchestrator, create_run
+from revtree.orchestrator.budget import Budget
 from revtree.tasks import load_task
 
 from .conftest import make_task
@@ -87,3 +88,22 @@ def test_a_node_the_policy_asks_to_verify_goes_from_select_to_verify(
     assert asked, "no thread verified a node for the policy"
     for history in asked:
         assert history[history.index(("select",)) + 1 :] == [("verify",), ()]
+
+
+def test_every_evaluation_is_recorded_and_spent_once(
+    tmp_path: Path, home: Path, store: Store
+) -> None:
+    """One recorder: what the session spent (sandbox seconds, evaluations, the verify
+    share) is what SQL holds, the guard and final holdouts included, so a resumed run
+    starts from the same figures. (The guard share is left out: a session leaves the
+    baseline's guard out of it, a resumed ``Budget`` counts every guard row.)"""
+    holdout = '[holdout]\ncommand = "python ev.py"\n'
+    run = create_run(store, load_task(make_task(tmp_path / "t", budget=5, extra=holdout)), home)
+    orch = Orchestrator(store, run.id, home=home)
+    orch.drive()
+    stages = {e.stage for e in store.evaluations(run.id)}
+    assert {"guard", "holdout"} <= stages
+    spent, again = orch.parts.budget, Budget(store, run.id, orch.spec, 0.0, lambda: 0)
+    assert spent.n_evals == again.n_evals == len(store.evaluations(run.id))
+    assert spent.sandbox_seconds == pytest.approx(again.sandbox_seconds)
+    assert spent.trust["verify"] == again.trust["verify"] > 0
