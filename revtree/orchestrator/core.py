@@ -27,6 +27,7 @@ from revtree.orchestrator.pipeline import build_pipeline
 from revtree.orchestrator.run import resume_hint
 from revtree.orchestrator.scheduler import Scheduler
 from revtree.orchestrator.steps import Steps
+from revtree.orchestrator.tickets import Tickets
 from revtree.orchestrator.tree import Tree
 from revtree.orchestrator.trust import infra_cause
 from revtree.orchestrator.verify import Trust
@@ -54,11 +55,12 @@ class Orchestrator:
         self.store, self.run_id, self.spec, self.git = store, p.run_id, p.spec, p.git
         self.mirror, self.agents, self.policy = p.mirror, p.agents, p.policy
         self.trust = Trust(p)
-        self.steps = Steps(p, self.trust)
+        tickets = Tickets(p.mirror.lock)  # the scheduler's; ``select`` reports to it
+        self.steps = Steps(p, self.trust, tickets)
         self.checkpointer = make_checkpointer(store.url)
         self.graph = build_pipeline(self.steps, self.checkpointer)
         durability = os.environ.get("REVTREE_DURABILITY", "async")
-        self.scheduler = Scheduler(p, self.steps, self.graph, durability)
+        self.scheduler = Scheduler(p, self.steps, self.graph, durability, tickets)
 
     @property
     def nodes(self) -> dict[int, Node]:

@@ -30,6 +30,7 @@ from revtree.errors import BaselineFailed, Cancelled, InfraFailure
 from revtree.memory import NodeStatus
 from revtree.memory.checkpoints import checkpoint_tables, prune_run
 from revtree.orchestrator.steps import Steps
+from revtree.orchestrator.tickets import Tickets
 from revtree.orchestrator.trust import SameFailures
 from revtree.orchestrator.wiring import AUTO_MAX, Parts
 
@@ -42,8 +43,13 @@ POLL = 0.5  # seconds between looks at the work in flight and at stored decision
 class Scheduler:
     """Keeps the run's candidates in flight until a budget or the search ends."""
 
-    def __init__(self, parts: Parts, steps: Steps, graph: Any, durability: str) -> None:
+    def __init__(
+        self, parts: Parts, steps: Steps, graph: Any, durability: str, tickets: Tickets
+    ) -> None:
+        """``tickets``: this scheduler's bookkeeping of the tickets it starts (``select``
+        reports to it what became of each)."""
         self.p, self.steps, self.graph, self.durability = parts, steps, graph, durability
+        self.tickets = tickets
         self.store, self.run_id, self.mirror = parts.store, parts.run_id, parts.mirror
         self.fatal: str | None = None  # why the run must stop as failed
         self.infra_streak = 0
@@ -112,8 +118,8 @@ class Scheduler:
         node_id = self.mirror.by_ticket.get(ticket)
         if node_id is None or not self.mirror.get(node_id).status.is_finished():
             return  # no node (the policy chose none, a verification), or not finished
+        failure = self.steps.failure_of(node_id)
         with self.mirror.lock:
-            failure = self.steps.failures.pop(node_id, None)
             reason = self.same.add(node_id, failure)
             nodes = [n for n, _ in self.same.streak]
         if reason is None or failure is None:
@@ -165,7 +171,7 @@ class Scheduler:
 
     def run(self, resume: list[str], stop: threading.Event) -> str | None:
         """Schedule until a budget or the search ends, or ``stop``; why it ended."""
-        steps, p = self.steps, self.p
+        p = self.p
         resume = self.parked_last(resume)
         in_flight: dict[Future[str], str] = {}
         starved, reason, last_beat = False, None, time.monotonic()
@@ -180,8 +186,7 @@ class Scheduler:
                         break
                     else:
                         ticket = uuid.uuid4().hex
-                        with self.mirror.lock:
-                            steps.unselected.add(ticket)
+                        self.tickets.start(ticket)
                     in_flight[pool.submit(self.candidate, ticket)] = ticket
                 if not in_flight and not self.waiting:
                     reason = reason or "search exhausted: the policy proposes nothing more"
@@ -197,9 +202,7 @@ class Scheduler:
                     if fut.result() == "waiting":
                         self.waiting[ticket] = self.mirror.by_ticket[ticket]
                 self._prune([fut.result() for fut in finished])
-                starved = all(t in steps.idle for t in tickets)
-                with self.mirror.lock:
-                    steps.unselected.difference_update(tickets)
+                starved = self.tickets.ended(tickets)
                 if time.monotonic() - last_beat > HEARTBEAT:
                     last_beat = time.monotonic()
                     self.store.update_run(
@@ -250,6 +253,4 @@ class Scheduler:
         return sorted(tickets, key=parked)
 
     def _budget(self) -> str | None:
-        with self.mirror.lock:
-            pending = len(self.steps.unselected)
-        return self.p.budget.reason(starting=True, pending=pending)
+        return self.p.budget.reason(starting=True, pending=self.tickets.pending())

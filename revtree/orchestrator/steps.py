@@ -8,8 +8,8 @@ what was lost. Every exception that is the candidate's fault is recorded on its 
 (``failed``, with the step and a kind) at the candidate boundary in ``guarded``;
 infrastructure failures leave the node unfinished for ``resume``. A recorded failure
 that is not the candidate's code's (``trust.foreign_failure``: the model's, the
-reviewer's, the parser's, the sandbox's) is also kept in ``failures`` until the
-scheduler reads it when the candidate's thread ends.
+reviewer's, the parser's, the sandbox's) is also kept until the
+scheduler reads it (``failure_of``) when the candidate's thread ends.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ from revtree.orchestrator.measures import node_features
 from revtree.orchestrator.novelty import Novelty, change_embeddings
 from revtree.orchestrator.policies import Selection
 from revtree.orchestrator.reviews import Beside, contains
+from revtree.orchestrator.tickets import Tickets
 from revtree.orchestrator.tree import Tree
 from revtree.orchestrator.trust import Failure, foreign_failure, infra_cause
 from revtree.orchestrator.verify import Trust
@@ -72,15 +73,12 @@ def detail_of(e: BaseException) -> str:
 class Steps:
     """The pipeline steps of one run, over the run's parts."""
 
-    def __init__(self, parts: Parts, trust: Trust) -> None:
-        self.p, self.trust, self.mirror = parts, trust, parts.mirror
+    def __init__(self, parts: Parts, trust: Trust, tickets: Tickets) -> None:
+        self.p, self.trust, self.mirror, self.tickets = parts, trust, parts.mirror, tickets
         self.store, self.run_id, self.spec = parts.store, parts.run_id, parts.spec
         self.agents = parts.agents
         self.resumed = {n.id for n in self.mirror.nodes.values() if not n.status.is_finished()}
-        self.idle: set[str] = set()  # tickets for which the policy chose nothing
-        self.unselected: set[str] = set()  # tickets started that have no node yet
-        self.announced: set[tuple[int, int]] = set()  # (node, attempt) shown as waiting
-        self.failures: dict[int, Failure] = {}  # node -> its failure, where not its code's
+        self._failures: dict[int, Failure] = {}  # node -> its failure, where not its code's
         embeddings = change_embeddings(parts.spec, self._warn)
         self.novelty = Novelty(parts.spec, parts.git, parts.mirror, embeddings)
         beside = contains(parts.sandbox) and parts.spec.search.approve != "evaluate"
@@ -133,7 +131,11 @@ class Steps:
     def _foreign(self, node_id: int, failure: Failure | None) -> None:
         if failure is not None:
             with self.mirror.lock:
-                self.failures[node_id] = failure
+                self._failures[node_id] = failure
+
+    def failure_of(self, node_id: int) -> Failure | None:  # once: the scheduler's streak
+        with self.mirror.lock:
+            return self._failures.pop(node_id, None)
 
     def job(self, node: Node) -> Job:
         parent = self.mirror.parent(node)
@@ -149,7 +151,7 @@ class Steps:
         ticket, m, policy = state["ticket"], self.mirror, self.p.policy
         with m.lock:
             if ticket in m.by_ticket:
-                self.unselected.discard(ticket)
+                self.tickets.selected(ticket)
                 return {"node_id": m.by_ticket[ticket]}
             snapshot = m.snapshot()
             if not policy.slow:
@@ -168,15 +170,15 @@ class Steps:
         """The node for a selection (under the tree lock), or the node to verify (one
         ticket at a time per node: ``Trust.claim``)."""
         choice, before, note = picked
-        self.unselected.discard(ticket)
-        if choice is not None and choice.operator == "verify":
-            if self.trust.claim(choice.parent_id):
-                self.store.update_run(self.run_id, policy_state=self.p.policy.state())
-                return {"node_id": None, "verify": choice.parent_id}
+        verify = choice is not None and choice.operator == "verify"
+        if choice is not None and verify and not self.trust.claim(choice.parent_id):
             choice = None  # verifying already, by another ticket
+        self.tickets.selected(ticket, idle=choice is None)
         if choice is None:
-            self.idle.add(ticket)
             return {"node_id": None}
+        if verify:
+            self.store.update_run(self.run_id, policy_state=self.p.policy.state())
+            return {"node_id": None, "verify": choice.parent_id}
         return {"node_id": self._add(ticket, choice, before, note).id}
 
     def _add(
@@ -347,10 +349,8 @@ class Steps:
         return {"verdict": {"accepted": False, "reasons": reasons, "by": "user"}}
 
     def _announce(self, node: Node) -> None:
-        key = (node.id, node.attempt)
-        if key in self.announced:
+        if not self.tickets.announce(node.id, node.attempt):
             return
-        self.announced.add(key)
         hypothesis = (node.proposal or {}).get("hypothesis", "")
         lines = self.change(node).diff.splitlines()
         shown = "\n".join(lines[:DIFF_LINES])
