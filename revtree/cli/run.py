@@ -130,7 +130,7 @@ def _reconfigure(store: Store, run: RunInfo, agents: dict[str, Any]) -> RunInfo:
     if run.status is RunStatus.RUNNING and run.pid and alive(run.pid, run.host):
         raise RunBusy(f"run {run.id} is being driven by pid {run.pid} on {run.host}")
     try:
-        spec = TaskSpec.model_validate(run.spec).with_overrides(agents=agents)
+        spec = TaskSpec.stored(run.spec).with_overrides(agents=agents)
     except ValueError as e:
         raise typer.BadParameter(str(e)) from e
     check_models(spec)
@@ -352,7 +352,7 @@ def resume(
         console.print(f"run [bold]{found.id}[/bold]: {escape(changed)} stored")
     elif not detach and found.status is not RunStatus.COMPLETED:
         try:
-            check_models(TaskSpec.model_validate(found.spec))
+            check_models(TaskSpec.stored(found.spec))
         except LLMError as e:  # a run that never started is failed, not left `running`
             _failed_to_start(store, found.id, e)
             then = f"`revtree resume {found.id}` once it answers (or with --base-url/--model)"
@@ -449,7 +449,7 @@ def fork(
 
     store, home = open_store(db), revtree_home()
     parent = store.get_run(run_id)
-    spec = _load(task) if task else TaskSpec.model_validate(parent.spec)
+    spec = _load(task) if task else TaskSpec.stored(parent.spec)
     spec = apply_sets(spec, set_ or [])
     new = fork_run(store, parent.id, node, spec, home, with_tree, task_files=task is not None)
     console.print(

@@ -122,28 +122,37 @@ class ChangeEmbeddings:
         self.error: str | None = None
         self._vectors: dict[int, list[float]] = {}
         self._lock = threading.Lock()
+        self._calls = threading.Lock()  # one embedding call at a time
 
     def of(self, changes: dict[int, Callable[[], str]]) -> dict[int, list[float]] | None:
         """The unit vector of each node's change (``changes``: node -> its diff, made
-        only where not embedded yet), or None when the embeddings are off."""
-        with self._lock:
-            missing = [n for n in changes if n not in self._vectors]
-        if self.error is not None:
-            return None
-        if missing:
-            try:
-                found = self.embedder.embed([changes[n]()[:EMBED_CHARS] for n in missing])
-            except Exception as e:  # the endpoint's failure is not the candidate's
-                self.error = f"{type(e).__name__}: {e}"[:300]
-                self.warn(
-                    "the novelty check's embeddings are off for the rest of the run (the "
-                    f"text check goes on): {self.error}"
-                )
+        only where not embedded yet), or None when the embeddings are off. One call at a
+        time: candidates reviewed at once do not embed the same nodes twice."""
+        with self._calls:
+            if self.error is not None:
                 return None
             with self._lock:
-                self._vectors.update(zip(missing, map(unit, found), strict=True))
-        with self._lock:
-            return {n: self._vectors[n] for n in changes}
+                missing = [n for n in changes if n not in self._vectors]
+            if missing:
+                try:
+                    found = self.embedder.embed([changes[n]()[:EMBED_CHARS] for n in missing])
+                    vectors = [unit(v) for v in found]
+                    sizes = {len(v) for v in vectors} | {len(v) for v in self._vectors.values()}
+                    if len(vectors) != len(missing) or len(sizes) > 1:
+                        raise ValueError(
+                            f"vectors of sizes {sorted(sizes)} for {len(missing)} texts"
+                        )
+                except Exception as e:  # the endpoint's failure is not the candidate's
+                    self.error = f"{type(e).__name__}: {e}"[:300]
+                    self.warn(
+                        "the novelty check's embeddings are off for the rest of the run "
+                        f"(the text check goes on): {self.error}"
+                    )
+                    return None
+                with self._lock:
+                    self._vectors.update(zip(missing, vectors, strict=True))
+            with self._lock:
+                return {n: self._vectors[n] for n in changes}
 
 
 class Novelty:
@@ -270,10 +279,15 @@ def _size(lines: list[str]) -> int:
 
 
 def change_embeddings(spec: TaskSpec, warn: Callable[[str], None]) -> ChangeEmbeddings | None:
-    """The embeddings of the run's changes where ``[agents] embeddings_model`` is set and
-    ``[search] novelty_embeddings_threshold`` is below 1, else None."""
+    """The embeddings of the run's changes where models drive the run, ``[agents]
+    embeddings_model`` is set and ``[search] novelty_embeddings_threshold`` is below 1,
+    else None (an offline run sends no code to an endpoint: its candidates differ in
+    numbers, which the embeddings never call twins anyway)."""
+    from revtree.agents.driver import driver
     from revtree.agents.retrieval import make_embedder
 
     a, limit = spec.agents, spec.search.novelty_embeddings_threshold
-    embedder = make_embedder(a.embeddings_model, a.base_url, a.api_key_env) if limit < 1 else None
+    if limit >= 1 or not a.embeddings_model or not driver(spec).llm:
+        return None
+    embedder = make_embedder(a.embeddings_model, a.base_url, a.api_key_env)
     return None if embedder is None else ChangeEmbeddings(embedder, limit, warn)

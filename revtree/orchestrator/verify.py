@@ -50,10 +50,12 @@ class Trust:
         """The one writer of evaluations (the candidate's, a verification's, a holdout's):
         store one evaluation as of the node's current attempt, with its event, and spend
         its sandbox time on the budget once, with ``kind``'s trust share where
-        ``counted``. Returns what was stored."""
+        ``counted``. A duplicate of a stored evaluation (the same repeat run twice at
+        once) is neither stored nor spent: the session's budget stays what SQL holds, which
+        is what a resumed run counts. Returns the evaluation."""
         result = dataclasses.replace(result, attempt=self.mirror.get(result.node_id).attempt)
-        self.store.record_evaluation(self.run_id, result, _event(result))
-        self.p.budget.spend(result.duration, kind, counted)
+        if self.store.record_evaluation(self.run_id, result, _event(result)) is not None:
+            self.p.budget.spend(result.duration, kind, counted)
         return result
 
     def _stored_guards(self) -> dict[int, float]:

@@ -189,7 +189,7 @@ def wire(
     """The run's parts; ``parallel``: evaluations at once (default: the task's), or
     ``"auto"`` (see ``auto_parallel``; on a cluster, followed by ``AutoParallel``)."""
     run = store.get_run(run_id)
-    spec = TaskSpec.model_validate(run.spec)
+    spec = TaskSpec.stored(run.spec)
     paths = RunPaths(home or revtree_home(), run.id)
     git = GitStore(paths.repo)
     ray = spec.runner.kind == "ray" and sandbox is None

@@ -185,6 +185,16 @@ class TaskSpec(Section):
     def maximize(self) -> bool:
         return self.evaluate.direction == "maximize"
 
+    @classmethod
+    def stored(cls, data: dict[str, Any]) -> TaskSpec:
+        """A run's stored spec. A version before one model per backend stored every
+        backend's ``[sandbox]`` keys whatever its backend: the keys the stored backend
+        does not take are left out here (a task file is still checked whole, at load)."""
+        box = data.get("sandbox")
+        if isinstance(box, dict):
+            data = {**data, "sandbox": keys_for(box, str(box.get("backend", "auto")))}
+        return cls.model_validate(data)
+
     def with_overrides(self, **sections: dict[str, Any]) -> TaskSpec:
         """A copy with top-level sections updated key by key, validated again; a new
         ``sandbox.backend`` keeps the keys of the task's ``[sandbox]`` that it takes."""

@@ -18,12 +18,13 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Text, cast, func, or_, select
+from sqlalchemy import Text, case, cast, func, or_, select
 from sqlalchemy.engine import Connection
 
 from revtree.memory import Store
 from revtree.memory.db import transaction
 from revtree.memory.records import (
+    TWIN,
     Decision,
     EvalResult,
     Event,
@@ -59,6 +60,8 @@ def _lean_nodes(conn: Connection, run_id: str) -> list[Node]:
             NODES.c.finished_at,
             NODES.c.attempt,
             NODES.c.error_kind,  # the summary counts near twins by it
+            # and a twin's error: which check found it (the rest need no error text)
+            case((NODES.c.error_kind == TWIN, NODES.c.error), else_=None).label("error"),
             alarm_text(),
         )
         .where(NODES.c.run_id == run_id)
@@ -79,6 +82,7 @@ def _lean_nodes(conn: Connection, run_id: str) -> list[Node]:
             finished_at=r.finished_at,
             attempt=r.attempt,
             error_kind=r.error_kind,
+            error=r.error,
             alarm=None if r.alarm in (None, "null") else json.loads(r.alarm),
         )
         for r in rows

@@ -261,7 +261,7 @@ class Views:
             return empty
         from revtree.orchestrator.policies import make_policy
 
-        spec = TaskSpec.model_validate(run.spec)
+        spec = TaskSpec.stored(run.spec)
         policy: Any = make_policy(spec.search)
         policy.load_state(run.policy_state or {})
         tree = Tree.of(self.store.nodes(run.id), run.maximize)

@@ -186,6 +186,11 @@ def test_a_repeat_written_otherwise_is_refused_by_embeddings_only(
     shown = json.loads(revtree(home, "show", runs[0.99], "--json").stdout)["novelty"]
     assert shown["by_embeddings"] == shown["evaluations_saved"] == len(twins)
     assert shown["embeddings_threshold"] == 0.99
+    from revtree.orchestrator.commands.report import summarize
+    from revtree.web.queries import SummaryView
+
+    page = summarize(SummaryView(store), store.get_run(runs[0.99]))["novelty"]
+    assert page == shown  # the dashboard's read model tells the same
 
 
 @pytest.mark.slow  # a run of 13 candidates

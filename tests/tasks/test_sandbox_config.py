@@ -146,3 +146,57 @@ def test_a_plugin_backend_without_a_config_takes_the_common_keys_only(
     (plugins / "wrong.py").write_text(BARE.replace("class Keys(SandboxBase)", "class Config"))
     line = refused(task(tmp_path / "b", 'backend = "wrong:build"'))
     assert "key 'sandbox.backend'" in line and "Config is not a subclass of" in line
+
+
+# what the one [sandbox] model of the previous version stored for every backend
+OLD_DOCKER_KEYS = {
+    "image": None,
+    "cpus": None,
+    "gpus": 0,
+    "network": "none",
+    "mounts": {},
+    "warm_pool": 0,
+    "outputs": [],
+    "disk": 512 * 2**20,
+}
+
+
+@pytest.mark.slow  # a run through the CLI, then resume, show and fork of it
+def test_a_run_stored_by_the_previous_version_still_opens(tmp_path: Path) -> None:
+    from revtree.memory import Store
+    from tests.orchestrator.conftest import revtree
+
+    home = tmp_path / "home"
+    folder = task(tmp_path, 'backend = "local"')
+    text = (folder / "task.toml").read_text() + "\n[budget]\nmax_nodes = 2\n"
+    (folder / "task.toml").write_text(text)
+    revtree(home, "run", str(folder), "--quiet", "--sandbox", "local")
+    store = Store(f"sqlite:///{home / 'revtree.db'}")
+    (run,) = store.list_runs()
+    spec = dict(run.spec)
+    spec["sandbox"] = {**spec["sandbox"], **OLD_DOCKER_KEYS}  # as the old version stored it
+    store.update_run(run.id, spec=spec)
+    store.close()
+    for args in (
+        ["show", run.id, "--json"],
+        ["resume", run.id, "--quiet"],
+        ["export", run.id, "--patch", str(tmp_path / "best.patch")],
+    ):
+        proc = revtree(home, *args, check=False)
+        assert proc.returncode == 0, (args, proc.stderr)
+    # an auto run stores every built-in's keys; forked onto local, it keeps local's only
+    store = Store(f"sqlite:///{home / 'revtree.db'}")
+    store.update_run(run.id, spec={**spec, "sandbox": {**spec["sandbox"], "backend": "auto"}})
+    store.close()
+    proc = revtree(
+        home,
+        "fork",
+        run.id,
+        "--node",
+        "0",
+        "--set",
+        "sandbox.backend=local",
+        "--quiet",
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr

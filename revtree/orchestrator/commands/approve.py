@@ -21,7 +21,7 @@ def decide(store: Store, run_id: str, node_id: int, accepted: bool, why: str = "
     error where the node does not wait for a decision."""
     run = store.get_run(run_id)
     where = f"node {node_id} of run {run.id}"
-    if TaskSpec.model_validate(run.spec).search.approve != "evaluate":
+    if TaskSpec.stored(run.spec).search.approve != "evaluate":
         raise RevtreeError(
             f"run {run.id} does not hold candidates for approval ([search] approve is off; "
             "start a run with `--approve` for that)"

@@ -95,7 +95,7 @@ def lost_nodes_of(
 
 def _spec(data: dict) -> TaskSpec | None:
     try:
-        return TaskSpec.model_validate(data)
+        return TaskSpec.stored(data)
     except Exception:
         return None
 
@@ -150,7 +150,7 @@ def rebuild_run(store: Store, home: Path, folder: Path) -> None:
     data = read_run_file(folder)
     if data is None:
         raise RevtreeError(f"{folder / RUN_FILE} is missing or unreadable")
-    run_id, spec = folder.name, TaskSpec.model_validate(data["spec"])
+    run_id, spec = folder.name, TaskSpec.stored(data["spec"])
     git = GitStore(folder / "repo.git")
     try:
         found, _ = lost_nodes(git, {})

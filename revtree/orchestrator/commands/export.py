@@ -100,7 +100,7 @@ def export_branch(
     )
     if exists.returncode == 0:
         raise RevtreeError(f"branch {branch!r} already exists in {top}")
-    src = source_dir(TaskSpec.model_validate(run.spec))
+    src = source_dir(TaskSpec.stored(run.spec))
     try:
         rel = src.relative_to(top)
     except ValueError:

@@ -28,6 +28,7 @@ from revtree.memory.recover import write_run_file
 from revtree.orchestrator.run import RunPaths, read_source
 from revtree.tasks import TaskSpec
 from revtree.tasks.load import code_files, format_validation_error, holdout_files, matches
+from revtree.tasks.sandbox import keys_for
 
 KEEP_ON_POLICY_CHANGE = ("seed", "parallel", "lookahead")
 
@@ -46,6 +47,8 @@ def apply_sets(spec: TaskSpec, sets: Iterable[str]) -> TaskSpec:
             value = raw
         if path == ["search", "policy"]:
             data["search"] = {k: data["search"][k] for k in KEEP_ON_POLICY_CHANGE}
+        if path == ["sandbox", "backend"]:  # the keys the new backend takes
+            data["sandbox"] = keys_for(data["sandbox"], str(value))
         node = data
         for part in path[:-1]:
             if not isinstance(node.get(part), dict):
@@ -82,7 +85,7 @@ def fork_run(
     the new run evaluates with (else it keeps the parent's)."""
     home = home or revtree_home()
     parent = store.get_run(run_id)
-    spec = spec or TaskSpec.model_validate(parent.spec)
+    spec = spec or TaskSpec.stored(parent.spec)
     if spec.evaluate.direction != parent.direction:
         raise RevtreeError("a fork keeps the metric direction of its parent run")
     nodes = {n.id: n for n in store.nodes(parent.id)}

@@ -87,7 +87,7 @@ def reload_task(store: Store, run_id: str, home: Path) -> Reloaded:
     run = store.get_run(run_id)
     if run.status is RunStatus.RUNNING and run.pid and alive(run.pid, run.host):
         raise RunBusy(f"run {run.id} is being driven by pid {run.pid} on {run.host}")
-    old = TaskSpec.model_validate(run.spec)
+    old = TaskSpec.stored(run.spec)
     folder = Path(old.root)
     if not old.root or not folder.is_dir():
         raise RevtreeError(

@@ -158,7 +158,7 @@ def islands(run: RunInfo, tree: Tree) -> list[dict[str, Any]]:
     from revtree.orchestrator.policies import make_policy  # the policies: evolution runs only
     from revtree.tasks.spec import TaskSpec
 
-    policy: Any = make_policy(TaskSpec.model_validate(run.spec).search)
+    policy: Any = make_policy(TaskSpec.stored(run.spec).search)
     policy.load_state(run.policy_state or {})
     policy.sync(tree)
     return [

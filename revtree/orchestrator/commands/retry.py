@@ -153,7 +153,7 @@ def retry(
         raise RevtreeError(f"run {run.id} has no node {node_id}")
     step = step or default_step(nodes[node_id])
     check_retry(run, nodes, node_id, step)
-    spec = retry_spec(TaskSpec.model_validate(run.spec), sets) if sets else None
+    spec = retry_spec(TaskSpec.stored(run.spec), sets) if sets else None
     store.claim_run(run.id, os.getpid(), socket.gethostname(), alive)
     try:
         if spec is not None:
