@@ -209,3 +209,29 @@ def test_a_failing_embeddings_endpoint_leaves_the_text_check(
     twins = [n for n in nodes if n.error_kind == TWIN]
     assert twins, "the verbatim repeats are still refused, by text"
     assert all("embedding" not in (n.error or "") for n in twins)
+
+
+def test_embeddings_only_where_models_drive_the_run(tmp_path: Path) -> None:
+    from revtree.orchestrator.novelty import change_embeddings
+    from revtree.tasks import load_task
+
+    task = embedding_task(tmp_path / "t", budget=3)
+    assert change_embeddings(load_task(task), print) is not None  # the model's run
+    text = (task / "task.toml").read_text().replace('mode = "llm"', 'mode = "mutate"')
+    (task / "task.toml").write_text(text)
+    assert change_embeddings(load_task(task), print) is None  # no code to an endpoint
+
+
+def test_vectors_of_different_sizes_turn_the_embeddings_off(tmp_path: Path) -> None:
+    from revtree.agents.retrieval import OpenAIEmbedder
+    from revtree.orchestrator.novelty import ChangeEmbeddings
+
+    said: list[str] = []
+    ragged = EmbeddingsFakeLLMServer(lambda r: "OK", embed=lambda t: [1.0] * (1 + len(t) % 3))
+    with ragged as srv:
+        embeddings = ChangeEmbeddings(
+            OpenAIEmbedder("emb", srv.openai_url, None), 0.99, said.append
+        )
+        assert embeddings.of({1: lambda: "a", 2: lambda: "bb"}) is None
+        assert embeddings.of({3: lambda: "ccc"}) is None and len(ragged.embedding_inputs) == 1
+    assert len(said) == 1 and "vectors of sizes [2, 3]" in said[0], said
