@@ -51,7 +51,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from revtree.errors import Cancelled, SandboxError
 from revtree.sandboxes.base import (
@@ -65,10 +65,17 @@ from revtree.sandboxes.base import (
 )
 from revtree.sandboxes.env import sandbox_env
 from revtree.sandboxes.supervise import PARENT_ENV
-from revtree.tasks.sandbox import LocalConfig
 
-Config = LocalConfig
-"""The local backend's ``[sandbox]`` keys: the common ones only."""
+
+def __getattr__(name: str) -> Any:
+    """``Config``, the local backend's ``[sandbox]`` keys (the common ones only), read
+    when asked for: every command imports this module (``protect_orchestrator``), and
+    ``--version`` must not load pydantic (issue 24's light imports)."""
+    if name == "Config":
+        from revtree.tasks.sandbox import LocalConfig
+
+        return LocalConfig
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 _PR_SET_DUMPABLE = 4
 METRICS_CAP = 1 << 20
