@@ -26,7 +26,7 @@ def rm(
     """Delete a run: its rows, its git store and its logs (forks of it keep working)."""
     import shutil
 
-    from revtree.memory.db import revtree_home
+    from revtree.memory.home import revtree_home
     from revtree.orchestrator.run import RunPaths
 
     store = open_store(db)
@@ -76,7 +76,7 @@ def doctor(
     db: DbOpt = None,
 ) -> None:
     """Check the database against the git stores and the run processes (--repair fixes)."""
-    from revtree.memory.db import default_url, revtree_home
+    from revtree.memory.home import default_url, revtree_home
     from revtree.orchestrator.commands.doctor import check_database, missing_database
     from revtree.orchestrator.commands.doctor import doctor as check
 

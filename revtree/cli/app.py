@@ -210,7 +210,12 @@ def open_store(db: str | None, create: bool = False) -> Store:
 
 def store_if_any(db: str | None) -> Store | None:
     """``open_store``, except that the default database that no run has made yet is
-    None (``ls``: no runs), not an error, and is neither created nor migrated."""
+    None (``ls``: no runs), not an error, and is neither created nor migrated (nor is
+    SQLAlchemy imported, where no database is named and the default file is missing)."""
+    from revtree.memory.home import no_default_database
+
+    if db is None and no_default_database():
+        return None
     from revtree.memory import Store
     from revtree.memory.db import NoDatabase
 

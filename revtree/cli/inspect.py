@@ -40,6 +40,7 @@ from revtree.memory.records import RunInfo, RunStatus
 
 if TYPE_CHECKING:
     from revtree.memory.gitstore import GitStore
+    from revtree.memory.store import Store
 
 
 @app.command()
@@ -101,10 +102,8 @@ def ls(
     tree: Annotated[bool, typer.Option("--tree", help="Show forks as a family tree.")] = False,
 ) -> None:
     """List runs."""
-    from revtree.orchestrator.commands.report import summarize
-
     store = store_if_any(db)
-    rows = [] if store is None else [summarize(store, r) for r in store.list_runs()]
+    rows = [] if store is None else summaries(store)
     if as_json:
         console.print_json(json.dumps(rows))
         return
@@ -112,6 +111,13 @@ def ls(
         console.print(family_tree(rows))
         return
     console.print(runs_table(rows, console))
+
+
+def summaries(store: Store) -> list[dict[str, Any]]:
+    """``ls``'s rows (the report's modules are imported only where there is a store)."""
+    from revtree.orchestrator.commands.report import summarize
+
+    return [summarize(store, r) for r in store.list_runs()]
 
 
 # ``show``'s rows whose key alone does not say what the number is.
@@ -258,8 +264,8 @@ def compare(
 
 
 def _git(found: RunInfo) -> GitStore:
-    from revtree.memory.db import revtree_home
     from revtree.memory.gitstore import GitStore
+    from revtree.memory.home import revtree_home
     from revtree.orchestrator.run import RunPaths
 
     return GitStore(RunPaths(revtree_home(), found.id).repo)
@@ -309,7 +315,7 @@ def export(
     found = store.get_run(run_id)
     node_id = node_or_best(store, found, node)
     if branch is not None:
-        from revtree.memory.db import revtree_home
+        from revtree.memory.home import revtree_home
         from revtree.orchestrator.commands.export import export_branch
 
         done = export_branch(store, found.id, node_id, repo, branch, revtree_home())

@@ -231,7 +231,7 @@ def run(
     ] = 8765,
 ) -> None:
     """Start a run of TASK and show its live log."""
-    from revtree.memory.db import revtree_home
+    from revtree.memory.home import revtree_home
     from revtree.orchestrator.run import create_run
     from revtree.orchestrator.wiring import sandbox_choice
 
@@ -336,7 +336,7 @@ def resume(
     quiet: QuietOpt = False,
 ) -> None:
     """Continue a stopped or crashed run where it left off."""
-    from revtree.memory.db import revtree_home
+    from revtree.memory.home import revtree_home
     from revtree.orchestrator.commands.reload import reload_task
     from revtree.tasks.spec import TaskSpec
 
@@ -392,7 +392,7 @@ def pilot(
     db: DbOpt = None,
 ) -> None:
     """Spend a small budget characterising TASK, then recommend a policy and parameters."""
-    from revtree.memory.db import revtree_home
+    from revtree.memory.home import revtree_home
     from revtree.orchestrator.commands.pilot import analyse, driver_of, format_report
     from revtree.orchestrator.core import Orchestrator
     from revtree.orchestrator.run import create_run
@@ -443,7 +443,7 @@ def fork(
     quiet: QuietOpt = False,
 ) -> None:
     """Start a new run from NODE of RUN, with a changed configuration."""
-    from revtree.memory.db import revtree_home
+    from revtree.memory.home import revtree_home
     from revtree.orchestrator.commands.fork import apply_sets, fork_run
     from revtree.tasks.spec import TaskSpec
 
@@ -482,7 +482,7 @@ def retry(
     quiet: QuietOpt = False,
 ) -> None:
     """Re-run NODE of RUN from a step as its next attempt (the earlier attempt is kept)."""
-    from revtree.memory.db import revtree_home
+    from revtree.memory.home import revtree_home
     from revtree.orchestrator.commands.retry import retry as run_retry
 
     store = open_store(db)

@@ -16,7 +16,6 @@ hidden (:func:`display_url`).
 
 from __future__ import annotations
 
-import os
 import re
 import sqlite3
 import time
@@ -47,16 +46,6 @@ class NoDatabase(StoreError):
     def __init__(self, message: str, folder: bool) -> None:
         super().__init__(message)
         self.folder = folder
-
-
-def revtree_home() -> Path:
-    """``$REVTREE_HOME``, by default ``~/.revtree``."""
-    return Path(os.environ.get("REVTREE_HOME") or Path.home() / ".revtree").expanduser()
-
-
-def default_url() -> str:
-    """``$REVTREE_DB``, else the SQLite file ``$REVTREE_HOME/revtree.db``."""
-    return os.environ.get("REVTREE_DB") or f"sqlite:///{revtree_home() / 'revtree.db'}"
 
 
 def normalize_url(url: str) -> URL:

@@ -23,8 +23,9 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
 from revtree.errors import RunNotFound, StoreError
-from revtree.memory.db import default_url, make_engine, migrate, probe, transaction
+from revtree.memory.db import make_engine, migrate, probe, transaction
 from revtree.memory.decisions import Decisions
+from revtree.memory.home import default_url
 from revtree.memory.records import (
     EvalResult,
     Event,

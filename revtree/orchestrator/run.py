@@ -13,8 +13,8 @@ from pathlib import Path
 from revtree.agents.base import Proposal
 from revtree.errors import TaskSpecError
 from revtree.memory import GitStore, Node, NodeStatus, RunInfo, Store
-from revtree.memory.db import revtree_home
 from revtree.memory.gitstore import HOLDOUT_REF, file_mode
+from revtree.memory.home import revtree_home
 from revtree.memory.recover import write_run_file
 from revtree.tasks import TaskSpec, code_files, holdout_files
 from revtree.tasks.load import TASK_FILE, link_problem, source_dir

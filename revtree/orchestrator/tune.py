@@ -273,7 +273,7 @@ def _ok(values: list[float | None]) -> list[float]:
 def workspace(keep: bool, db: str | None) -> Iterator[tuple[Path, Store]]:
     """The home and store tune's runs go to: a throwaway folder, or (``keep``) the user's
     own home and store, where they are listed like any run."""
-    from revtree.memory.db import revtree_home
+    from revtree.memory.home import revtree_home
 
     if keep:
         store = Store(db, create=True)

@@ -24,8 +24,8 @@ from revtree.agents.llm import BudgetExhausted
 from revtree.agents.mutate import offline_agents
 from revtree.errors import Cancelled
 from revtree.memory import GitStore, RunInfo, Store
-from revtree.memory.db import revtree_home
 from revtree.memory.gitstore import PROTECTED_REF
+from revtree.memory.home import revtree_home
 from revtree.orchestrator.budget import Budget
 from revtree.orchestrator.contexts import ContextSource
 from revtree.orchestrator.gpus import GpuPool

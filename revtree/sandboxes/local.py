@@ -77,6 +77,7 @@ def __getattr__(name: str) -> Any:
         return LocalConfig
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
+
 _PR_SET_DUMPABLE = 4
 METRICS_CAP = 1 << 20
 STOP_GRACE = 3.0  # seconds the supervisor has to kill its descendants before the group kill

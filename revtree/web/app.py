@@ -30,7 +30,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from revtree.errors import RevtreeError
 from revtree.memory import Store
-from revtree.memory.db import revtree_home
+from revtree.memory.home import revtree_home
 from revtree.web.actions import Actions, node_arg
 from revtree.web.stream import MAX_SEQ, SEQ, event_json, log_events, start_seq
 from revtree.web.views import NotFound, Views, hidden_password

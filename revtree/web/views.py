@@ -17,8 +17,9 @@ from sqlalchemy.engine import make_url
 
 from revtree.errors import RevtreeError
 from revtree.memory import RunInfo, Store
-from revtree.memory.db import revtree_home, transaction
+from revtree.memory.db import transaction
 from revtree.memory.gitstore import GitStore
+from revtree.memory.home import revtree_home
 from revtree.memory.records import Node, Score
 from revtree.memory.rows import RUNS
 from revtree.orchestrator.commands.report import (

@@ -22,8 +22,8 @@ from pydantic import ValidationError
 
 from revtree.errors import RevtreeError, TaskSpecError
 from revtree.memory import GitStore, Node, RunInfo, Store
-from revtree.memory.db import revtree_home
 from revtree.memory.gitstore import HOLDOUT_REF, PROTECTED_REF
+from revtree.memory.home import revtree_home
 from revtree.memory.recover import write_run_file
 from revtree.orchestrator.run import RunPaths, read_source
 from revtree.tasks import TaskSpec
