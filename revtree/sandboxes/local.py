@@ -2,12 +2,10 @@
 ``bwrap.py`` runs the same supervisor inside Linux namespaces (``--sandbox bwrap``).
 
 What is covered:
-- a fresh workspace per execution, extracted from the request's tar (path traversal
-  and links out of the folder are refused by tarfile's ``data`` filter);
-- each command runs under a supervisor (``supervise.py``) that is a child subreaper:
-  processes that leave the process group (``setsid``, a double fork) are reparented to
-  it, and when the command ends, on timeout and on cancel every descendant is SIGKILLed
-  before the result is returned; the process group is killed as well;
+- a fresh workspace per execution from the request's tar (tarfile's ``data`` filter);
+- each command runs under a supervisor (``supervise.py``), a child subreaper: at the
+  end, timeout or cancel it SIGKILLs every descendant (``setsid`` and double forks too)
+  and the process group before the result is returned;
 - the supervisor dies with the thread that started it (``PR_SET_PDEATHSIG``, SIGTERM);
   ``reap`` kills the groups and removes the folders that a killed orchestrator left;
 - ``RLIMIT_AS`` and ``RLIMIT_CPU`` on the command; the tail of stdout and stderr kept;
@@ -68,14 +66,13 @@ from revtree.sandboxes.supervise import PARENT_ENV
 
 
 def __getattr__(name: str) -> Any:
-    """``Config``, the local backend's ``[sandbox]`` keys (the common ones only), read
-    when asked for: every command imports this module (``protect_orchestrator``), and
-    ``--version`` must not load pydantic (issue 24's light imports)."""
-    if name == "Config":
-        from revtree.tasks.sandbox import LocalConfig
+    """``Config`` (the common ``[sandbox]`` keys), when asked for: every command imports
+    this module, and ``--version`` must not load pydantic."""
+    if name != "Config":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from revtree.tasks.sandbox import LocalConfig
 
-        return LocalConfig
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return LocalConfig
 
 
 _PR_SET_DUMPABLE = 4
@@ -89,20 +86,17 @@ prctl = ctypes.CDLL(None).prctl if sys.platform == "linux" else None
 
 
 def protect_orchestrator() -> bool:
-    """Make this process non-dumpable (``PR_SET_DUMPABLE`` 0), so that processes of the
-    same user, sandboxed ones included, cannot read its ``/proc/<pid>/environ``, ``mem``,
-    ``maps`` or ``fd``, nor attach a debugger. Call once, at start. Returns whether it
-    was set. It is no protection from root: a sandbox running as root reads it anyway.
-    Children are not affected (an exec makes a process dumpable again)."""
+    """Make this process non-dumpable (``PR_SET_DUMPABLE`` 0): processes of the same user
+    cannot read its ``/proc/<pid>/environ``, ``mem``, ``maps``, ``fd`` nor attach a
+    debugger (root can). Call once, at start; returns whether it was set."""
     if prctl is None:
         return False
     return int(prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)) == 0
 
 
 def build(context: SandboxContext) -> LocalSandbox:
-    """The local backend (``[sandbox] backend = "local"``): it uses only the context's
-    ``base_dir``; what it honours of ``[sandbox]`` (its :data:`Config`: limits,
-    environment) comes with each request."""
+    """The local backend: the context's ``base_dir``; its ``[sandbox]`` (``Config``:
+    limits, environment) comes with each request."""
     return LocalSandbox(context.base_dir)
 
 
