@@ -44,15 +44,17 @@ class Mirror:
         maximize: bool,
         nodes: Iterable[Node],
         fraction: Callable[[], float] = lambda: 0.0,
+        updaters: Iterable[Observer] = (),
     ) -> None:
-        """``fraction``: the share of the budget used, for snapshots."""
+        """``fraction``: the share of the budget used, for snapshots; ``updaters``: told
+        of each finished or revised node under the lock (the policy's ``update``)."""
         self.store, self.run_id, self.maximize = store, run_id, maximize
         self.nodes: dict[int, Node] = {n.id: n for n in nodes}
         self.by_ticket = {n.thread_id: n.id for n in self.nodes.values() if n.thread_id}
         self.twins = {n.id for n in self.nodes.values() if n.error_kind == TWIN}
         self.lock = threading.RLock()
-        self.observers: list[Observer] = []  # told of each finished node
-        self.updaters: list[Observer] = []  # the same, under the lock, with the best
+        self._observers: list[Observer] = []  # told of each finished node
+        self._updaters = list(updaters)  # the same, under the lock, with the best
         self.timings: dict[int, dict[str, float]] = {}
         self.fraction = fraction
         self._changed: list[int] = []
@@ -145,10 +147,10 @@ class Mirror:
             timings=timings,
             **values,
         )
-        for observe in self.observers:
+        for observe in self._observers:
             observe(node)
         with self.lock:
-            for update in self.updaters:
+            for update in self._updaters:
                 update(node)
             current = self.nodes.get(self.best_id) if self.best_id is not None else None
             new_best = node.status is NodeStatus.SUCCEEDED and (
@@ -165,6 +167,19 @@ class Mirror:
                 {"score": node.score},
             )
         return node
+
+    def subscribe(self, *observers: Observer) -> None:
+        """Tell ``observers`` of each node that finishes from now on (the agents' learners,
+        built after the mirror, whose context they read)."""
+        self._observers.extend(observers)
+
+    def revise(self, nodes: Iterable[Node]) -> None:
+        """Nodes whose score or alarm changed after they finished (a verification, a
+        drift alarm): the updaters learn them again, under the lock."""
+        with self.lock:
+            for node in nodes:
+                for update in self._updaters:
+                    update(node)
 
     def rebest(self, why: str) -> None:
         """Find the best again (a verification or an alarm moved it); say so if it moved."""

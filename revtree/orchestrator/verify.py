@@ -210,9 +210,7 @@ class Trust:
                 sub = subtree_alarm(node_id, child.score)
                 event = ("alarm", f"node {child.id}: {sub['message']}", sub)
                 marked.append(self.mirror.set(child.id, event, alarm=sub))
-        with self.mirror.lock:
-            for n in marked:
-                self.p.policy.update(n)
+        self.mirror.revise(marked)
         self.mirror.rebest(f"node {node_id} carries a drift alarm")
 
     def final_holdout(self) -> None:
@@ -242,9 +240,7 @@ class Trust:
         exploiting it."""
         try:
             repeats = int(getattr(self.spec.search, "verify_repeats", 3))
-            node = self.verify(node_id, repeats, slot=True)
-            with self.mirror.lock:
-                self.p.policy.update(node)
+            self.mirror.revise([self.verify(node_id, repeats, slot=True)])
         finally:
             with self.mirror.lock:
                 self._verifying.discard(node_id)

@@ -222,7 +222,14 @@ def wire(
     policy = make_policy(spec.search)
     policy.load_state(run.policy_state or {})
     # the budget counts the mirror's nodes and the mirror's snapshots the budget's share
-    mirror = Mirror(store, run.id, spec.maximize, store.nodes(run.id), lambda: budget.fraction())
+    mirror = Mirror(
+        store,
+        run.id,
+        spec.maximize,
+        store.nodes(run.id),
+        lambda: budget.fraction(),
+        (policy.update,),
+    )
     cancel = threading.Event()
     overlay = protected_files(spec, git, mirror)
     evaluator = Evaluator(spec, sandbox, paths.logs, protected=overlay)
@@ -232,8 +239,7 @@ def wire(
     )
     if agents.ask is not None:  # a policy that asks a model (agentic) gets one
         policy.attach(agents.ask)
-    mirror.observers.extend(agents.observers)  # told of each finished node
-    mirror.updaters.append(policy.update)  # under the tree lock, with the best
+    mirror.subscribe(*agents.observers)  # told of each finished node
     slots = Slots(parallel, cancel, budget)
     follower = None
     if auto and isinstance(sandbox, Capacity):
