@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from revtree.agents.llm import LLM, Ensemble
 from revtree.agents.llm.bandit import Thompson, reward
 from revtree.memory.records import Event, Node
-from revtree.tasks.agent_settings import Agents
+from revtree.tasks.agent_settings import AgentsSection
 
 if TYPE_CHECKING:
     from revtree.memory import Store
@@ -47,7 +47,7 @@ class Setting:
     penalty: float
 
     @classmethod
-    def of(cls, agents: Agents, seed: int, maximize: bool) -> Setting:
+    def of(cls, agents: AgentsSection, seed: int, maximize: bool) -> Setting:
         arms = {}
         if agents.model_selection == "bandit":
             roles = ("coder",) if agents.one_call else BANDIT_ROLES

@@ -194,7 +194,7 @@ class Price(Section):
     cached_input: float | None = Field(None, ge=0, description="Defaults to input.")
 
 
-class Agents(Section):
+class AgentsSection(Section):
     """Who proposes and codes. ``mode = "auto"`` uses LLM agents when a model is set or an
     OPENAI_API_KEY / ANTHROPIC_API_KEY is present, else the offline knob proposer."""
 
@@ -293,7 +293,7 @@ class Agents(Section):
         return name
 
     @model_validator(mode="after")
-    def _roles_needed(self) -> Agents:
+    def _roles_needed(self) -> AgentsSection:
         if not self.coder.enabled and self.mode in ("auto", "llm"):
             raise ValueError(
                 "agents.coder.enabled = false: the coder writes every candidate's edits "

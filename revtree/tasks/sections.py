@@ -264,7 +264,7 @@ class Holdout(Section):
         return self
 
 
-class Budget(Section):
+class BudgetSection(Section):
     """Limits checked before any new work starts; reaching one ends the run cleanly."""
 
     max_nodes: int | None = Field(
@@ -285,7 +285,7 @@ class Budget(Section):
     max_tokens: int | None = Field(None, gt=0, description="LLM tokens, input plus output.")
 
 
-class Trust(Section):
+class TrustSection(Section):
     """How far a reported best is trusted: re-evaluation against noise, the holdout
     guard against drift (reward hacks, overfitting to the dev evaluator), and when a
     run stops rather than burn its budget on failures that are not the candidates'."""

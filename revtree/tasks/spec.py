@@ -23,7 +23,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from revtree.errors import TaskSpecError
 from revtree.tasks.agent_settings import (
     DEFAULT_SWAPS,
-    Agents,
+    AgentsSection,
     EnsembleMember,
     Knob,
     KnobAgent,
@@ -56,7 +56,7 @@ from revtree.tasks.search import (
     SearchConfig,
 )
 from revtree.tasks.sections import (
-    Budget,
+    BudgetSection,
     Duration,
     Evaluate,
     Globs,
@@ -65,7 +65,7 @@ from revtree.tasks.sections import (
     Section,
     Size,
     Stage,
-    Trust,
+    TrustSection,
     check_grade,
     is_workspace_path,
     parse_duration,
@@ -81,10 +81,10 @@ __all__ = [
     "POLICIES",
     "SECRET_NAME",
     "AgenticSearch",
-    "Agents",
+    "AgentsSection",
     "AutoConfig",
     "BgmctsSearch",
-    "Budget",
+    "BudgetSection",
     "BwrapConfig",
     "DockerConfig",
     "Duration",
@@ -114,7 +114,7 @@ __all__ = [
     "Stage",
     "Structured",
     "TaskSpec",
-    "Trust",
+    "TrustSection",
     "is_secret",
     "parse_duration",
     "parse_size",
@@ -140,10 +140,10 @@ class TaskSpec(Section):
     sandbox: SandboxConfig = AutoConfig()
     runner: RunnerConfig = RunnerConfig()
     search: SearchConfig = GreedySearch()
-    budget: Budget = Budget()
+    budget: BudgetSection = BudgetSection()
     knobs: tuple[Knob, ...] = ()
-    agents: Agents = Agents()
-    trust: Trust = Trust()
+    agents: AgentsSection = AgentsSection()
+    trust: TrustSection = TrustSection()
     support_files: dict[str, str] = Field(
         default_factory=dict,
         description="Generated files copied into every evaluation workspace as protected "

@@ -113,7 +113,7 @@ def learning(store: RunReads, run: RunInfo, nodes: list[Node]) -> dict[str, Any]
     (:func:`operator_bandit`)."""
     from revtree.memory.records import TWIN
     from revtree.orchestrator.model_choice import Setting, summary
-    from revtree.tasks.agent_settings import Agents
+    from revtree.tasks.agent_settings import AgentsSection
 
     stored = run.spec or {}  # read by section: a plugin policy need not import here
     search = stored.get("search") or {}
@@ -126,7 +126,7 @@ def learning(store: RunReads, run: RunInfo, nodes: list[Node]) -> dict[str, Any]
     if search.get("operators") == "bandit" and (ops := operator_bandit(run, nodes)):
         out["operators"] = ops
     try:
-        agents = Agents.model_validate(stored.get("agents") or {})
+        agents = AgentsSection.model_validate(stored.get("agents") or {})
     except ValueError:  # a task stored by another version: no bandit to show
         return out
     setting = Setting.of(agents, int(search.get("seed", 0)), run.maximize)
