@@ -121,6 +121,21 @@ __all__ = [
 ]
 
 
+def retarget(data: dict[str, Any], changed: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """``data`` (a dumped spec, ``changed`` merged in) where ``changed`` names a new
+    ``search.policy`` (the keys every policy has, and ``changed``'s) or a new
+    ``sandbox.backend`` (the keys of the section it takes): what an override and a
+    ``--set`` keep of the sections they switch."""
+    search = changed.get("search") or {}
+    if "policy" in search:
+        base = {k: v for k, v in data["search"].items() if k in COMMON_KEYS}
+        data = {**data, "search": {**base, **search}}
+    box = changed.get("sandbox") or {}
+    if "backend" in box:
+        data = {**data, "sandbox": keys_for(data["sandbox"], str(box["backend"]))}
+    return data
+
+
 class TaskSpec(Section):
     """A whole task. ``root`` (the folder of task.toml) is filled in by the loader."""
 
@@ -202,11 +217,7 @@ class TaskSpec(Section):
         for section, values in sections.items():
             if values:
                 data[section] = {**(data.get(section) or {}), **values}
-        if "search" in sections and "policy" in (sections["search"] or {}):
-            base = {k: data["search"][k] for k in COMMON_KEYS if k in data["search"]}
-            data["search"] = {**base, **sections["search"]}
-        if "backend" in (sections.get("sandbox") or {}):  # the keys the new backend takes
-            data["sandbox"] = keys_for(data["sandbox"], sections["sandbox"]["backend"])
+        data = retarget(data, sections)
         try:
             return TaskSpec.model_validate(data)
         except ValidationError as e:

@@ -106,6 +106,15 @@ def test_fork_refuses_bad_input(tmp_path: Path, home: Path, store: Store) -> Non
         apply_sets(load_task(tmp_path / "t"), ["budget.max_nodes"])
 
 
+def test_a_set_policy_keeps_what_every_policy_has_as_an_override_does(tmp_path: Path) -> None:
+    task = make_task(tmp_path / "t", budget=3)
+    spec = load_task(task).with_overrides(search={"novelty_threshold": 0.9, "approve": "evaluate"})
+    forked = apply_sets(spec, ["search.policy=mcts", "search.seed=3"])
+    overridden = spec.with_overrides(search={"policy": "mcts", "seed": 3})
+    assert forked.search == overridden.search  # one rule for --set and an override
+    assert (forked.search.novelty_threshold, forked.search.approve) == (0.9, "evaluate")
+
+
 @pytest.mark.slow
 def test_fork_ls_tree_and_rm_on_the_cli(tmp_path: Path, home: Path, store: Store) -> None:
     task = make_task(tmp_path / "t", budget=4)

@@ -28,9 +28,7 @@ from revtree.memory.recover import write_run_file
 from revtree.orchestrator.run import RunPaths, read_source
 from revtree.tasks import TaskSpec
 from revtree.tasks.load import code_files, format_validation_error, holdout_files, matches
-from revtree.tasks.sandbox import keys_for
-
-KEEP_ON_POLICY_CHANGE = ("seed", "parallel", "lookahead")
+from revtree.tasks.spec import retarget
 
 
 def apply_sets(spec: TaskSpec, sets: Iterable[str]) -> TaskSpec:
@@ -45,16 +43,14 @@ def apply_sets(spec: TaskSpec, sets: Iterable[str]) -> TaskSpec:
             value: Any = tomllib.loads(f"v = {raw}")["v"]
         except tomllib.TOMLDecodeError:
             value = raw
-        if path == ["search", "policy"]:
-            data["search"] = {k: data["search"][k] for k in KEEP_ON_POLICY_CHANGE}
-        if path == ["sandbox", "backend"]:  # the keys the new backend takes
-            data["sandbox"] = keys_for(data["sandbox"], str(value))
         node = data
         for part in path[:-1]:
             if not isinstance(node.get(part), dict):
                 node[part] = {}
             node = node[part]
         node[path[-1]] = value
+        if len(path) == 2:  # a new policy or backend keeps what the override would
+            data = retarget(data, {path[0]: {path[1]: value}})
     try:
         return TaskSpec.model_validate(data)
     except ValidationError as e:
