@@ -202,9 +202,10 @@ class TaskSpec(Section):
 
     @classmethod
     def stored(cls, data: dict[str, Any]) -> TaskSpec:
-        """A run's stored spec. A version before one model per backend stored every
-        backend's ``[sandbox]`` keys whatever its backend: the keys the stored backend
-        does not take are left out here (a task file is still checked whole, at load)."""
+        """A run's stored spec, or one about to be stored (``resume --reload``'s merge):
+        its ``[sandbox]`` keeps the keys its backend takes. A version before one model per
+        backend stored every backend's keys whatever its backend (a task file is still
+        checked whole, at load)."""
         box = data.get("sandbox")
         if isinstance(box, dict):
             data = {**data, "sandbox": keys_for(box, str(box.get("backend", "auto")))}

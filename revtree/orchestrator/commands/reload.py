@@ -37,7 +37,6 @@ from revtree.memory import GitStore, RunInfo, RunStatus, Store
 from revtree.memory.gitstore import HOLDOUT_REF, PROTECTED_REF
 from revtree.orchestrator.run import RunPaths, alive, read_source
 from revtree.tasks import TaskSpec, code_files, holdout_files, load_task, matches
-from revtree.tasks.sandbox import keys_for
 
 RUN_SECTIONS = ("name", "search", "budget", "runner", "root")  # the run's, not the task's
 RUN_KEYS = {"sandbox": ("backend",), "agents": ("mode", "model", "base_url")}
@@ -151,8 +150,8 @@ def _merge(old: TaskSpec, fresh: TaskSpec) -> tuple[TaskSpec, list[str]]:
         for key in keys:
             data[section][key] = o[section].get(key)
             kept += _diff_lines(o[section].get(key), f[section].get(key), f"{section}.{key}")
-    data["sandbox"] = keys_for(data["sandbox"], data["sandbox"]["backend"])  # the run's takes
-    return TaskSpec.model_validate(data), [k.replace(" -> ", " (task.toml: ") + ")" for k in kept]
+    merged = TaskSpec.stored(data)  # [sandbox]: the keys the run's backend takes
+    return merged, [k.replace(" -> ", " (task.toml: ") + ")" for k in kept]
 
 
 def _refuse_incomparable(
