@@ -36,6 +36,9 @@ Entry = tuple[bytes, int, str]  # (binsha, mode, name) as git stores a tree row
 Change = bytes | None  # new content, or None to delete
 
 
+DIFF_CACHE_MAX = 256 * 1024  # characters of one diff kept in the cache, at most
+
+
 class GitStore:
     """A bare repository at ``path`` holding every revision of one run."""
 
@@ -44,6 +47,7 @@ class GitStore:
         self._lock = threading.RLock()
         self._blobs: OrderedDict[bytes, bytes] = OrderedDict()
         self._files: OrderedDict[str, dict[str, tuple[bytes, int]]] = OrderedDict()
+        self._diffs: OrderedDict[tuple[str, str], str] = OrderedDict()
         try:
             if not (self.path / "HEAD").is_file():
                 git.Repo.init(self.path, bare=True, mkdir=True).close()
@@ -193,9 +197,20 @@ class GitStore:
         return sorted(p for p in a.keys() | b.keys() if a.get(p) != b.get(p))
 
     def diff(self, base: str, head: str) -> str:
-        """A unified diff (``git diff`` format, applies with ``git apply``)."""
+        """A unified diff (``git diff`` format, applies with ``git apply``). Cached
+        between two commits named by their full ids (immutable): the review and the
+        node's features ask for the same one."""
+        key = (base, head)
         with self._lock:
-            return str(self.repo.git.diff(base, head, "--no-color", "--binary")) + "\n"
+            if (cached := self._diffs.get(key)) is not None:
+                self._diffs.move_to_end(key)
+                return cached
+            text = str(self.repo.git.diff(base, head, "--no-color", "--binary")) + "\n"
+            if len(text) < DIFF_CACHE_MAX and all(len(x) == 40 and x.isalnum() for x in key):
+                self._diffs[key] = text
+                if len(self._diffs) > 64:
+                    self._diffs.popitem(last=False)
+            return text
 
     def _resolve(self, ref: str) -> str:
         with self._lock:

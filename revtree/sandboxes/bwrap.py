@@ -232,6 +232,7 @@ class BwrapSandbox(LocalSandbox):
 
     name = "bwrap"
     contained = True  # namespaces: a read-only view, no network (sandboxes.base.Contained)
+    warm = False  # each command gets namespaces of its own: no fork server outside them
 
     def __init__(
         self,

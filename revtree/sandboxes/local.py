@@ -62,7 +62,11 @@ from revtree.sandboxes.base import (
     watchdog,
 )
 from revtree.sandboxes.env import sandbox_env
+from revtree.sandboxes.forkserver import ForkServer, enabled
+from revtree.sandboxes.shm import SHM, ShmJanitor
 from revtree.sandboxes.supervise import PARENT_ENV
+
+__all__ = ["SHM", "Launch", "LocalSandbox", "ShmJanitor", "build", "supervised"]
 
 
 def __getattr__(name: str) -> Any:
@@ -105,11 +109,13 @@ class LocalSandbox:
 
     name = "local"
     contained = False  # the host's filesystem and network: reviewed before evaluated
+    warm = True  # commands start from a fork server (forkserver.py), where it is enabled
 
     def __init__(self, base_dir: str | Path | None = None) -> None:
         self.base_dir = Path(base_dir) if base_dir else None
         if self.base_dir:
             self.base_dir.mkdir(parents=True, exist_ok=True)
+        self.forks = ForkServer() if self.warm and enabled() else None
 
     def execute(self, request: ExecRequest, cancel: threading.Event | None = None) -> ExecResult:
         t0 = time.monotonic()
@@ -126,7 +132,7 @@ class LocalSandbox:
                 self._launch(request, tmp, metrics.fileno()) as how,
             ):
                 setup = time.monotonic() - t0
-                result = _run(how, request.command, request.limits, cancel, tmp / "pgid")
+                result = _run(how, request, cancel, tmp / "pgid", self.forks)
                 text = _read_metrics(metrics.fileno())
             files, refused = collect_outputs(how.outputs, request.outputs)
             return dataclasses.replace(
@@ -145,7 +151,9 @@ class LocalSandbox:
         yield Launch(argv, env, ws, ws, (fd,), None)
 
     def close(self) -> None:
-        """Nothing is held between executions."""
+        """Stop the fork server, if one was started."""
+        if self.forks is not None:
+            self.forks.close()
 
     def reap(self) -> int:
         """Kill the process groups and remove the workspaces that a killed orchestrator
@@ -272,117 +280,17 @@ def collect_outputs(root: Path, globs: Iterable[str]) -> tuple[dict[str, bytes],
     return files, refused
 
 
-# ---------------------------------------------------------------- /dev/shm
-
-
-class ShmJanitor:
-    """Removes the entries of ``root`` (``/dev/shm``) owned by our uid that appeared
-    while this process had evaluations in flight: the entries are listed when the
-    first evaluation starts, and when the last one ends (its processes dead) the new
-    ones are removed, except those still open or mapped by a live process. Thread-safe;
-    one per process (``SHM``), since the folder is shared by all sandboxes."""
-
-    def __init__(self, root: Path = Path("/dev/shm")) -> None:
-        self.root = root
-        self.removed: list[str] = []  # names removed so far, for tests and logs
-        self._lock = threading.Lock()
-        self._inflight = 0
-        self._before: frozenset[tuple[str, int]] = frozenset()
-
-    @contextlib.contextmanager
-    def window(self) -> Iterator[None]:
-        """Around one evaluation, from before its start until its processes are dead."""
-        with self._lock:
-            if self._inflight == 0:
-                self._before = self._entries()
-            self._inflight += 1
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._inflight -= 1
-                if self._inflight == 0:
-                    self.removed += self._sweep()
-
-    def _entries(self) -> frozenset[tuple[str, int]]:
-        uid = os.geteuid()
-        try:
-            with os.scandir(self.root) as it:
-                return frozenset((e.name, e.inode()) for e in it if _owner(e) == uid)
-        except OSError:
-            return frozenset()
-
-    def _sweep(self) -> list[str]:
-        new = sorted(name for name, _ in self._entries() - self._before)
-        if not new:
-            return []
-        busy = _inodes_in_use(str(self.root))
-        removed = []
-        for name in new:
-            path = self.root / name
-            if _inode(path) in busy or any(_inode(p) in busy for p in _walk_files(path)):
-                continue
-            with contextlib.suppress(OSError):
-                if path.is_dir() and not path.is_symlink():
-                    shutil.rmtree(path)
-                else:
-                    path.unlink()
-                removed.append(name)
-        return removed
-
-
-def _owner(entry: os.DirEntry[str]) -> int:
-    try:
-        return entry.stat(follow_symlinks=False).st_uid
-    except OSError:
-        return -1
-
-
-def _inode(path: Path) -> tuple[int, int] | None:
-    try:
-        st = path.lstat()
-    except OSError:
-        return None
-    return (st.st_dev, st.st_ino)
-
-
-def _walk_files(path: Path) -> list[Path]:
-    if not path.is_dir() or path.is_symlink():
-        return []
-    return [Path(root) / f for root, _, files in os.walk(path) for f in files]
-
-
-def _inodes_in_use(prefix: str) -> set[tuple[int, int] | None]:
-    """(device, inode) of the files under ``prefix`` that a live process (that we may
-    inspect) holds open or mapped. By inode, not by name: a POSIX semaphore is mapped
-    under its temporary name and then linked to its real one (glibc ``sem_open``)."""
-    found: set[tuple[int, int] | None] = set()
-    dev = os.stat(prefix).st_dev if os.path.exists(prefix) else None
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        with contextlib.suppress(OSError):
-            for fd in os.listdir(f"/proc/{pid}/fd"):
-                with contextlib.suppress(OSError):
-                    if os.readlink(f"/proc/{pid}/fd/{fd}").startswith(prefix):
-                        st = os.stat(f"/proc/{pid}/fd/{fd}")
-                        found.add((st.st_dev, st.st_ino))
-        with contextlib.suppress(OSError), open(f"/proc/{pid}/maps") as maps:
-            for line in maps:
-                if prefix in line and dev is not None:
-                    with contextlib.suppress(ValueError, IndexError):
-                        found.add((dev, int(line.split(maxsplit=5)[4])))
-    return found
-
-
-SHM = ShmJanitor()
-
-
 # ---------------------------------------------------------------- the process
+
+
+def _caps(limits: Limits) -> tuple[int, int]:
+    """The supervisor's MEMORY and CPU arguments."""
+    return limits.memory_bytes or 0, max(1, int(limits.cpu_seconds)) if limits.cpu_seconds else 0
 
 
 def supervised(command: str, fd: int, limits: Limits) -> list[str]:
     """The command line that runs ``command`` under the supervisor."""
-    memory = limits.memory_bytes or 0
-    cpu = max(1, int(limits.cpu_seconds)) if limits.cpu_seconds else 0
+    memory, cpu = _caps(limits)
     return [sys.executable, "-I", "-S", SUPERVISOR, str(fd), str(memory), str(cpu), command]
 
 
@@ -447,14 +355,19 @@ class Launch:
 
 def _run(
     how: Launch,
-    command: str,
-    limits: Limits,
+    request: ExecRequest,
     cancel: threading.Event | None,
     pgid_file: Path,
+    forks: ForkServer | None = None,
 ) -> ExecResult:
+    command, limits = request.command, request.limits
     start = time.monotonic()
+    if forks is not None and how.preexec is None:
+        proc: Any = forks.spawn(how.cwd, how.env, how.pass_fds[0], *_caps(limits), command)
+    else:
+        proc = None
     try:
-        proc = subprocess.Popen(
+        proc = proc or subprocess.Popen(
             how.argv,
             cwd=how.cwd,
             env=how.env,

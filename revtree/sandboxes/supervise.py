@@ -36,9 +36,17 @@ Built-in modules only (``posix``, ``_signal``, ``time``; ``resource`` when limit
 set; ``ctypes`` for ``prctl``), so that with ``-S`` it starts in a few milliseconds.
 """
 
+from __future__ import annotations
+
 import _signal
 import posix
 import time
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    Start = Callable[[str], None]  # runs a command in the forked child instead of exec
 
 STOP = (_signal.SIGTERM, _signal.SIGHUP, _signal.SIGINT, _signal.SIGUSR1)
 RESET = (*STOP, _signal.SIGPIPE, _signal.SIGXFSZ)  # Python ignores the last two
@@ -54,7 +62,9 @@ def _on_stop(signum: int, frame: object) -> None:
     raise Stop(signum)
 
 
-def _child(command: str, memory: int, cpu: int, fsize: int = 0) -> None:  # never returns
+def _child(
+    command: str, memory: int, cpu: int, fsize: int = 0, start: Start | None = None
+) -> None:  # never returns
     try:
         for sig in RESET:
             _signal.signal(sig, _signal.SIG_DFL)
@@ -68,6 +78,8 @@ def _child(command: str, memory: int, cpu: int, fsize: int = 0) -> None:  # neve
                 resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
             if cpu:
                 resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+        if start is not None:
+            start(command)  # the fork server's: runs the command here and exits
         posix.execv("/bin/sh", ["/bin/sh", "-c", command])
     finally:
         posix._exit(127)
@@ -169,6 +181,22 @@ def _exit_as(status: int | None) -> None:
 def main(argv: list[str]) -> None:
     fd, memory, cpu, command = int(argv[1]), int(argv[2]), int(argv[3]), argv[4]
     seed, back, fsize = (int(a) for a in argv[5:8]) if len(argv) > 7 else (-1, -1, 0)
+    _exit_as(supervise(fd, memory, cpu, command, seed, back, fsize))
+
+
+def supervise(
+    fd: int,
+    memory: int,
+    cpu: int,
+    command: str,
+    seed: int = -1,
+    back: int = -1,
+    fsize: int = 0,
+    start: Start | None = None,
+) -> int | None:
+    """Run ``command`` as described above; its wait status (None: it was stopped). The
+    caller exits as it did (``_exit_as``). ``start``: the fork server's way to run the
+    command in the forked child (``zygote.py``), instead of ``/bin/sh -c``."""
     status = None
     try:
         for sig in STOP:
@@ -186,7 +214,7 @@ def main(argv: list[str]) -> None:
         posix.set_inheritable(METRICS_FD, True)
         pid = posix.fork()
         if pid == 0:
-            _child(command, memory, cpu, fsize)
+            _child(command, memory, cpu, fsize, start)
         while status is None:
             reaped, st = posix.waitpid(-1, 0)
             if reaped == pid:
@@ -205,7 +233,7 @@ def main(argv: list[str]) -> None:
             continue
     if back >= 0 and status is not None and not _copy(".", f"/proc/self/fd/{back}", back):
         posix.write(2, b"revtree supervisor: cannot copy the workspace out\n")
-    _exit_as(status)
+    return status
 
 
 if __name__ == "__main__":

@@ -221,3 +221,12 @@ def _extract(archive: bytes, dest: Path) -> None:
     dest.mkdir(parents=True)
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
         tar.extractall(dest, filter="data")
+
+
+def test_a_diff_between_two_commits_is_computed_once(store, root, monkeypatch):
+    child = store.commit(root, {"solver.py": b"X = 2.0\n"}, "one change")
+    first = store.diff(root, child)
+    monkeypatch.setattr(store.repo, "git", None)  # a second `git diff` would raise here
+    assert store.diff(root, child) == first and "X = 2.0" in first
+    with pytest.raises(AttributeError):
+        store.diff(child, root)  # not cached: it needs git

@@ -1,0 +1,213 @@
+"""The local sandbox's fork server: ``python zygote.py CONTROL_FD``.
+
+A warm Python, started once per sandbox with the sandboxes' own environment, that forks
+a fresh process for each evaluation: the evaluation's supervisor (``supervise.py``, the
+same code, in the forked child), which forks the command. Each evaluation is still a
+process of its own, started from the same clean image (this process has run no
+evaluation; it only forks), so nothing passes from one evaluation to the next; what is
+saved is the start of a supervisor, of a shell and of the command's Python.
+
+Requests come on CONTROL_FD (an ``AF_UNIX`` ``SOCK_SEQPACKET`` socket): one JSON header
+(``cwd``, ``env``, ``memory``, ``cpu``, ``command``, ``script``) with four descriptors:
+the command's stdout and stderr, its metrics file (descriptor 3 in the command) and a
+status socket. The forked supervisor writes ``P<pid>`` on the status socket once it is
+bound to this process, and ``S<wait status>`` when every descendant is dead, then exits
+as the command did. The client reads a closed status socket with no ``S`` as a
+supervisor killed (``SIGKILL``).
+
+``script`` (a list: ``[path, *args]``) asks the command's process to run a Python
+script itself, as ``python path args`` would (``__main__``, ``sys.argv``,
+``sys.path[0]``, the exit code of ``SystemExit`` or 1 with the traceback), instead of
+``/bin/sh -c command``. The client asks for it only where ``python`` on the request's
+``PATH`` is this interpreter and the variables read at Python's start are the ones
+this process started with (``forkserver.py``).
+
+It exits when CONTROL_FD closes (the orchestrator ended or died); each supervisor gets
+SIGTERM when this process dies (``PR_SET_PDEATHSIG``) and kills its command's tree. It
+is non-dumpable, so a command of the same user cannot read its memory or descriptors
+through ``/proc``; the command's process is made dumpable again, as after an exec.
+"""
+
+from __future__ import annotations
+
+import builtins
+import ctypes
+import fcntl
+import importlib
+import importlib.machinery
+import io
+import json
+import os
+import select
+import signal
+import socket
+import sys
+import types
+
+import supervise  # the sibling module: this file runs as a script from its folder
+
+# what a typical evaluation imports first, loaded once here (each fork still gets its
+# own copy); nothing that starts a thread, opens a file or seeds a generator for good
+PRELOAD = ("collections", "functools", "importlib.util", "math", "re", "traceback", "typing")
+for _name in PRELOAD:
+    importlib.import_module(_name)
+
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER = 1, 4, 36
+HIGH = 10  # the status socket moves at or above this descriptor, out of the command's way
+prctl = ctypes.CDLL(None, use_errno=True).prctl
+
+
+def _python_signals() -> None:
+    """The signal dispositions a fresh Python sets at start."""
+    for sig in supervise.RESET:
+        signal.signal(sig, signal.SIG_DFL)
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def _as_shell(argv: list[str]) -> None:  # never returns
+    """Run the script in a child and exit as ``/bin/sh -c "python FILE ..."`` does: the
+    script's exit code, or 128 + the signal that killed it, named on stderr."""
+    pid = os.fork()
+    if pid == 0:
+        _run_script(argv)
+    while True:
+        try:
+            _, status = os.waitpid(pid, 0)
+            break
+        except InterruptedError:
+            continue
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        if sig not in (signal.SIGINT, signal.SIGPIPE):
+            core = " (core dumped)" if os.WCOREDUMP(status) else ""
+            os.write(2, f"{signal.strsignal(sig)}{core}\n".encode())
+        os._exit(128 + sig)
+    os._exit(os.WEXITSTATUS(status))
+
+
+def _run_script(argv: list[str]) -> None:  # never returns
+    """Run ``python argv[0] argv[1:]`` in this process and exit as that would."""
+    code = 0
+    try:
+        _python_signals()
+        prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
+        path = os.path.abspath(argv[0])
+        sys.argv[:] = argv
+        sys.path[0] = os.path.dirname(os.path.realpath(path))
+        sys.modules.pop("supervise", None)  # ours, not a module the script may import
+        main = types.ModuleType("__main__")
+        loader = importlib.machinery.SourceFileLoader("__main__", path)
+        main.__dict__.update(
+            __file__=path, __cached__=None, __builtins__=builtins, __loader__=loader
+        )
+        sys.modules["__main__"] = main
+        with io.open_code(path) as src:
+            source = src.read()
+        exec(compile(source, path, "exec", dont_inherit=True), main.__dict__)
+    except SystemExit as e:
+        if e.code is None:
+            code = 0
+        elif isinstance(e.code, int):
+            code = e.code & 0xFF
+        else:
+            print(e.code, file=sys.stderr)
+            code = 1
+    except BaseException:
+        error = sys.exception()
+        assert error is not None
+        tb = error.__traceback__
+        sys.excepthook(type(error), error, tb.tb_next if tb is not None else None)
+        code = 1
+    try:
+        import threading
+
+        threading._shutdown()  # type: ignore[attr-defined]  # joins non-daemon threads
+        import atexit
+
+        atexit._run_exitfuncs()
+        for f in (sys.stdout, sys.stderr):
+            f.flush()
+    except BaseException:
+        pass
+    os._exit(code)
+
+
+def _serve(header: dict, fds: list[int], control: int, zygote: int) -> None:  # never returns
+    """In the forked child: become the evaluation's supervisor."""
+    status_fd = -1
+    try:
+        os.close(control)
+        os.setsid()
+        out, err, metrics, status = fds
+        status_fd = fcntl.fcntl(status, fcntl.F_DUPFD_CLOEXEC, HIGH)
+        os.close(status)
+        null = os.open(os.devnull, os.O_RDONLY)
+        for src, dst in ((null, 0), (out, 1), (err, 2)):
+            os.dup2(src, dst)
+            os.close(src)
+        metrics_fd = fcntl.fcntl(metrics, fcntl.F_DUPFD_CLOEXEC, HIGH)
+        os.close(metrics)
+        os.chdir(header["cwd"])
+        os.environ.clear()
+        os.environ.update(header["env"])
+        for sig in supervise.RESET:
+            signal.signal(sig, signal.SIG_DFL)
+        prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        if os.getppid() != zygote:
+            os._exit(1)  # the fork server died before PDEATHSIG was set
+        os.write(status_fd, b"P%d\n" % os.getpid())
+        script = header.get("script")
+
+        def start(command: str) -> None:
+            os.close(status_fd)
+            if script:
+                _as_shell(script)
+            prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
+
+        st = supervise.supervise(
+            metrics_fd, header["memory"], header["cpu"], header["command"], start=start
+        )
+        if st is not None:
+            os.write(status_fd, b"S%d\n" % st)
+        supervise._exit_as(st)
+    except BaseException as e:
+        with open(2, "w", closefd=False) as f:
+            f.write(f"revtree fork server: {e!r}\n")
+    finally:
+        os._exit(127)
+
+
+def main(control: int) -> None:
+    prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+    me, sock = os.getpid(), socket.socket(fileno=control)
+    while True:
+        ready, _, _ = select.select([control], [], [], 1.0)
+        try:
+            while os.waitpid(-1, os.WNOHANG)[0]:
+                pass  # supervisors that ended
+        except ChildProcessError:
+            pass
+        if not ready:
+            continue
+        msg, fds, _, _ = socket.recv_fds(sock, 1 << 20, 4)
+        if not msg:
+            return  # the orchestrator closed its end, or died
+        try:
+            header = json.loads(msg)
+            if len(fds) != 4:
+                raise ValueError(f"{len(fds)} descriptors, not 4")
+        except ValueError:
+            for fd in fds:
+                os.close(fd)
+            continue
+        if os.fork() == 0:
+            _serve(header, fds, control, me)
+        for fd in fds:
+            os.close(fd)
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]))

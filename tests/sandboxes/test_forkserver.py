@@ -1,0 +1,177 @@
+"""The local sandbox's fork server (issue 24): a command it forks behaves as the same
+command started afresh (the reference is a real ``python`` process: the same sandbox
+with ``REVTREE_FORK_SERVER=0``), each evaluation is a process of its own, and a server
+a candidate kills or that cannot start costs no later evaluation."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from revtree.sandboxes import ExecRequest, ExecResult, Limits
+from revtree.sandboxes.base import archive_of
+from revtree.sandboxes.env import sandbox_env
+from revtree.sandboxes.forkserver import script_of, start_keys
+from revtree.sandboxes.local import LocalSandbox
+
+PROBE = """\
+import atexit, json, os, random, sys, threading, time
+atexit.register(lambda: print("atexit ran"))
+def late():
+    time.sleep(0.2)
+    print("thread joined")
+threading.Thread(target=late).start()
+print(json.dumps({
+    "argv": sys.argv,
+    "path0": sys.path[0] == os.path.dirname(os.path.abspath(__file__)),
+    "file": os.path.isabs(__file__) and os.path.basename(__file__),
+    "name": __name__,
+    "main": sys.modules["__main__"].__dict__.get("late") is late,
+    "cwd": os.getcwd() == os.path.dirname(os.path.abspath(__file__)),
+    "seed": os.environ.get("REVTREE_SEED"),
+    "stdin": sys.stdin.read(),
+    "unbuffered": os.environ.get("PYTHONUNBUFFERED"),
+    "hash": hash("revtree"),
+    "supervise": "supervise" in sys.modules,
+}))
+print("no newline at the end", end="")
+"""
+
+
+def box(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, warm: bool) -> LocalSandbox:
+    monkeypatch.setenv("REVTREE_FORK_SERVER", "1" if warm else "0")
+    return LocalSandbox(tmp_path / ("warm" if warm else "cold"))
+
+
+def run(sandbox: LocalSandbox, files: dict[str, str], command: str) -> ExecResult:
+    archive = archive_of({k: v.encode() for k, v in files.items()})
+    env = {"REVTREE_SEED": "7"}
+    return sandbox.execute(ExecRequest(archive, command, Limits(timeout=60), env=env))
+
+
+def test_a_script_run_by_the_fork_server_sees_what_a_fresh_python_sees(tmp_path, monkeypatch):
+    results = {}
+    for warm in (True, False):
+        sandbox = box(tmp_path, monkeypatch, warm)
+        try:
+            r = run(sandbox, {"probe.py": PROBE}, "python probe.py a --b=1")
+        finally:
+            sandbox.close()
+        assert r.exit_code == 0, r.stderr
+        first, *rest = r.stdout.split("\n")
+        results[warm] = (json.loads(first), rest)
+    assert results[True] == results[False]
+    seen, rest = results[True]
+    assert seen["argv"] == ["probe.py", "a", "--b=1"] and seen["name"] == "__main__"
+    assert seen["file"] == "probe.py" and seen["path0"] and seen["cwd"] and seen["main"]
+    assert seen["seed"] == "7" and seen["stdin"] == "" and not seen["supervise"]
+    # the last line unflushed, the thread joined, then the atexit handlers: as at exit
+    assert rest == ["no newline at the endthread joined", "atexit ran", ""]
+
+
+WHO = "import os; print(os.getpid(), os.getppid())\n"
+
+
+def test_the_script_runs_in_the_process_the_server_forked(tmp_path, monkeypatch):
+    """Proof that the fast path is taken (else the test above compares a cold start
+    with itself): a plain script's process is a fork of the server, no exec; a shell
+    command still execs its programs."""
+    me = {"who.py": "print(open('/proc/self/cmdline', 'rb').read())\n"}
+    sandbox = box(tmp_path, monkeypatch, True)
+    try:
+        plain, shell = run(sandbox, me, "python who.py"), run(sandbox, me, "python who.py; true")
+    finally:
+        sandbox.close()
+    assert "zygote.py" in plain.stdout, plain.stdout
+    assert "zygote.py" not in shell.stdout and "who.py" in shell.stdout, shell.stdout
+
+
+@pytest.mark.parametrize(
+    ("code", "exit_code", "stderr"),
+    [
+        ("import sys; sys.exit(3)", 3, ""),
+        ("import sys; sys.exit('bye')", 1, "bye"),
+        ("raise ValueError('broken')", 1, "ValueError: broken"),
+        # through /bin/sh -c, a signal's death is 128 + the signal, named by the shell
+        ("import os, signal; os.kill(os.getpid(), signal.SIGTERM)", 128 + 15, "Terminated"),
+        ("import os; os._exit(5)", 5, ""),
+    ],
+)
+def test_exits_are_a_fresh_pythons(tmp_path, monkeypatch, code, exit_code, stderr):
+    for warm in (True, False):
+        sandbox = box(tmp_path, monkeypatch, warm)
+        try:
+            r = run(sandbox, {"x.py": code + "\n"}, "python x.py")
+        finally:
+            sandbox.close()
+        assert r.exit_code == exit_code, (warm, r.exit_code, r.stderr)
+        assert stderr in r.stderr, (warm, r.stderr)
+
+
+POISON = """\
+import json, os, random, sys
+first = not hasattr(json, "POISON")
+json.POISON = True
+sys.modules["planted"] = json
+print(json.dumps({"first": first, "planted": False, "pid": os.getpid(), "r": random.random()}))
+"""
+
+
+def test_each_evaluation_is_a_fresh_process(tmp_path, monkeypatch):
+    sandbox = box(tmp_path, monkeypatch, True)
+    try:
+        runs = [json.loads(run(sandbox, {"p.py": POISON}, "python p.py").stdout) for _ in range(3)]
+    finally:
+        sandbox.close()
+    assert all(r["first"] for r in runs), runs  # nothing one evaluation did is seen later
+    assert len({r["pid"] for r in runs}) == 3
+    assert len({r["r"] for r in runs}) == 3  # random is seeded afresh in each fork
+
+
+KILL_SERVER = """\
+import os, signal
+supervisor = os.getppid()
+server = int(open(f"/proc/{supervisor}/stat").read().rsplit(")", 1)[1].split()[1])
+assert b"zygote.py" in open(f"/proc/{server}/cmdline", "rb").read()
+os.kill(server, signal.SIGKILL)
+"""
+
+
+def test_a_candidate_that_kills_the_server_costs_no_later_evaluation(tmp_path, monkeypatch):
+    sandbox = box(tmp_path, monkeypatch, True)
+    try:
+        run(sandbox, {"k.py": KILL_SERVER}, "python k.py")
+        after = [run(sandbox, {"w.py": WHO}, "python w.py") for _ in range(2)]
+    finally:
+        sandbox.close()
+    assert [r.exit_code for r in after] == [0, 0], [r.stderr for r in after]
+    assert all(len(r.stdout.split()) == 2 for r in after)
+
+
+def test_a_server_that_cannot_start_falls_back_to_a_cold_start(tmp_path, monkeypatch):
+    monkeypatch.setattr("revtree.sandboxes.forkserver.ZYGOTE", str(tmp_path / "missing.py"))
+    sandbox = box(tmp_path, monkeypatch, True)
+    try:
+        r = run(sandbox, {"w.py": WHO}, "python w.py")
+    finally:
+        sandbox.close()
+    assert r.exit_code == 0 and len(r.stdout.split()) == 2, r.stderr
+
+
+def test_only_a_plain_python_script_on_the_servers_interpreter_runs_in_process(tmp_path):
+    env = sandbox_env({}, home=tmp_path, tmp=tmp_path)
+    started = start_keys(env)
+    assert script_of("python ev.py --x=1 a/b.txt", env, started) == ["ev.py", "--x=1", "a/b.txt"]
+    assert script_of("python3 ev.py", env, started) == ["ev.py"]
+    for shell in ("python ev.py; rm -rf x", "python ev.py > out", "python $X.py", "sh ev.py"):
+        assert script_of(shell, env, started) is None, shell
+    assert script_of("python -m ev", env, started) is None
+    other_path = {**env, "PATH": "/usr/bin:/bin"}  # another python than the server's
+    if os.path.dirname(sys.executable) not in ("/usr/bin", "/bin"):
+        assert script_of("python ev.py", other_path, started) is None
+    assert script_of("python ev.py", {**env, "PYTHONPATH": "lib"}, started) is None
+    assert script_of("python ev.py", {**env, "LANG": "C"}, {**started, "LANG": "C.UTF-8"}) is None
