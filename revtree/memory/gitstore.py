@@ -50,7 +50,11 @@ class GitStore:
         self._diffs: OrderedDict[tuple[str, str], str] = OrderedDict()
         try:
             if not (self.path / "HEAD").is_file():
-                git.Repo.init(self.path, bare=True, mkdir=True).close()
+                # no template: git's sample hooks were 25 KB of every run's disk
+                # (the option is "unsafe" only for a value a user could set)
+                git.Repo.init(
+                    self.path, bare=True, mkdir=True, template="", allow_unsafe_options=True
+                ).close()
             self.repo = git.Repo(self.path)
             self._loose = LooseObjectDB(str(self.path / "objects"))
         except (git.GitError, OSError) as e:

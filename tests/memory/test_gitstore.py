@@ -230,3 +230,10 @@ def test_a_diff_between_two_commits_is_computed_once(store, root, monkeypatch):
     assert store.diff(root, child) == first and "X = 2.0" in first
     with pytest.raises(AttributeError):
         store.diff(child, root)  # not cached: it needs git
+
+
+def test_a_new_store_holds_no_sample_hooks(repo_path):
+    GitStore(repo_path)
+    files = sorted(p.relative_to(repo_path).as_posix() for p in repo_path.rglob("*") if p.is_file())
+    assert files == ["HEAD", "config"], files
+    git(repo_path, "rev-parse", "--git-dir")  # still a repository git reads
