@@ -18,6 +18,8 @@ N candidates each. Per cell, means over the repetitions:
 - overhead per candidate: (wall of the candidate loop - N*S/K) / N, where the loop is
   ``Orchestrator.drive()`` (baseline, candidates, verification, final checks) for
   revtree and ``OpenEvolve.run()`` (initial evaluation and iterations) for OpenEvolve;
+  and the same with the trust cost counted apart: (wall - (N + T)*S/K) / N, where T is
+  the verification evaluations (each S long, in one of the K slots);
 - utilisation: (N*S/K) / wall, the share of the loop spent in candidate sleeps;
 - model calls per candidate (counted at the server);
 - trust cost: evaluations spent re-running bests (revtree's verification; OpenEvolve
@@ -301,6 +303,7 @@ def main() -> None:
         "start-up (s)",
         "wall (s)",
         "overhead/cand (ms)",
+        "w/o trust (ms)",
         "utilisation",
         "calls/cand",
         "trust cost (evals)",
@@ -327,6 +330,8 @@ def main() -> None:
                 for system, rs in rows.items():
                     wall = statistics.fmean(r["wall"] for r in rs)
                     ideal = args.n * sleep / k
+                    trust = statistics.fmean(r["trust"] for r in rs)
+                    apart = (wall - (args.n + trust) * sleep / k) / args.n * 1000
                     table.add_row(
                         f"{sleep:g}",
                         str(k),
@@ -334,9 +339,10 @@ def main() -> None:
                         f"{statistics.fmean(r['start'] for r in rs):.2f}",
                         f"{wall:.2f}",
                         f"{(wall - ideal) / args.n * 1000:.0f}",
+                        f"{apart:.0f}",
                         f"{ideal / wall:.2f}" if ideal else "-",
                         f"{statistics.fmean(r['calls'] for r in rs) / args.n:.2f}",
-                        f"{statistics.fmean(r['trust'] for r in rs):.1f}",
+                        f"{trust:.1f}",
                         f"{statistics.fmean(r['disk'] for r in rs) / args.n / 1024:.1f}",
                         f"{statistics.fmean(r['best'] for r in rs):.3g}",
                     )
