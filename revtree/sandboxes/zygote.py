@@ -193,8 +193,12 @@ def main(control: int) -> None:
         if not ready:
             continue
         msg, fds, _, _ = socket.recv_fds(sock, 1 << 20, 4)
-        if not msg:
-            return  # the orchestrator closed its end, or died
+        if not msg:  # the orchestrator closed its end, or died
+            try:  # noqa: SIM105  (contextlib is not loaded here)
+                os.rmdir(os.getcwd())  # its own empty home, left by a killed orchestrator
+            except OSError:
+                pass
+            return
         try:
             header = json.loads(msg)
             if len(fds) != 4:
