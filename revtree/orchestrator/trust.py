@@ -23,7 +23,9 @@ recommended or exported by default, and no policy exploits it; its descendants i
 the alarm (kind ``subtree``).
 
 Improvement beyond noise: the best and the baseline are re-evaluated (up to
-``verify_repeats``, fewer where more would decide nothing: ``decided``); the best's
+``verify_repeats``, fewer where more would decide nothing: ``decided``; a new best
+found while the evaluator has reproduced every repeat bit for bit is re-run at the end
+of the run only, ``defer_verification``); the best's
 first evaluation, the one that made it the best, is left out of the comparison (the
 winner's curse) unless every repeat of both reproduced it bit for bit, and the gain is
 reported with its standard error and called real only when a t-test at 95%
@@ -349,6 +351,19 @@ def pooled_noise(groups: Sequence[Sequence[float]]) -> Noise | None:
         return Noise(0.0, dof)
     sigma = scale * math.sqrt(math.fsum((r / scale) ** 2 for r in resid) / dof)
     return Noise(sigma, dof) if math.isfinite(sigma) else None
+
+
+def defer_verification(noise: Noise | None) -> bool:
+    """Whether a new best found during the run may wait for the run's end to be re-run:
+    where ``noise``, pooled over the other nodes' repeats, is known to be nil (every
+    repeat so far, over at least ``MIN_DOF`` degrees of freedom, reproduced its node's
+    score bit for bit). Its re-run then would decide nothing the end does not: the best
+    reported is always verified (``decided`` never decides on an empty sample), and a
+    deferred best that fails to reproduce makes the noise non-zero there, so the best
+    moves and the next is verified in turn. What deferral gives up is the early
+    demotion of a best good on its first run only: until the end, the search may
+    exploit it (the guard holdout still runs on it as it is found)."""
+    return noise is not None and noise.sigma == 0.0
 
 
 def decided(

@@ -4,7 +4,10 @@ and the final holdout (the rules themselves are pure functions in ``trust``).
 A new best is verified (re-run up to ``verify_repeats``, stopping where more repeats
 would decide nothing: see ``Trust.verify``) and guarded (one run of the guard split of
 the holdout), each within its budget share during the run and regardless of it at the
-end; the baseline's guard always runs, as the reference of every drift alarm. An
+end; the baseline's guard always runs, as the reference of every drift alarm. Where the
+evaluator has reproduced every other node's repeats bit for bit, a new best's re-run is
+deferred to the end of the run (``trust.defer_verification``): the final best is
+verified there, and the next one in turn while verification moves the best. An
 alarmed node and its finished subtree are never recommended or exploited. Every
 evaluation here is stored once per (node, stage, repeat, attempt) and reused on replay.
 """
@@ -24,6 +27,7 @@ from revtree.memory.stages import FULL, GUARD, HOLDOUT
 from revtree.orchestrator.mirror import subtree_alarm
 from revtree.orchestrator.trust import (
     decided,
+    defer_verification,
     dev_only_alarm,
     holdout_alarm,
     pooled_noise,
@@ -31,7 +35,7 @@ from revtree.orchestrator.trust import (
 )
 from revtree.orchestrator.wiring import Parts
 
-FINAL_TRIES = 10  # new bests verified and guarded at the end, at most
+FINAL_TRIES = 10  # new bests verified and guarded at the end, at most (plus the deferred)
 
 
 class Trust:
@@ -43,6 +47,7 @@ class Trust:
         self._verifying: set[int] = set()  # nodes the policy asked to verify, in progress
         self.guarded = self._stored_guards()  # node -> the mean of its guard holdout runs
         self._guard_locks: dict[int, threading.Lock] = {}  # one guard run per node at once
+        self.deferred = 0  # new bests this session left unverified until the end
 
     def record(
         self, result: EvalResult, kind: str | None = None, counted: bool = True
@@ -73,15 +78,19 @@ class Trust:
     def best(self, node_id: int, final: bool = False) -> None:
         """A new best: verified (repeats) and guarded (holdout), each within its budget
         share during the run, and regardless of it when ``final``; the baseline's guard
-        always runs (the reference of every drift alarm)."""
+        always runs (the reference of every drift alarm). During the run, a candidate's
+        verification waits for the end where the other nodes' repeats show no noise
+        (``_defer``)."""
         t, budget = self.spec.trust, self.p.budget
         always = final or node_id == 0
         if t.verify_repeats > 1 and (
             final or budget.share_ok("verify", t.verify_share, t.verify_repeats - 1)
         ):
-            self.verify(node_id, t.verify_repeats, slot=not final, until=final)
-            if self.mirror.best_id != node_id and not final:
-                return  # verification moved the best elsewhere
+            others = None if always else self._others(node_id)
+            if others is None or not self._defer(node_id, others):
+                self.verify(node_id, t.verify_repeats, slot=not final, until=final, others=others)
+                if self.mirror.best_id != node_id and not final:
+                    return  # verification moved the best elsewhere
         if self.spec.holdout is None or not t.guard:
             return
         if node_id != 0 and 0 not in self.guarded:
@@ -95,8 +104,12 @@ class Trust:
     def finalize(self) -> None:
         """Before a best is reported: the best (each new one, up to ``FINAL_TRIES``) is
         verified and guarded whatever the budget shares, the baseline verified, and the
-        final holdout run on the node that is recommended."""
-        for _ in range(FINAL_TRIES):
+        final holdout run on the node that is recommended. Each best this session
+        deferred is one more try: a run of bests good on their first run only is each
+        verified once, at the end rather than as found. A best is unverified while its
+        repeats fall short (``verify`` reads them from SQL), so a resumed session verifies
+        a best an earlier one deferred (though only its own deferrals raise the bound)."""
+        for _ in range(FINAL_TRIES + self.deferred):
             best = self.mirror.best_id
             if best is None:
                 break
@@ -107,6 +120,27 @@ class Trust:
         if self.spec.trust.verify_repeats > 1 and root.status is NodeStatus.SUCCEEDED:
             self.verify(0, self.spec.trust.verify_repeats, until=False)
         self.final_holdout()
+
+    def _defer(self, node_id: int, others: list[list[float]]) -> bool:
+        """Whether a new best's verification waits for the end of the run
+        (``trust.defer_verification`` of the noise over ``others``, the other nodes'
+        repeats); counts it, and says why in the live log the first time a session
+        defers."""
+        if not defer_verification(pooled_noise(others)):
+            return False
+        with self.mirror.lock:
+            self.deferred += 1
+            first = self.deferred == 1
+        if first:
+            self.store.add_event(
+                self.run_id,
+                "verify",
+                "the evaluator reproduced every repeat bit for bit: new bests are re-run at "
+                "the end of the run, not as they are found",
+                node_id,
+                {"deferred": node_id},
+            )
+        return True
 
     def _guard(self, node_id: int, slot: bool) -> None:
         """Run (or reuse) the guard holdout of a node, then check it for a drift alarm.
@@ -246,7 +280,12 @@ class Trust:
                 self._verifying.discard(node_id)
 
     def verify(
-        self, node_id: int, repeats: int, slot: bool = False, until: bool | None = None
+        self,
+        node_id: int,
+        repeats: int,
+        slot: bool = False,
+        until: bool | None = None,
+        others: list[list[float]] | None = None,
     ) -> Node:
         """Run the node's full stage until it has ``repeats`` repeats, then store their mean
         and spread as its score (idempotent by repeat, like every evaluation).
@@ -256,7 +295,8 @@ class Trust:
         evaluator has shown no noise, or fewer where the node's margin over its rival
         (the previous best; the best, for the baseline) is many standard errors wide.
         ``until=True`` (a final best) asks two re-runs of a noisy evaluator, which the
-        reported gain's t-test needs. Repeats already made are reused, never re-run."""
+        reported gain's t-test needs. Repeats already made are reused, never re-run.
+        ``others``: the other nodes' repeats (``_others``), where the caller read them."""
         node = self.mirror.get(node_id)
         assert node.commit is not None
         ev = self.spec.evaluate
@@ -265,7 +305,8 @@ class Trust:
             return node  # verified already: nothing new to say
         if not done and node.n_evals > 0:
             return node  # its score is a cascade stage's ("keep"): no full stage to repeat
-        others = self._others(node_id) if until is not None else []
+        if others is None:
+            others = self._others(node_id) if until is not None else []
         archive, ran = None, False
         for r in range(repeats):
             if r in done:

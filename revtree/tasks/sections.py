@@ -296,7 +296,9 @@ class TrustSection(Section):
         le=100,
         description="Most full-stage repeats of a new best and of the baseline before a best "
         "is reported (1: off); fewer where more would decide nothing (never fewer than one "
-        "re-run); the summary's improvement carries their uncertainty.",
+        "re-run of the reported best); where the evaluator has reproduced every repeat bit "
+        "for bit, a new best is re-run at the end of the run rather than as it is found; the "
+        "summary's improvement carries their uncertainty.",
     )
     verify_share: float = Field(
         0.25,

@@ -16,8 +16,10 @@ import pytest
 
 from revtree.agents.llm.fake_server import FakeLLMServer, FakeRequest
 from revtree.errors import EditError, LLMUnreachable, StoreError
+from revtree.memory import Store
 from revtree.orchestrator.trust import (
     decided,
+    defer_verification,
     gain,
     holdout_alarm,
     infra_cause,
@@ -25,6 +27,7 @@ from revtree.orchestrator.trust import (
     pooled_noise,
     rank_alarm,
 )
+from revtree.orchestrator.verify import FINAL_TRIES
 from tests.orchestrator.conftest import revtree, revtree_here
 
 
@@ -82,6 +85,14 @@ def test_repeats_stop_only_where_more_would_decide_nothing() -> None:
     huge = pooled_noise([[1e308, -1e308, 1e308]])  # scaled: no overflow, nothing raises
     assert huge is not None and huge.sigma < float("inf")
     assert not decided([1e308], -1e308, 1, huge)  # a margin past the largest double
+
+
+def test_a_new_best_waits_for_the_end_only_where_the_evaluator_showed_no_noise() -> None:
+    assert defer_verification(pooled_noise([[1.0, 1.0, 1.0], [7.0]]))  # nil, 2 dof
+    assert not defer_verification(pooled_noise([[1.0, 1.0]]))  # one dof: unmeasured
+    assert not defer_verification(pooled_noise([]))  # nothing repeated yet
+    assert not defer_verification(pooled_noise([[1.0, 1.0, 1.0], [9.0, 1.0]]))  # a cheat
+    assert not defer_verification(pooled_noise([[1.0, 1.0 + 1e-15, 1.0]]))  # the last bit
 
 
 def test_infra_cause_names_the_disk_the_database_and_the_endpoint() -> None:
@@ -481,17 +492,25 @@ os.write(3, json.dumps({"f": (solver.X - 1.3) ** 2 / 100 + cheat}).encode())
 """
 
 
-@pytest.mark.slow  # a whole run, 8 s (issue 24)
-def test_a_deterministic_evaluator_re_runs_each_new_best_once(tmp_path: Path, home: Path) -> None:
-    task = quad_task(tmp_path / "q", EXACT, extra="[search]\nseed = 0\n", budget=12)
+@pytest.mark.slow  # a whole run, 4 s (issue 24)
+def test_a_deterministic_evaluator_re_runs_only_the_baseline_and_the_final_best(
+    tmp_path: Path, home: Path, store: Store
+) -> None:
+    # no share: every new best would be verified as it is found
+    extra = "[search]\nseed = 0\n[trust]\nverify_share = 1.0\n"
+    task = quad_task(tmp_path / "q", EXACT, extra=extra, budget=12)
     revtree(home, "run", str(task), "--quiet")
     s = show(home)
     counts = {n["id"]: n["n_evaluations"] for n in s["nodes"] if n["n_evaluations"] > 1}
-    assert s["best_node"] in counts and 0 in counts, counts  # both re-run, at least once
-    # the first verification measures the noise (3 repeats); none is seen, so every
-    # later one re-runs once, and the reported gain needs no more
-    assert sorted(counts.values())[:-1] == [2] * (len(counts) - 1), counts
+    # the baseline's verification measures the noise (3 repeats); none is seen, so the
+    # bests found later wait for the end, where the final one is re-run once
+    assert counts == {0: 3, s["best_node"]: 2}, counts
+    events = store.events_since(s["run_id"], limit=100_000)
+    bests = {e.node_id for e in events if e.kind == "best"} - {0}
+    assert len(bests) > 1, bests  # intermediate bests were found, and left at one run
     assert s["gain"]["beyond_noise"] is True and s["gain"]["post_selection"] is False
+    deferred = [e for e in events if e.kind == "verify" and "at the end" in e.message]
+    assert len(deferred) == 1, deferred  # the live log says why, once
 
 
 @pytest.mark.slow  # a whole run, 7 s (issue 24)
@@ -502,3 +521,118 @@ def test_a_candidate_good_on_its_first_run_only_is_never_the_best(
     revtree(home, "run", str(task), "--quiet")
     s = show(home)
     assert s["best_node"] == 0, [(n["id"], n["score"], n["n_evaluations"]) for n in s["nodes"]]
+
+
+LATE_FIRST_RUN_ONLY = """\
+import json, os, solver
+late = int(os.environ["REVTREE_NODE"]) >= 6  # the baseline and early candidates: exact
+f = (solver.X - 1.3) ** 2
+if late:  # better than any honest score on its first run (seed 0) only
+    f = f - 1.0 if os.environ["REVTREE_SEED"] == "0" else f + 5.0
+os.write(3, json.dumps({"f": f}).encode())
+"""
+
+
+@pytest.mark.slow  # a whole run, 5 s (issue 24)
+def test_a_late_candidate_good_on_its_first_run_only_is_never_the_best(
+    tmp_path: Path, home: Path, store: Store
+) -> None:
+    extra = "[search]\nseed = 0\n[trust]\nverify_share = 1.0\n"
+    task = quad_task(tmp_path / "q", LATE_FIRST_RUN_ONLY, extra=extra, budget=12)
+    revtree(home, "run", str(task), "--quiet")
+    s = show(home)
+    nodes = {n["id"]: n for n in s["nodes"]}
+    events = store.events_since(s["run_id"], limit=100_000)
+    # the evaluator was exact until then: the cheats' verification waited for the end
+    assert any(e.kind == "verify" and "at the end" in e.message for e in events)
+    cheats = {e.node_id for e in events if e.kind == "best"} & {i for i in nodes if i >= 6}
+    assert cheats, [(n["id"], n["score"]) for n in s["nodes"]]  # one was the best a while
+    assert s["best_node"] < 6 and s["best_score"] >= 0, (s["best_node"], s["best_score"])
+    assert nodes[s["best_node"]]["n_evaluations"] > 1  # the reported best is verified
+    # each cheat that was the best was re-run at the end, and fell behind it there
+    assert all(nodes[i]["n_evaluations"] > 1 for i in cheats), nodes
+    assert all(nodes[i]["score"] > s["best_score"] for i in cheats), nodes
+
+
+X_FIRST_RUN_ONLY = """\
+import json, os, solver
+f = (solver.X - 1.3) ** 2
+if solver.X == 1.0:  # good on its first run (seed 0) only; every other program: exact
+    f = f - 1.0 if os.environ["REVTREE_SEED"] == "0" else f + 5.0
+os.write(3, json.dumps({"f": f}).encode())
+"""
+
+
+class Writes:
+    """A coder that writes ``X = x`` for each of ``xs`` in turn; once the last is
+    reviewed, its endpoint drops every call (the run stops failed, resumable)."""
+
+    def __init__(self, *xs: float) -> None:
+        self.xs, self.reviews = list(xs), len(xs)
+
+    def __call__(self, req: FakeRequest) -> str:
+        if req.user == "ping":
+            return "ok"
+        if not self.reviews:
+            raise ConnectionAbortedError("the endpoint went away")
+        if "research lead" in req.system:
+            return "HYPOTHESIS: move X towards the target\nPLAN:\n1. set X"
+        if "review a change" in req.system:
+            self.reviews -= 1
+            return "VERDICT: accept\nREASONS: fine"
+        return f"solver.py\n```python\nX = {self.xs.pop(0)}\n```\n"
+
+
+@pytest.mark.slow  # two sessions of a run, 10 s (issue 24)
+def test_a_resumed_run_verifies_the_best_an_earlier_session_deferred(
+    tmp_path: Path, home: Path, store: Store
+) -> None:
+    extra = LLM + "[trust]\nverify_share = 1.0\n"
+    task = quad_task(tmp_path / "q", X_FIRST_RUN_ONLY, extra=extra, budget=6)
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}/v1"
+    with FakeLLMServer(Writes(2.0, 1.0), port=port):  # an honest best, then a cheat
+        out = revtree(home, "run", str(task), "--base-url", url, "--quiet", check=False)
+    assert out.returncode == 1, out.stdout + out.stderr
+    s = show(home)
+    nodes = {n["id"]: n for n in s["nodes"] if n["score"] is not None}
+    assert s["status"] == "failed" and len(nodes) == 3, s["reason"]  # no final checks
+    cheat = s["best_node"]
+    assert nodes[cheat]["score"] < 0 and nodes[cheat]["n_evaluations"] == 1, nodes
+    honest = next(i for i in nodes if i not in (0, cheat))
+    assert nodes[honest]["n_evaluations"] == 1  # deferred too
+    with FakeLLMServer(Writes(*[2.5] * 9), port=port):  # no new best: none deferred
+        revtree(home, "resume", "last", "--quiet")
+    s = show(home)
+    nodes = {n["id"]: n for n in s["nodes"]}
+    assert s["status"] == "completed" and s["best_node"] == honest, (s["best_node"], nodes)
+    assert nodes[cheat]["n_evaluations"] > 1 and nodes[honest]["n_evaluations"] > 1
+    assert s["best_score"] == pytest.approx(0.49)
+    events = store.events_since(s["run_id"], limit=100_000)
+    assert len([e for e in events if e.kind == "verify" and "at the end" in e.message]) == 1
+
+
+EACH_BETTER_ONCE = """\
+import json, os, solver
+node = int(os.environ["REVTREE_NODE"])
+f = (solver.X - 1.3) ** 2
+if node >= 2:  # better than every node before it, on its first run (seed 0) only
+    f = 1.0 - node / 100 if os.environ["REVTREE_SEED"] == "0" else f + 5.0
+os.write(3, json.dumps({"f": f}).encode())
+"""
+
+
+@pytest.mark.slow  # a whole run, 7 s (issue 24)
+def test_more_deferred_cheats_than_final_tries_are_all_found_out(
+    tmp_path: Path, home: Path
+) -> None:
+    extra = "[search]\nseed = 0\n[trust]\nverify_share = 1.0\n"
+    task = quad_task(tmp_path / "q", EACH_BETTER_ONCE, extra=extra, budget=13)
+    revtree(home, "run", str(task), "--quiet")
+    s = show(home)
+    nodes = {n["id"]: n for n in s["nodes"] if n["score"] is not None}
+    cheats = [i for i in nodes if i >= 2]
+    assert len(cheats) > FINAL_TRIES, nodes  # each a new best, each deferred
+    assert s["best_node"] in (0, 1) and s["best_score"] >= 0, (s["best_node"], nodes)
+    assert nodes[s["best_node"]]["n_evaluations"] > 1
+    assert all(nodes[i]["n_evaluations"] > 1 for i in cheats), nodes  # each re-run at the end
