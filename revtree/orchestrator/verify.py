@@ -14,6 +14,7 @@ evaluation here is stored once per (node, stage, repeat, attempt) and reused on 
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import statistics
 import threading
@@ -103,23 +104,38 @@ class Trust:
 
     def finalize(self) -> None:
         """Before a best is reported: the best (each new one, up to ``FINAL_TRIES``) is
-        verified and guarded whatever the budget shares, the baseline verified, and the
-        final holdout run on the node that is recommended. Each best this session
-        deferred is one more try: a run of bests good on their first run only is each
-        verified once, at the end rather than as found. A best is unverified while its
+        verified and guarded whatever the budget shares, the baseline verified (beside
+        them where ``parallel`` allows two evaluations at once: the run's last seconds
+        were otherwise one evaluation after another), and the final holdout run on the
+        node that is recommended. Each best this session deferred is one more try: a run
+        of bests good on their first run only is each verified once, at the end rather
+        than as found. A best is unverified while its
         repeats fall short (``verify`` reads them from SQL), so a resumed session verifies
         a best an earlier one deferred (though only its own deferrals raise the bound)."""
-        for _ in range(FINAL_TRIES + self.deferred):
-            best = self.mirror.best_id
-            if best is None:
-                break
-            self.best(best, final=True)
-            if self.mirror.best_id == best:
-                break
         root = self.mirror.get(0)
-        if self.spec.trust.verify_repeats > 1 and root.status is NodeStatus.SUCCEEDED:
-            self.verify(0, self.spec.trust.verify_repeats, until=False)
+        base = self.spec.trust.verify_repeats > 1 and root.status is NodeStatus.SUCCEEDED
+        # two evaluations at once fit, and the loop below does not verify the baseline too
+        beside = base and self.spec.search.parallel > 1 and self.mirror.best_id not in (0, None)
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            baseline = pool.submit(self._verify_baseline) if beside else None
+            for _ in range(FINAL_TRIES + self.deferred):
+                best = self.mirror.best_id
+                if best is None:
+                    break
+                self.best(best, final=True)
+                if self.mirror.best_id == best:
+                    break
+            if baseline is not None:
+                baseline.result()
+            elif base:
+                self._verify_baseline()
         self.final_holdout()
+
+    def _verify_baseline(self) -> None:
+        """The baseline's repeats, the reference of the reported gain: until more would
+        decide nothing (one re-run where the run has shown no noise; two, or all of
+        ``verify_repeats``, where a t-test must give the verdict)."""
+        self.verify(0, self.spec.trust.verify_repeats, until=True)
 
     def _defer(self, node_id: int, others: list[list[float]]) -> bool:
         """Whether a new best's verification waits for the end of the run

@@ -8,6 +8,7 @@ import errno
 import json
 import os
 import socket
+import sqlite3
 import subprocess
 import textwrap
 from pathlib import Path
@@ -636,3 +637,33 @@ def test_more_deferred_cheats_than_final_tries_are_all_found_out(
     assert s["best_node"] in (0, 1) and s["best_score"] >= 0, (s["best_node"], nodes)
     assert nodes[s["best_node"]]["n_evaluations"] > 1
     assert all(nodes[i]["n_evaluations"] > 1 for i in cheats), nodes  # each re-run at the end
+
+
+# the baseline (X = 3.0) is the slowest and the worst, so that it is never the best while
+# the run goes on and its repeats all wait for the end
+BASELINE_LAST = (
+    "import json, os, time, solver\nbase = solver.X == 3.0\ntime.sleep(0.8 if base else 0.3)\n"
+    "os.write(3, json.dumps({'f': 100.0 if base else (solver.X - 1.3) ** 2}).encode())\n"
+)
+
+
+@pytest.mark.slow  # a whole run, about 8 s (issue 24)
+def test_the_end_verifies_the_baseline_beside_the_best_where_two_slots_fit(
+    tmp_path: Path, home: Path
+) -> None:
+    extra = "[search]\nseed = 0\nparallel = 2\n[trust]\nverify_share = 1.0\n"
+    task = quad_task(tmp_path / "q", BASELINE_LAST, extra=extra, budget=12)
+    revtree(home, "run", str(task), "--quiet")
+    best = show(home)["best_node"]
+    with sqlite3.connect(home / "revtree.db") as db:  # when each ran: the stored times
+        rows = db.execute(
+            "select node_id, repeat, created_at - duration, created_at from evaluations"
+            " where stage = 'full'"
+        ).fetchall()
+    spans = {(n, r): (a, b) for n, r, a, b in rows}
+    searched = max(b for (n, r), (_, b) in spans.items() if n != 0 and r == 0)
+    at_end = {k: v for k, v in spans.items() if v[0] >= searched - 0.05}
+    assert best != 0 and (0, 1) in at_end, spans  # the baseline re-run at the end only
+    assert (best, 1) in at_end, spans  # the final best was deferred to the end (seed 0)
+    (a0, a1), (b0, b1) = at_end[(0, 1)], at_end[(best, 1)]
+    assert a0 < b1 and b0 < a1, spans  # at once, not one after the other
