@@ -12,7 +12,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from revtree.cli.app import DbOpt, RunArg, app, console, open_store
+from revtree.cli.app import DbOpt, RunArg, app, console, open_reads, open_store
 from revtree.errors import RevtreeError
 from revtree.memory.records import RunStatus
 
@@ -51,7 +51,7 @@ def rm(
 @app.command()
 def stop(run_id: RunArg, db: DbOpt = None) -> None:
     """Ask the process driving a run (on this machine) to stop cleanly."""
-    store = open_store(db)
+    store = open_reads(db)  # a signal to its process: nothing is written here
     found = store.get_run(run_id)
     for _ in range(100):  # a run just started records its pid a moment later: 10 s at most
         if found.status is not RunStatus.RUNNING or found.pid:

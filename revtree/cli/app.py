@@ -20,6 +20,7 @@ from revtree.errors import RevtreeError
 if TYPE_CHECKING:  # the command modules import the engine inside each command, so that
     # `--version`, `--help` and the read-only commands start without it (issue 24)
     from revtree.memory import RunInfo, Store
+    from revtree.memory.reads import StoreReads
 
 # The order ``revtree --help`` lists the commands in (typer lists them as registered, the
 # sub-apps after them): they are defined in several modules, so see order_commands().
@@ -225,6 +226,26 @@ def store_if_any(db: str | None) -> Store | None:
         if db or os.environ.get("REVTREE_DB"):
             raise RevtreeError(f"{e} (--db, $REVTREE_DB)") from None
         return None
+
+
+def open_reads(db: str | None) -> StoreReads:
+    """What a command that only reads opens: the light reads of a SQLite home whose
+    schema is current (``memory.sqlite_reads``: the standard library's sqlite3, no
+    SQLAlchemy), else the Store (``open_store``), which also migrates an older schema."""
+    from revtree.memory.home import default_url
+    from revtree.memory.sqlite_reads import SqliteReads
+
+    return SqliteReads.open(db or default_url()) or open_store(db)
+
+
+def reads_if_any(db: str | None) -> StoreReads | None:
+    """``open_reads`` where there is a database; None as ``store_if_any`` has it."""
+    from revtree.memory.home import default_url, no_default_database
+    from revtree.memory.sqlite_reads import SqliteReads
+
+    if db is None and no_default_database():
+        return None
+    return SqliteReads.open(db or default_url()) or store_if_any(db)
 
 
 def node_or_best(store: Store, run: RunInfo, node: int | None) -> int:

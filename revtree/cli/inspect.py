@@ -22,9 +22,10 @@ from revtree.cli.app import (
     console,
     err,
     node_or_best,
+    open_reads,
     open_store,
     plain,
-    store_if_any,
+    reads_if_any,
     visible,
 )
 from revtree.cli.render import (
@@ -40,7 +41,7 @@ from revtree.memory.records import RunInfo, RunStatus
 
 if TYPE_CHECKING:
     from revtree.memory.gitstore import GitStore
-    from revtree.memory.store import Store
+    from revtree.memory.reads import StoreReads
 
 
 @app.command()
@@ -53,7 +54,7 @@ def watch(
 ) -> None:
     """Follow a run's live log from another terminal until the run ends (or its process
     is gone: killed, crashed)."""
-    store = open_store(db)
+    store = open_reads(db)
     found = store.get_run(run_id)
     last, start, checked = since, time.monotonic(), 0.0
     while True:
@@ -80,7 +81,7 @@ LIVENESS_EVERY = 1.0  # seconds between checks that a followed run's process liv
 def _exit_if_gone(run: RunInfo) -> None:
     """A run marked running whose process (on this machine) is dead never ends: say so
     and exit 1 instead of following it forever (``doctor --repair`` marks it failed)."""
-    from revtree.orchestrator.run import alive
+    from revtree.orchestrator.liveness import alive
 
     if run.status is not RunStatus.RUNNING or not run.pid or alive(run.pid, run.host):
         return
@@ -102,7 +103,7 @@ def ls(
     tree: Annotated[bool, typer.Option("--tree", help="Show forks as a family tree.")] = False,
 ) -> None:
     """List runs."""
-    store = store_if_any(db)
+    store = reads_if_any(db)
     rows = [] if store is None else summaries(store)
     if as_json:
         console.print_json(json.dumps(rows))
@@ -113,7 +114,7 @@ def ls(
     console.print(runs_table(rows, console))
 
 
-def summaries(store: Store) -> list[dict[str, Any]]:
+def summaries(store: StoreReads) -> list[dict[str, Any]]:
     """``ls``'s rows (the report's modules are imported only where there is a store)."""
     from revtree.orchestrator.commands.report import summarize
 
@@ -185,7 +186,7 @@ def show(
         transcripts,
     )
 
-    store = open_store(db)
+    store = open_reads(db)
     found = store.get_run(run_id)
     if node is not None:
         data = node_json(store.node(found.id, node))
@@ -250,7 +251,7 @@ def compare(
     """Runs side by side: a fork against its parent, say (what each added itself too)."""
     from revtree.orchestrator.commands.report import compare as compare_runs
 
-    store = open_store(db)
+    store = open_reads(db)
     runs = [store.get_run(r) for r in run_ids]
     rows = compare_runs(store, runs)
     if as_json:

@@ -30,9 +30,9 @@ from sqlalchemy.exc import ArgumentError, NoSuchModuleError, OperationalError, S
 from sqlalchemy.pool import StaticPool
 
 from revtree.errors import StoreError
+from revtree.memory.sqlite_reads import HEAD  # kept there, importable without SQLAlchemy
 
 MIGRATIONS = Path(__file__).parent / "migrations"
-HEAD = "0006"
 MIGRATE_TRIES = 12  # backoff 0.1, 0.2, ... s: about 6.6 s in all (a loaded CI ran out of 6)
 MIGRATION_LOCK = 0x72657674  # PostgreSQL advisory lock key ("revt") held while migrating
 CONNECT_TIMEOUT = 10  # seconds for a PostgreSQL server to answer (the OS default is minutes)

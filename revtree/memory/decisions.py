@@ -16,8 +16,9 @@ from sqlalchemy import Engine, select, update
 from sqlalchemy.engine import Connection
 
 from revtree.memory.db import transaction
+from revtree.memory.models import EVENTS, RUNS
 from revtree.memory.records import Decision, Event
-from revtree.memory.rows import EVENTS, RUNS
+from revtree.memory.rows import first_decisions
 
 
 class Decisions:
@@ -79,8 +80,4 @@ def _decisions(conn: Connection, run_id: str, nodes: dict[int, int]) -> dict[int
         )
         .order_by(EVENTS.c.seq)
     ).all()
-    out: dict[int, Decision] = {}
-    for node_id, data in rows:
-        if data and data.get("attempt") == nodes[node_id] and node_id not in out:
-            out[node_id] = Decision(bool(data["accepted"]), data.get("why") or "")
-    return out
+    return first_decisions(rows, nodes)

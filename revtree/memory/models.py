@@ -1,4 +1,5 @@
-"""SQLAlchemy models of the SQL memory. Migrations in ``migrations/`` mirror them.
+"""SQLAlchemy models of the SQL memory, and their tables as Core handles (``RUNS``,
+``NODES``...). Migrations in ``migrations/`` mirror them.
 
 Times are UNIX seconds (float) so every backend stores them alike. JSON columns hold
 proposals, metrics, event data and the policy state.
@@ -6,9 +7,19 @@ proposals, metrics, event data and the policy state.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import JSON, Boolean, Float, ForeignKeyConstraint, Index, Integer, String, Text
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    Float,
+    ForeignKeyConstraint,
+    Index,
+    Integer,
+    String,
+    Table,
+    Text,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -137,3 +148,10 @@ class LLMCallRow(Base):
     created_at: Mapped[float] = mapped_column(Float)
     prompt: Mapped[str | None] = mapped_column(Text)
     response: Mapped[str | None] = mapped_column(Text)
+
+
+RUNS = cast(Table, RunRow.__table__)
+NODES = cast(Table, NodeRow.__table__)
+EVALS = cast(Table, EvaluationRow.__table__)
+EVENTS = cast(Table, EventRow.__table__)
+CALLS = cast(Table, LLMCallRow.__table__)

@@ -1,16 +1,20 @@
-"""The reads of one run that its summary needs (``report.summarize``), as a protocol.
+"""The reads of one run that its summary needs (``report.summarize``), as a protocol;
+and :class:`StoreReads`, those and the runs table: what the commands that only read
+(ls, show, watch, stop, compare) take.
 
-:class:`~revtree.memory.store.Store` satisfies it structurally (no subclassing, no
-registration), and so does the dashboard's lean read model
-(``revtree.web.queries.SummaryView``), which has no write methods at all. A function
-that takes a :class:`RunReads` cannot write to the database through it.
+:class:`~revtree.memory.store.Store` satisfies both structurally (no subclassing, no
+registration), and so do the dashboard's lean read model
+(``revtree.web.queries.SummaryView``, a :class:`RunReads`) and the light reads of a
+SQLite home (``revtree.memory.sqlite_reads.SqliteReads``, a :class:`StoreReads`), which
+have no write methods at all. A function that takes one cannot write to the database
+through it.
 """
 
 from __future__ import annotations
 
 from typing import Protocol
 
-from revtree.memory.records import Decision, EvalResult, Event, LLMCall, Node
+from revtree.memory.records import Decision, EvalResult, Event, LLMCall, Node, RunInfo
 
 
 class RunReads(Protocol):
@@ -41,4 +45,22 @@ class RunReads(Protocol):
 
     def llm_calls(self, run_id: str) -> list[LLMCall]:
         """The run's model calls in the order made."""
+        ...
+
+
+class StoreReads(RunReads, Protocol):
+    """A run's reads and the runs table: what the read-only commands take."""
+
+    url: str
+
+    def get_run(self, run_id: str) -> RunInfo:
+        """The run with this id, or the only one whose id starts with it, or 'last'."""
+        ...
+
+    def list_runs(self) -> list[RunInfo]:
+        """Every run, oldest first."""
+        ...
+
+    def node(self, run_id: str, node_id: int) -> Node:
+        """One node of the run."""
         ...

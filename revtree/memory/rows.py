@@ -1,21 +1,25 @@
-"""The tables of the SQL memory as SQLAlchemy Core handles, and the conversion between
-their rows and the records (:mod:`revtree.memory.records`) the Store hands out."""
+"""The conversion between the rows of the SQL memory and the records
+(:mod:`revtree.memory.records`) that the Store and the light reads
+(:mod:`revtree.memory.sqlite_reads`) hand out. A row is anything with the columns as
+attributes, JSON already decoded: a SQLAlchemy ``Row`` or a namespace of a ``sqlite3``
+row. No SQLAlchemy here (the tables' handles are in :mod:`revtree.memory.models`)."""
 
 from __future__ import annotations
 
 import time
-from typing import Any, cast
+from collections.abc import Iterable
+from typing import Any
 
-from sqlalchemy import Table
-
-from revtree.memory.models import EvaluationRow, EventRow, LLMCallRow, NodeRow, RunRow
-from revtree.memory.records import EvalResult, Node, NodeStatus, RunInfo, RunStatus
-
-RUNS = cast(Table, RunRow.__table__)
-NODES = cast(Table, NodeRow.__table__)
-EVALS = cast(Table, EvaluationRow.__table__)
-EVENTS = cast(Table, EventRow.__table__)
-CALLS = cast(Table, LLMCallRow.__table__)
+from revtree.memory.records import (
+    Decision,
+    EvalResult,
+    Event,
+    LLMCall,
+    Node,
+    NodeStatus,
+    RunInfo,
+    RunStatus,
+)
 
 
 def node_values(node: Node) -> dict[str, Any]:
@@ -112,3 +116,38 @@ def row_to_run(r: Any) -> RunInfo:
         parent_run=r.parent_run,
         parent_node=r.parent_node,
     )
+
+
+def row_to_event(r: Any) -> Event:
+    return Event(r.run_id, r.seq, r.ts, r.kind, r.message, r.node_id, r.data)
+
+
+def row_to_call(r: Any) -> LLMCall:
+    return LLMCall(
+        r.role,
+        r.model,
+        r.input_tokens,
+        r.output_tokens,
+        r.cached_tokens,
+        r.cache_write_tokens,
+        r.cost_usd,
+        r.latency,
+        r.ok,
+        r.node_id,
+        r.error,
+        r.prompt,
+        r.response,
+    )
+
+
+def first_decisions(
+    rows: Iterable[tuple[int, dict[str, Any] | None]], nodes: dict[int, int]
+) -> dict[int, Decision]:
+    """The decision on each of ``nodes`` (node -> attempt) from the ``decision`` events'
+    ``(node_id, data)`` in seq order: the first for that attempt (a store written before
+    decisions were atomic may hold two)."""
+    out: dict[int, Decision] = {}
+    for node_id, data in rows:
+        if data and data.get("attempt") == nodes[node_id] and node_id not in out:
+            out[node_id] = Decision(bool(data["accepted"]), data.get("why") or "")
+    return out

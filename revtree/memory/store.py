@@ -26,6 +26,7 @@ from revtree.errors import RunNotFound, StoreError
 from revtree.memory.db import make_engine, migrate, probe, transaction
 from revtree.memory.decisions import Decisions
 from revtree.memory.home import default_url
+from revtree.memory.models import CALLS, EVALS, EVENTS, NODES, RUNS
 from revtree.memory.records import (
     EvalResult,
     Event,
@@ -36,13 +37,10 @@ from revtree.memory.records import (
     RunStatus,
 )
 from revtree.memory.rows import (
-    CALLS,
-    EVALS,
-    EVENTS,
-    NODES,
-    RUNS,
     node_values,
+    row_to_call,
     row_to_eval,
+    row_to_event,
     row_to_node,
     row_to_run,
 )
@@ -152,7 +150,7 @@ class Store(Decisions):
                 .order_by(EVENTS.c.seq)
                 .limit(limit)
             ).all()
-        return [Event(r.run_id, r.seq, r.ts, r.kind, r.message, r.node_id, r.data) for r in rows]
+        return [row_to_event(r) for r in rows]
 
     # -- runs ---------------------------------------------------------------------
     def create_run(
@@ -440,24 +438,7 @@ class Store(Decisions):
             rows = conn.execute(
                 select(CALLS).where(CALLS.c.run_id == run_id).order_by(CALLS.c.id)
             ).all()
-        return [
-            LLMCall(
-                r.role,
-                r.model,
-                r.input_tokens,
-                r.output_tokens,
-                r.cached_tokens,
-                r.cache_write_tokens,
-                r.cost_usd,
-                r.latency,
-                r.ok,
-                r.node_id,
-                r.error,
-                r.prompt,
-                r.response,
-            )
-            for r in rows
-        ]
+        return [row_to_call(r) for r in rows]
 
     def llm_totals(self, run_id: str) -> tuple[float, int]:
         """(dollars, tokens) spent by a run's model calls."""

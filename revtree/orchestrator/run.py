@@ -1,4 +1,5 @@
-"""A run's creation, its files, and whether the process that claims it is alive."""
+"""A run's creation and its files (whether the process that claims it lives: ``alive``,
+from ``orchestrator.liveness``)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from revtree.memory import GitStore, Node, NodeStatus, RunInfo, Store
 from revtree.memory.gitstore import HOLDOUT_REF, file_mode
 from revtree.memory.home import revtree_home
 from revtree.memory.recover import write_run_file
+from revtree.orchestrator.liveness import alive
 from revtree.tasks import TaskSpec, code_files, holdout_files
 from revtree.tasks.load import TASK_FILE, link_problem, source_dir
 
@@ -126,23 +128,6 @@ def create_run(
         stored,
         root=(root, ("select", "node 0: baseline (the untouched source)", None)),
     )
-
-
-def alive(pid: int, host: str | None) -> bool:
-    """Whether the process ``pid`` on ``host`` lives (another host: assumed alive)."""
-    if host != socket.gethostname():
-        return True  # cannot tell: assume alive
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie (killed, not yet reaped) is not alive
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return True
 
 
 def resume_hint(run_id: str, baseline_failed: bool) -> str:

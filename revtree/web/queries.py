@@ -23,6 +23,7 @@ from sqlalchemy.engine import Connection
 
 from revtree.memory import Store
 from revtree.memory.db import transaction
+from revtree.memory.models import CALLS, EVALS, EVENTS, NODES, RUNS
 from revtree.memory.records import (
     TWIN,
     Decision,
@@ -33,7 +34,7 @@ from revtree.memory.records import (
     NodeStatus,
     directed,
 )
-from revtree.memory.rows import CALLS, EVALS, EVENTS, NODES, RUNS, row_to_eval
+from revtree.memory.rows import row_to_eval
 from revtree.memory.stages import FULL, GUARD, HOLDOUT
 
 HYPOTHESIS_CHARS = 80

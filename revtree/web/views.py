@@ -20,8 +20,8 @@ from revtree.memory import RunInfo, Store
 from revtree.memory.db import transaction
 from revtree.memory.gitstore import GitStore
 from revtree.memory.home import revtree_home
+from revtree.memory.models import RUNS
 from revtree.memory.records import Node, Score
-from revtree.memory.rows import RUNS
 from revtree.orchestrator.commands.report import (
     compare,
     llm_spend,

@@ -7,9 +7,14 @@ it had loaded when it ended is checked.
   storage or pydantic; ``X --help`` may load pydantic (typer coerces parameters with it).
 - The commands that read or decide (ls, show, watch, stop, approve, reject) load neither
   LangGraph, a model SDK, the Docker client, Optuna nor Ray, nor alembic where the
-  schema is current; SQLAlchemy they may. ``ls`` in a home with no database yet makes
-  none and loads neither alembic (it built and migrated one in memory, about 0.4 s) nor
-  SQLAlchemy (0.19 s of imports, and the report's modules).
+  schema is current. Those that only read (ls, show, watch, stop) load no SQLAlchemy
+  either on a SQLite home whose schema is current (``memory.sqlite_reads``: 0.1 s of
+  imports and the ORM models spared), and answer there exactly as the Store does (their
+  output with the light reads forced off, ``REVTREE_LIGHT_READS=0``, is the same); on
+  an older schema they open the Store, which migrates it, as before. approve and reject
+  write: they open the Store. ``ls`` in a home with no database yet makes none and
+  loads neither alembic (it built and migrated one in memory, about 0.4 s) nor
+  SQLAlchemy.
 
 The commands share one interpreter start: each runs in a child forked from an interpreter
 that has done what ``python -m revtree`` does before it dispatches (``loaded_modules_each``
@@ -20,6 +25,8 @@ Speed is measured in ``benchmarks/cli_start.py``, never asserted here.
 
 from __future__ import annotations
 
+import json
+import subprocess
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -28,7 +35,9 @@ import pytest
 
 from revtree.cli.app import COMMAND_ORDER
 from revtree.memory import Store
-from tests.orchestrator.conftest import loaded_modules_each, make_task, wait_for
+from revtree.memory.records import LLMCall
+from tests.memory.test_sqlite_reads import downgrade_to
+from tests.orchestrator.conftest import loaded_modules_each, make_task, revtree, wait_for
 from tests.orchestrator.test_approval import start_waiting, waiting
 
 ENGINE = {"langgraph", "langchain_core", "openai", "anthropic", "docker", "optuna", "ray"}
@@ -88,19 +97,26 @@ def test_ls_in_a_home_with_no_database_makes_none(tmp_path: Path) -> None:
 
 
 @pytest.fixture
-def held_run(tmp_path: Path, home: Path, store: Store) -> Iterator[str]:
-    """A run driven by a live process, node 1 waiting for approval."""
+def held_run(
+    tmp_path: Path, home: Path, store: Store
+) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    """A run driven by a live process, node 1 waiting for approval: (its id, the process)."""
     proc, run_id = start_waiting(home, store, make_task(tmp_path / "t", budget=3))
     try:
-        yield run_id
+        yield run_id, proc
     finally:
         proc.kill()
         proc.wait(timeout=60)
 
 
+READS = ("ls", "show", "watch", "stop")  # the commands that only read: no SQLAlchemy
+
+
 @pytest.mark.slow  # one interpreter per light command, 7 s (issue 24)
-def test_reading_and_deciding_load_no_engine(held_run: str, home: Path, store: Store) -> None:
-    run = held_run
+def test_reading_and_deciding_load_no_engine(
+    held_run: tuple[str, subprocess.Popen[str]], home: Path, store: Store
+) -> None:
+    run, proc = held_run
     checked = [
         (("ls",), 0),
         (("ls", "--tree"), 0),
@@ -113,10 +129,38 @@ def test_reading_and_deciding_load_no_engine(held_run: str, home: Path, store: S
     found = loaded_modules_each(home, [args for args, _ in checked])
     for (args, want), (code, names) in zip(checked, found, strict=True):
         assert (code, roots(names) & (ENGINE | {"alembic"})) == (want, set()), args
-    assert "sqlalchemy" in roots(names)  # the probe saw the store opened
+        assert ("sqlalchemy" in roots(names)) == (args[0] not in READS), args
     wait_for(lambda: waiting(store, run) == [2], what="node 2 to wait")
     deciding = [("stop", run), ("reject", run, "2", "--why", "no")]
     for args, (code, names) in zip(deciding, loaded_modules_each(home, deciding), strict=True):
         assert (code, roots(names) & ENGINE) == (0, set()), args
+        assert ("sqlalchemy" in roots(names)) == (args[0] not in READS), args
     wait_for(lambda: store.get_run(run).status.value == "stopped", what="the run to stop")
     assert store.node(run, 2).status.is_finished() or store.decision(run, 2, 1) is not None
+    proc.wait(timeout=60)
+    # the light reads answer as the Store, on this run (evaluations, events, a decision)
+    # with model calls added, and on an older schema the Store answers (and migrates it)
+    call = LLMCall("coder", "m", 100, 20, 40, 0, 0.01, 1.5, True, 1, prompt="p", response="r")
+    store.record_llm_call(run, call)
+    store.record_llm_call(run, LLMCall("proposer", "m", 9, 0, 0, 0, 0.0, 0.1, False, 2, "no"))
+    reads = [
+        ("ls", "--json"),
+        ("show", run, "--json", "--nodes"),
+        ("show", run, "--node", "1", "--json"),
+        ("show", run, "--transcript", "--json"),
+        ("show", run),
+        ("watch", run),
+        ("stop", run),
+    ]
+    light = [revtree(home, *args, check=False) for args in reads]
+    for args, out in zip(reads, light, strict=True):
+        off = revtree(home, *args, check=False, REVTREE_LIGHT_READS="0")
+        assert (out.returncode, out.stdout, out.stderr) == (off.returncode, off.stdout, off.stderr)
+    shown = json.loads(light[1].stdout)
+    assert shown["llm"]["calls"] == 2 and shown["n_evaluated"] >= 2, shown
+    assert store.decision(run, 1, 1) is not None  # what the comparison covered
+    store.close()
+    downgrade_to(f"sqlite:///{home / 'revtree.db'}", "0005")
+    ((code, names),) = loaded_modules_each(home, [("show", run, "--json", "--nodes")])
+    assert code == 0 and {"sqlalchemy", "alembic"} <= roots(names)  # the Store migrated it
+    assert revtree(home, "show", run, "--json", "--nodes").stdout == light[1].stdout

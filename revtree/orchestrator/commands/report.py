@@ -19,7 +19,6 @@ from revtree.orchestrator.trust import final_better, gain
 
 if TYPE_CHECKING:
     from revtree.memory.reads import RunReads
-    from revtree.memory.store import Store
 
 
 def summarize(store: RunReads, run: RunInfo, with_nodes: bool = False) -> dict[str, Any]:
@@ -371,7 +370,7 @@ def _improvement(root: Node | None, best: Node | None, maximize: bool) -> float 
     return directed(gain, maximize)
 
 
-def transcripts(store: Store, run_id: str, node_id: int | None = None) -> dict[str, Any]:
+def transcripts(store: RunReads, run_id: str, node_id: int | None = None) -> dict[str, Any]:
     """The prompts and replies of a run's model calls (one node's, when given), in order:
     ``{"prefixes": {sha: text}, "calls": [...]}``. Each call names its node, attempt,
     role and number within them (``call``: 2 is the coder's repair round, say); its
