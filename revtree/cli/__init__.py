@@ -18,6 +18,8 @@ The package is cut by what a command does, so that each module reads as one conc
 - ``dashboard``: ``revtree dashboard``, the web view (the server is ``revtree.web``).
 - ``tune``: ``revtree tune``, search configurations tried on a suite, the best written
   as a profile (the engine is ``revtree.orchestrator.tune``).
+- ``coercion``: typer's parameter coercion, passed by where a value already has its
+  type (typer 0.2x builds a pydantic adapter for every parameter, even ``RUN``).
 - ``render``: how things are shown, shared by the commands: scores, live-log lines, the
   run summary, the family tree of forks.
 
@@ -30,8 +32,11 @@ typer, rich, each other, ``revtree.errors``, ``revtree.memory.records`` and
 ``revtree.tasks.names``; the engine (the store, the orchestrator, the agents, the task
 loader) is imported inside the command that uses it. So ``--version`` and ``--help``
 load no SQLAlchemy, pydantic or LangGraph, and the commands that read or decide load no
-LangGraph, model SDK, Docker client or Optuna (tests/orchestrator/test_light_imports.py;
-``benchmarks/cli_start.py`` measures the start).
+LangGraph, model SDK, Docker client or Optuna; those that only read (ls, show, watch,
+stop, compare: ``app.open_reads``) load no SQLAlchemy on a current SQLite home, and
+``coercion`` spares typer's pydantic where a value needs no coercing
+(tests/orchestrator/test_light_imports.py; ``benchmarks/cli_start.py`` measures the
+start).
 """
 
 from revtree.cli import (  # noqa: F401  (registers the commands)

@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.markup import escape
 
-from revtree.agents.llm import LLMError
 from revtree.cli.app import (
     DbOpt,
     DetachOpt,
@@ -56,6 +55,7 @@ def _install_stop(stop: threading.Event) -> None:
 
 
 def _drive(store: Store, run: RunInfo, parallel: str | None, quiet: bool, home: Path) -> None:
+    from revtree.agents.llm import LLMError
     from revtree.orchestrator.core import Orchestrator
 
     spec_budget = run.spec.get("budget", {}).get("max_nodes")
@@ -105,6 +105,7 @@ def check_models(spec: TaskSpec, then: str = "") -> None:
     """Build the clients of the models a run's agents will call, as the run does, and make
     ``check``'s call of one token to each, so that a model that cannot be called (no key,
     a server that does not answer) is refused before a run is created, changed or evaluated."""
+    from revtree.agents.llm import LLMError
     from revtree.orchestrator.commands.check import require_models
 
     try:
@@ -336,6 +337,7 @@ def resume(
     quiet: QuietOpt = False,
 ) -> None:
     """Continue a stopped or crashed run where it left off."""
+    from revtree.agents.llm import LLMError
     from revtree.memory.home import revtree_home
     from revtree.orchestrator.commands.reload import reload_task
     from revtree.tasks.spec import TaskSpec

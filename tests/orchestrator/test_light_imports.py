@@ -4,17 +4,20 @@ approval, so that watch follows a live run and approve, reject and stop act on i
 it had loaded when it ended is checked.
 
 - ``--version`` and ``--help`` load the CLI library and nothing of the engine, the
-  storage or pydantic; ``X --help`` may load pydantic (typer coerces parameters with it).
+  storage or pydantic, nor does ``X --help`` (typer coerces parameters with pydantic;
+  ``cli/coercion.py`` passes on the values that need no coercion without it).
+- Every command makes its process non-dumpable without loading the sandboxes.
 - The commands that read or decide (ls, show, watch, stop, approve, reject) load neither
   LangGraph, a model SDK, the Docker client, Optuna nor Ray, nor alembic where the
   schema is current. Those that only read (ls, show, watch, stop) load no SQLAlchemy
   either on a SQLite home whose schema is current (``memory.sqlite_reads``: 0.1 s of
-  imports and the ORM models spared), and answer there exactly as the Store does (their
-  output with the light reads forced off, ``REVTREE_LIGHT_READS=0``, is the same); on
-  an older schema they open the Store, which migrates it, as before. approve and reject
-  write: they open the Store. ``ls`` in a home with no database yet makes none and
-  loads neither alembic (it built and migrated one in memory, about 0.4 s) nor
-  SQLAlchemy.
+  imports and the ORM models spared), nor pydantic where no option's value needs
+  coercing (``--node 1`` does), nor the sandboxes; and they answer there exactly as the
+  Store does (their output with the light reads forced off, ``REVTREE_LIGHT_READS=0``,
+  is the same). On an older schema they open the Store, which migrates it, as before.
+  approve and reject write: they open the Store. ``ls`` in a home with no database yet
+  makes none and loads neither alembic (it built and migrated one in memory, about
+  0.4 s) nor SQLAlchemy.
 
 The commands share one interpreter start: each runs in a child forked from an interpreter
 that has done what ``python -m revtree`` does before it dispatches (``loaded_modules_each``
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -85,7 +89,7 @@ def test_each_commands_help_loads_no_engine_nor_storage(
 ) -> None:
     code, names = helps[(command, "--help")]
     assert code == 0
-    assert roots(names) & (BEYOND_THE_CLI - {"pydantic"}) == set()
+    assert roots(names) & BEYOND_THE_CLI == set()
 
 
 def test_ls_in_a_home_with_no_database_makes_none(tmp_path: Path) -> None:
@@ -130,14 +134,22 @@ def test_reading_and_deciding_load_no_engine(
     for (args, want), (code, names) in zip(checked, found, strict=True):
         assert (code, roots(names) & (ENGINE | {"alembic"})) == (want, set()), args
         assert ("sqlalchemy" in roots(names)) == (args[0] not in READS), args
+        # typer coerces "1" and "0.5" with pydantic; the rest need none (cli/coercion.py)
+        typed = {"--node", "--timeout"} & set(args) or args[0] not in READS
+        assert ("pydantic" in roots(names)) == bool(typed), args
     wait_for(lambda: waiting(store, run) == [2], what="node 2 to wait")
     deciding = [("stop", run), ("reject", run, "2", "--why", "no")]
     for args, (code, names) in zip(deciding, loaded_modules_each(home, deciding), strict=True):
         assert (code, roots(names) & ENGINE) == (0, set()), args
         assert ("sqlalchemy" in roots(names)) == (args[0] not in READS), args
+        assert ("pydantic" in roots(names)) == (args[0] not in READS), args
     wait_for(lambda: store.get_run(run).status.value == "stopped", what="the run to stop")
     assert store.node(run, 2).status.is_finished() or store.decision(run, 2, 1) is not None
     proc.wait(timeout=60)
+    ended = [("watch", run), ("show", run, "--json"), ("ls", "--json")]  # a finished run
+    for args, (code, names) in zip(ended, loaded_modules_each(home, ended), strict=True):
+        assert (code, roots(names) & BEYOND_THE_CLI) == (0, set()), args
+        assert not any(n.startswith("revtree.sandboxes") for n in names), args
     # the light reads answer as the Store, on this run (evaluations, events, a decision)
     # with model calls added, and on an older schema the Store answers (and migrates it)
     call = LLMCall("coder", "m", 100, 20, 40, 0, 0.01, 1.5, True, 1, prompt="p", response="r")
@@ -164,3 +176,61 @@ def test_reading_and_deciding_load_no_engine(
     ((code, names),) = loaded_modules_each(home, [("show", run, "--json", "--nodes")])
     assert code == 0 and {"sqlalchemy", "alembic"} <= roots(names)  # the Store migrated it
     assert revtree(home, "show", run, "--json", "--nodes").stdout == light[1].stdout
+
+
+def test_plain_parameters_pass_what_typers_coercion_returns() -> None:
+    """cli/coercion.py passes a plain parameter's value on where it already has the type;
+    typer's own coercion (pydantic) returns those values unchanged too, for every
+    parameter of every command it applies to; any other value is typer's to coerce."""
+    import typer.main
+    from typer._click import Context
+    from typer._coercion import build_runtime_param
+
+    from revtree.cli import app
+    from revtree.cli.coercion import PassThrough, install, plain
+
+    samples = {str: "last", int: 3, float: 0.25, bool: True}
+    group = typer.main.get_command(app)
+    commands = [group, *group.commands.values()]  # type: ignore[attr-defined]
+    seen = 0
+    for command in commands:
+        for param in command.params:
+            if not plain(param):
+                continue
+            typers = build_runtime_param(param.type_descriptor)
+            ctx = Context(command)
+            for value in (None, param.default, samples[param.type_descriptor.annotation]):
+                if value is None or type(value) is param.type_descriptor.annotation:
+                    got = typers.coerce(value, param=param, ctx=ctx)
+                    assert (got, type(got)) == (value, type(value)), (command.name, param.name)
+                    seen += 1
+    assert seen > 100  # the commands' run ids, --db, flags, numbers with defaults
+    assert install() and install()  # once: a second call leaves it wrapped once
+    show = group.commands["show"]  # type: ignore[attr-defined]
+    (node,) = [p for p in show.params if p.name == "node"]
+    node._runtime_param = None
+    assert isinstance(node.get_runtime_param(), PassThrough)
+    assert node.process_value(Context(show), "7") == 7  # a string: typer's, then kept
+    assert not isinstance(node.get_runtime_param(), PassThrough)
+
+
+DUMPABLE = """\
+import ctypes, sys
+sys.argv = ["revtree", "--version"]
+from revtree.cli import main
+try:
+    main()
+except SystemExit:
+    pass
+print(ctypes.CDLL(None).prctl(3, 0, 0, 0, 0), "revtree.sandboxes" in sys.modules)
+"""
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="prctl is Linux's")
+def test_the_command_makes_itself_non_dumpable_without_the_sandboxes(tmp_path: Path) -> None:
+    """``main()`` hides the process's environ (API keys) from a local sandbox's processes
+    (PR_SET_DUMPABLE 0, as ``sandboxes.local.protect_orchestrator``), loading no sandbox."""
+    proc = subprocess.run(
+        [sys.executable, "-c", DUMPABLE], capture_output=True, text=True, timeout=60
+    )
+    assert proc.stdout.split()[-2:] == ["0", "False"], proc.stdout + proc.stderr

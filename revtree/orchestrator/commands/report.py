@@ -111,8 +111,6 @@ def learning(store: RunReads, run: RunInfo, nodes: list[Node]) -> dict[str, Any]
     where one picks the operators (``[search] operators = "bandit"``), ``operators``
     (:func:`operator_bandit`)."""
     from revtree.memory.records import TWIN
-    from revtree.orchestrator.model_choice import Setting, summary
-    from revtree.tasks.agent_settings import AgentsSection
 
     stored = run.spec or {}  # read by section: a plugin policy need not import here
     search = stored.get("search") or {}
@@ -124,6 +122,11 @@ def learning(store: RunReads, run: RunInfo, nodes: list[Node]) -> dict[str, Any]
     out: dict[str, Any] = {"novelty": novelty}
     if search.get("operators") == "bandit" and (ops := operator_bandit(run, nodes)):
         out["operators"] = ops
+    if (stored.get("agents") or {}).get("model_selection") != "bandit":
+        return out  # no model bandit (the default, "weights"): none to load, nor pydantic
+    from revtree.orchestrator.model_choice import Setting, summary
+    from revtree.tasks.agent_settings import AgentsSection
+
     try:
         agents = AgentsSection.model_validate(stored.get("agents") or {})
     except ValueError:  # a task stored by another version: no bandit to show
