@@ -101,12 +101,15 @@ class SqliteReads:
             return None
         try:
             conn = sqlite3.connect(
-                f"file:{quote(path)}?mode=ro", uri=True, timeout=60, check_same_thread=False
+                f"file:{quote(path)}?mode=ro",
+                uri=True,
+                timeout=60,
+                check_same_thread=False,
+                isolation_level=None,  # each read its own transaction, as the Store's
             )
         except sqlite3.Error:
             return None
         try:
-            conn.isolation_level = None  # each read its own transaction, as the Store's
             found = conn.execute(
                 "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'alembic_version'"
             ).fetchone()

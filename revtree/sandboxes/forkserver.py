@@ -129,6 +129,23 @@ class _Server:
         self.control, self.started = ours, start_keys(base)
         return ours
 
+    def healthy(self) -> bool:
+        """Running, and not stopped (a candidate may SIGSTOP it)."""
+        if self.proc is None or self.proc.poll() is not None:
+            return False
+        try:
+            with open(f"/proc/{self.proc.pid}/stat", "rb") as f:
+                state = f.read().rsplit(b")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            return True  # no /proc: trust that it runs
+        return state not in (b"T", b"t", b"Z", b"X")
+
+    def hang_up(self) -> None:
+        """Close the control socket: a live server exits when it reads the end."""
+        if self.control is not None:
+            self.control.close()
+            self.control = None
+
     def stop(self) -> None:
         if self.control is not None:
             self.control.close()
@@ -149,6 +166,7 @@ class ForkServer:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._server = _Server()
+        self._retired: list[_Server] = []  # servers that stopped answering, not yet killed
         weakref.finalize(self, self._server.stop)  # a sandbox dropped unclosed
 
     def spawn(
@@ -159,16 +177,18 @@ class ForkServer:
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         mine, theirs = socket.socketpair()
+        server = self._server
         try:
             with self._lock:
-                control = self._server.start(env)
+                server = self._server
+                control = server.start(env)
                 header = {
                     "cwd": str(cwd),
                     "env": env,
                     "memory": memory,
                     "cpu": cpu,
                     "command": command,
-                    "script": script_of(command, env, self._server.started),
+                    "script": script_of(command, env, server.started),
                 }
                 socket.send_fds(
                     control, [json.dumps(header).encode()], [out_w, err_w, fd, theirs.fileno()]
@@ -189,11 +209,22 @@ class ForkServer:
             theirs.close()
             mine.close()
             with self._lock:
-                self._server.stop()  # dead or stuck: the next command gets a new one
+                if server is self._server and not server.healthy():
+                    self._retire()  # dead or stuck: the next command gets a new one
             return None
         return Forked(pid, os.fdopen(out_r, "rb"), os.fdopen(err_r, "rb"), mine, lines)
 
+    def _retire(self) -> None:
+        """Stop sending to the current server; it is killed only by ``close``, so that
+        the evaluations it forked (bound to it by PDEATHSIG) finish meanwhile."""
+        old, self._server = self._server, _Server()
+        old.hang_up()
+        self._retired.append(old)
+        weakref.finalize(self, self._server.stop)
+
     def close(self) -> None:
-        """Stop the server (the supervisors it forked get SIGTERM and kill their trees)."""
+        """Stop the servers (the supervisors they forked get SIGTERM and kill their trees)."""
         with self._lock:
-            self._server.stop()
+            for server in [*self._retired, self._server]:
+                server.stop()
+            self._retired.clear()

@@ -361,11 +361,11 @@ def _run(
     forks: ForkServer | None = None,
 ) -> ExecResult:
     command, limits = request.command, request.limits
-    start = time.monotonic()
     if forks is not None and how.preexec is None:
         proc: Any = forks.spawn(how.cwd, how.env, how.pass_fds[0], *_caps(limits), command)
     else:
         proc = None
+    start = time.monotonic()  # a fork server that did not answer spends none of the timeout
     try:
         proc = proc or subprocess.Popen(
             how.argv,

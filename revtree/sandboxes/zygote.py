@@ -89,7 +89,7 @@ def _as_shell(argv: list[str]) -> None:  # never returns
 
 def _run_script(argv: list[str]) -> None:  # never returns
     """Run ``python argv[0] argv[1:]`` in this process and exit as that would."""
-    code = 0
+    code, before = 0, set[str]()
     try:
         _python_signals()
         prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
@@ -102,6 +102,7 @@ def _run_script(argv: list[str]) -> None:  # never returns
         main.__dict__.update(
             __file__=path, __cached__=None, __builtins__=builtins, __loader__=loader
         )
+        before.update(sys.modules)
         sys.modules["__main__"] = main
         with io.open_code(path) as src:
             source = src.read()
@@ -118,7 +119,8 @@ def _run_script(argv: list[str]) -> None:  # never returns
         error = sys.exception()
         assert error is not None
         tb = error.__traceback__
-        sys.excepthook(type(error), error, tb.tb_next if tb is not None else None)
+        error = error.with_traceback(tb.tb_next if tb is not None else None)  # the script's
+        sys.excepthook(type(error), error, error.__traceback__)
         code = 1
     try:
         import threading
@@ -127,11 +129,32 @@ def _run_script(argv: list[str]) -> None:  # never returns
         import atexit
 
         atexit._run_exitfuncs()
+        # as Python's own shutdown: the script's modules are cleared, so that files left
+        # open are flushed and closed (descriptor 3's metrics too) and __del__ runs
+        for name in reversed([n for n in sys.modules if n not in before or n == "__main__"]):
+            module = sys.modules.get(name)
+            if module is not None:
+                module.__dict__.clear()
+        import gc
+
+        gc.collect()
         for f in (sys.stdout, sys.stderr):
             f.flush()
     except BaseException:
         pass
     os._exit(code)
+
+
+def _shadows(folder: str) -> bool:
+    """Whether ``folder`` (the script's, first on its ``sys.path``) holds a module or
+    package named like one this process has loaded: a fresh Python would import the
+    folder's, the fork would keep its own, so the command starts cold instead."""
+    loaded = {name.partition(".")[0] for name in sys.modules}
+    try:
+        entries = os.listdir(folder)
+    except OSError:
+        return True
+    return any(e.removesuffix(".py") in loaded for e in entries)
 
 
 def _serve(header: dict, fds: list[int], control: int, zygote: int) -> None:  # never returns
@@ -160,6 +183,8 @@ def _serve(header: dict, fds: list[int], control: int, zygote: int) -> None:  # 
             os._exit(1)  # the fork server died before PDEATHSIG was set
         os.write(status_fd, b"P%d\n" % os.getpid())
         script = header.get("script")
+        if script and _shadows(os.path.dirname(os.path.realpath(script[0]))):
+            script = None  # a module of the workspace would lose to one loaded here
 
         def start(command: str) -> None:
             os.close(status_fd)
@@ -207,8 +232,11 @@ def main(control: int) -> None:
             for fd in fds:
                 os.close(fd)
             continue
-        if os.fork() == 0:
-            _serve(header, fds, control, me)
+        try:
+            if os.fork() == 0:
+                _serve(header, fds, control, me)
+        except OSError:
+            pass  # no fork (a fork bomb's EAGAIN): that request fails, not the server
         for fd in fds:
             os.close(fd)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -134,9 +135,14 @@ def test_each_evaluation_is_a_fresh_process(tmp_path, monkeypatch):
 
 KILL_SERVER = """\
 import os, signal
-supervisor = os.getppid()
-server = int(open(f"/proc/{supervisor}/stat").read().rsplit(")", 1)[1].split()[1])
-assert b"zygote.py" in open(f"/proc/{server}/cmdline", "rb").read()
+def parent(pid):
+    return int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+def forked(pid):
+    return b"zygote.py" in open(f"/proc/{pid}/cmdline", "rb").read()
+server = os.getpid()  # up the chain of the server's forks to the server itself
+while forked(parent(server)):
+    server = parent(server)
+assert forked(server) and server != os.getpid()
 os.kill(server, signal.SIGKILL)
 """
 
@@ -175,3 +181,89 @@ def test_only_a_plain_python_script_on_the_servers_interpreter_runs_in_process(t
         assert script_of("python ev.py", other_path, started) is None
     assert script_of("python ev.py", {**env, "PYTHONPATH": "lib"}, started) is None
     assert script_of("python ev.py", {**env, "LANG": "C"}, {**started, "LANG": "C.UTF-8"}) is None
+
+
+UNCLOSED = """\
+m = open(3, "w")
+m.write('{"score": 1}')
+out = open("o.txt", "w")
+out.write("data")
+class Last:
+    def __del__(self):
+        print("finalized")
+keep = Last()
+"""
+
+
+def test_files_left_open_are_flushed_as_a_fresh_python_flushes_them(tmp_path, monkeypatch):
+    """Found by the second read: metrics written to descriptor 3 and never closed were
+    lost in the fork (no interpreter shutdown), a score the cold path had."""
+    got = {}
+    for warm in (True, False):
+        sandbox = box(tmp_path, monkeypatch, warm)
+        try:
+            archive = archive_of({"u.py": UNCLOSED.encode()})
+            request = ExecRequest(archive, "python u.py", Limits(timeout=60), outputs=("o.txt",))
+            r = sandbox.execute(request)
+        finally:
+            sandbox.close()
+        got[warm] = (r.exit_code, r.metrics_text, r.files.get("o.txt"), r.stdout)
+    assert got[True] == got[False] == (0, '{"score": 1}', b"data", "finalized\n"), got
+
+
+def test_a_traceback_shows_the_scripts_frames_only(tmp_path, monkeypatch):
+    code = "def f():\n    raise ValueError('broken')\nf()\n"
+    errs = {}
+    for warm in (True, False):
+        sandbox = box(tmp_path, monkeypatch, warm)
+        try:
+            errs[warm] = run(sandbox, {"t.py": code}, "python t.py").stderr
+        finally:
+            sandbox.close()
+    assert "zygote.py" not in errs[True] and errs[True].count("File ") == 2, errs[True]
+    assert [x for x in errs[True].splitlines() if "File" not in x] == [
+        x for x in errs[False].splitlines() if "File" not in x
+    ]
+
+
+def test_a_workspace_module_named_like_a_loaded_one_is_imported_as_cold(tmp_path, monkeypatch):
+    files = {"json.py": "WHO = 'workspace'\n", "m.py": "import json\nprint(json.WHO)\n"}
+    sandbox = box(tmp_path, monkeypatch, True)
+    try:
+        r = run(sandbox, files, "python m.py")
+    finally:
+        sandbox.close()
+    assert r.exit_code == 0 and r.stdout == "workspace\n", (r.stdout, r.stderr)
+
+
+SLEEPER = "import time\ntime.sleep(2)\nprint('done')\n"
+STOP_SERVER = KILL_SERVER.replace("SIGKILL", "SIGSTOP")
+
+
+@pytest.mark.slow  # the stopped server is given ANSWER_WAIT (10 s) to answer
+def test_a_stopped_server_or_a_failed_request_costs_no_other_evaluation(tmp_path, monkeypatch):
+    import threading
+
+    sandbox = box(tmp_path, monkeypatch, True)
+    try:
+        running: dict[str, ExecResult] = {}
+        first = threading.Thread(
+            target=lambda: running.update(r=run(sandbox, {"s.py": SLEEPER}, "python s.py"))
+        )
+        first.start()
+        time.sleep(0.5)
+        assert sandbox.forks is not None
+        missing = sandbox.forks.spawn(tmp_path / "nowhere", {}, 1, 0, 0, "true")
+        assert missing is None  # one request failed: the server goes on
+        run(sandbox, {"k.py": STOP_SERVER}, "python k.py")  # a candidate stops the server
+        t0 = time.monotonic()
+        archive = archive_of({"w.py": WHO.encode()})
+        after = sandbox.execute(ExecRequest(archive, "python w.py", Limits(timeout=5)))
+        waited = time.monotonic() - t0
+        first.join(30)
+        retired = list(sandbox.forks._retired)
+    finally:
+        sandbox.close()
+    assert running["r"].exit_code == 0 and running["r"].stdout == "done\n", running
+    assert after.exit_code == 0 and not after.timed_out, (after.stderr, waited)
+    assert len(retired) == 1  # the stopped server was set aside, not killed meanwhile
