@@ -69,13 +69,10 @@ def test_pth_written_into_the_venv(box):
 DAEMON = """
 import os, signal, subprocess
 subprocess.Popen(["sh", "-c", "sleep 30; : {marker}"], start_new_session=True)
-pid = os.getppid()
-while pid > 1:  # up to the supervisor (started, or forked by the fork server), then kill it
-    cmdline = open(f"/proc/{{pid}}/cmdline", "rb").read()
-    if b"supervise.py" in cmdline or b"zygote.py" in cmdline:
-        os.kill(pid, signal.SIGKILL)
-        break
-    pid = int(open(f"/proc/{{pid}}/stat").read().rsplit(")", 1)[1].split()[1])
+leader = os.getsid(0)  # the supervisor (started, or forked by the fork server) leads our session
+cmdline = open(f"/proc/{{leader}}/cmdline", "rb").read()
+if b"supervise.py" in cmdline or b"zygote.py" in cmdline:
+    os.kill(leader, signal.SIGKILL)
 """
 
 
