@@ -10,6 +10,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
+from revtree.errors import RunNotFound
 from revtree.memory.records import (
     Decision,
     EvalResult,
@@ -116,6 +117,22 @@ def row_to_run(r: Any) -> RunInfo:
         parent_run=r.parent_run,
         parent_node=r.parent_node,
     )
+
+
+def found_run(run_id: str, url: str, exact: Any, prefixed: list[Any]) -> RunInfo:
+    """The run that ``get_run(run_id)`` found, from the row with that exact id (or
+    'last') and, where there was none, up to 11 rows whose ids start with it in id
+    order; the same answer and errors for the Store and the light reads."""
+    if exact is None:
+        if len(prefixed) > 1:
+            ids = ", ".join(r.id for r in prefixed[:10]) + (", ..." if len(prefixed) > 10 else "")
+            raise RunNotFound(
+                f"run id {run_id!r} is ambiguous: it matches {ids}; give more characters"
+            )
+        exact = prefixed[0] if prefixed else None
+    if exact is None:
+        raise RunNotFound(f"no run {run_id!r} in {url}")
+    return row_to_run(exact)
 
 
 def row_to_event(r: Any) -> Event:

@@ -25,10 +25,11 @@ from types import SimpleNamespace
 from typing import Any
 from urllib.parse import quote
 
-from revtree.errors import RunNotFound, StoreError
+from revtree.errors import StoreError
 from revtree.memory.records import Decision, EvalResult, Event, LLMCall, Node, RunInfo
 from revtree.memory.rows import (
     first_decisions,
+    found_run,
     row_to_call,
     row_to_eval,
     row_to_event,
@@ -134,24 +135,18 @@ class SqliteReads:
     # -- runs ---------------------------------------------------------------------
     def get_run(self, run_id: str) -> RunInfo:
         """The run with this id, or the only one whose id starts with it, or 'last'."""
+        prefixed: list[Any] = []
         if run_id in ("last", "latest"):
-            rows = self._all("SELECT * FROM runs ORDER BY created_at DESC LIMIT 1")
+            exact = self._all("SELECT * FROM runs ORDER BY created_at DESC LIMIT 1")
         else:
-            rows = self._all("SELECT * FROM runs WHERE id = ?", run_id)
-            if not rows:  # SQLAlchemy's startswith(autoescape=True): LIKE, '/' escapes
+            exact = self._all("SELECT * FROM runs WHERE id = ?", run_id)
+            if not exact:  # SQLAlchemy's startswith(autoescape=True): LIKE, '/' escapes
                 escaped = run_id.replace("/", "//").replace("%", "/%").replace("_", "/_")
-                rows = self._all(
+                prefixed = self._all(
                     "SELECT * FROM runs WHERE id LIKE ? || '%' ESCAPE '/' ORDER BY id LIMIT 11",
                     escaped,
                 )
-                if len(rows) > 1:
-                    ids = ", ".join(r.id for r in rows[:10]) + (", ..." if len(rows) > 10 else "")
-                    raise RunNotFound(
-                        f"run id {run_id!r} is ambiguous: it matches {ids}; give more characters"
-                    )
-        if not rows:
-            raise RunNotFound(f"no run {run_id!r} in {self.url}")
-        return row_to_run(rows[0])
+        return found_run(run_id, self.url, exact[0] if exact else None, prefixed)
 
     def list_runs(self) -> list[RunInfo]:
         return [row_to_run(r) for r in self._all("SELECT * FROM runs ORDER BY created_at")]

@@ -22,7 +22,7 @@ from sqlalchemy import Engine, delete, func, insert, select, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
-from revtree.errors import RunNotFound, StoreError
+from revtree.errors import StoreError
 from revtree.memory.db import make_engine, migrate, probe, transaction
 from revtree.memory.decisions import Decisions
 from revtree.memory.home import default_url
@@ -37,6 +37,7 @@ from revtree.memory.records import (
     RunStatus,
 )
 from revtree.memory.rows import (
+    found_run,
     node_values,
     row_to_call,
     row_to_eval,
@@ -203,30 +204,22 @@ class Store(Decisions):
 
     def get_run(self, run_id: str) -> RunInfo:
         """The run with this id, or the only one whose id starts with it, or 'last'."""
+        rows: list[Any] = []
         with transaction(self.engine) as conn:
             if run_id in ("last", "latest"):
                 row = conn.execute(select(RUNS).order_by(RUNS.c.created_at.desc()).limit(1)).first()
             else:
                 row = conn.execute(select(RUNS).where(RUNS.c.id == run_id)).first()
                 if row is None:
-                    rows = conn.execute(
-                        select(RUNS)
-                        .where(RUNS.c.id.startswith(run_id, autoescape=True))
-                        .order_by(RUNS.c.id)
-                        .limit(11)
-                    ).all()
-                    if len(rows) > 1:
-                        ids = ", ".join(r.id for r in rows[:10]) + (
-                            ", ..." if len(rows) > 10 else ""
-                        )
-                        raise RunNotFound(
-                            f"run id {run_id!r} is ambiguous: it matches {ids}; "
-                            "give more characters"
-                        )
-                    row = rows[0] if rows else None
-        if row is None:
-            raise RunNotFound(f"no run {run_id!r} in {self.url}")
-        return row_to_run(row)
+                    rows = list(
+                        conn.execute(
+                            select(RUNS)
+                            .where(RUNS.c.id.startswith(run_id, autoescape=True))
+                            .order_by(RUNS.c.id)
+                            .limit(11)
+                        ).all()
+                    )
+        return found_run(run_id, self.url, row, rows)
 
     def list_runs(self) -> list[RunInfo]:
         with transaction(self.engine) as conn:

@@ -147,9 +147,7 @@ class _Server:
             self.control = None
 
     def stop(self) -> None:
-        if self.control is not None:
-            self.control.close()
-            self.control = None
+        self.hang_up()
         if self.proc is not None:
             with contextlib.suppress(ProcessLookupError):
                 self.proc.kill()
