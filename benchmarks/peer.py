@@ -15,6 +15,9 @@ N candidates each. Per cell, means over the repetitions:
 - start-up: building the system before its loop (revtree: ``Orchestrator(...)``, which
   wires the agents and imports the model SDK; OpenEvolve: importing ``openevolve`` and
   ``OpenEvolve(...)``), both in the process that then runs the loop;
+- 1st call: from the start of that building to the first model request the server
+  gets (OpenEvolve evaluates its initial program first; revtree at K = 1 proposes one
+  candidate while the baseline is evaluated, K > 1 several);
 - overhead per candidate: (wall of the candidate loop - N*S/K) / N, where the loop is
   ``Orchestrator.drive()`` (baseline, candidates, verification, final checks) for
   revtree and ``OpenEvolve.run()`` (initial evaluation and iterations) for OpenEvolve;
@@ -100,7 +103,7 @@ database:
 """
 OE_DRIVER = """\
 import asyncio, json, sys, time
-t0 = time.monotonic()
+t0, t0_wall = time.monotonic(), time.time()
 from openevolve import OpenEvolve
 from openevolve.config import load_config
 folder, out, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
@@ -110,7 +113,7 @@ t1 = time.monotonic()
 best = asyncio.run(oe.run(iterations=n))
 wall = time.monotonic() - t1
 score = best.metrics.get("combined_score") if best else None
-print(json.dumps({"wall": wall, "start": t1 - t0, "best": score}))
+print(json.dumps({"wall": wall, "start": t1 - t0, "best": score, "t0": t0_wall}))
 """
 
 
@@ -139,14 +142,17 @@ class Model:
 
 
 class Counted:
-    """A responder that counts its calls in memory shared with the benchmark."""
+    """A responder that counts its calls in memory shared with the benchmark, and notes
+    when the first came (``first``: wall-clock seconds, 0 before any)."""
 
-    def __init__(self, model: Model, count: Any) -> None:
-        self.model, self.count = model, count
+    def __init__(self, model: Model, count: Any, first: Any) -> None:
+        self.model, self.count, self.first = model, count, first
 
     def __call__(self, req: FakeRequest) -> str:
         with self.count.get_lock():
             self.count.value += 1
+            if not self.first.value:
+                self.first.value = time.time()
         return self.model(req)
 
 
@@ -157,14 +163,16 @@ def _serve(responder: Counted, ready: Any, stop: Any) -> None:
 
 
 @contextlib.contextmanager
-def served(model: Model) -> Iterator[tuple[str, Any]]:
-    """The fake server in a forked process: its URL and its shared call counter."""
+def served(model: Model) -> Iterator[tuple[str, Counted]]:
+    """The fake server in a forked process: its URL and its shared call counter (with
+    the time of the first call, ``count.first``)."""
     ctx = multiprocessing.get_context("fork")
-    count, ready, stop = ctx.Value("i", 0), ctx.Queue(), ctx.Event()
-    proc = ctx.Process(target=_serve, args=(Counted(model, count), ready, stop), daemon=True)
+    count, first, ready, stop = ctx.Value("i", 0), ctx.Value("d", 0.0), ctx.Queue(), ctx.Event()
+    responder = Counted(model, count, first)
+    proc = ctx.Process(target=_serve, args=(responder, ready, stop), daemon=True)
     proc.start()
     try:
-        yield ready.get(timeout=60), count
+        yield ready.get(timeout=60), responder
     finally:
         stop.set()
         proc.join(10)
@@ -196,7 +204,9 @@ def oe_python(cache: Path) -> Path:
     return py
 
 
-def run_revtree(tmp: Path, folder: Path, n: int, k: int, url: str, count: Any) -> dict[str, float]:
+def run_revtree(
+    tmp: Path, folder: Path, n: int, k: int, url: str, count: Counted
+) -> dict[str, float]:
     home = tmp / "home"
     store = Store(f"sqlite:///{home / 'revtree.db'}")
     with warnings.catch_warnings():
@@ -215,13 +225,13 @@ def run_revtree(tmp: Path, folder: Path, n: int, k: int, url: str, count: Any) -
         },
     )
     run = create_run(store, spec, home)
-    before = count.value
-    t0 = time.monotonic()
+    before = count.count.value
+    t0, t0_wall = time.monotonic(), time.time()
     orchestrator = Orchestrator(store, run.id, home=home)
     t1 = time.monotonic()
     orchestrator.drive()
     wall = time.monotonic() - t1
-    calls = count.value - before
+    calls = count.count.value - before
     kinds = store.evaluations_by_kind(run.id, spec.evaluate.repeats)
     best = max(x.score for x in store.nodes(run.id) if x.score is not None)
     store.close()
@@ -229,6 +239,7 @@ def run_revtree(tmp: Path, folder: Path, n: int, k: int, url: str, count: Any) -
     return {
         "wall": wall,
         "start": t1 - t0,
+        "first": count.first.value - t0_wall,
         "calls": calls,
         "trust": trust,
         "best": best,
@@ -241,10 +252,10 @@ def disk(folder: Path) -> int:
     return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file() and not p.is_symlink())
 
 
-def run_openevolve(tmp: Path, folder: Path, n: int, py: Path, count: Any) -> dict[str, float]:
+def run_openevolve(tmp: Path, folder: Path, n: int, py: Path, count: Counted) -> dict[str, float]:
     driver = tmp / "oe_driver.py"
     driver.write_text(OE_DRIVER)
-    before = count.value
+    before = count.count.value
     out = subprocess.run(
         [str(py), str(driver), str(folder), str(tmp / "oe-out"), str(n)],
         capture_output=True,
@@ -255,10 +266,11 @@ def run_openevolve(tmp: Path, folder: Path, n: int, py: Path, count: Any) -> dic
     if out.returncode != 0:
         raise RuntimeError(f"OpenEvolve failed:\n{out.stderr[-3000:]}")
     r = json.loads(out.stdout.strip().splitlines()[-1])
-    calls, used = count.value - before, disk(tmp / "oe-out")
+    calls, used = count.count.value - before, disk(tmp / "oe-out")
     return {
         "wall": r["wall"],
         "start": r["start"],
+        "first": count.first.value - r["t0"],
         "calls": calls,
         "trust": 0,
         "best": r["best"],
@@ -301,6 +313,7 @@ def main() -> None:
         "K",
         "system",
         "start-up (s)",
+        "1st call (s)",
         "wall (s)",
         "overhead/cand (ms)",
         "w/o trust (ms)",
@@ -337,6 +350,7 @@ def main() -> None:
                         str(k),
                         system,
                         f"{statistics.fmean(r['start'] for r in rs):.2f}",
+                        f"{statistics.fmean(r['first'] for r in rs):.2f}",
                         f"{wall:.2f}",
                         f"{(wall - ideal) / args.n * 1000:.0f}",
                         f"{apart:.0f}",

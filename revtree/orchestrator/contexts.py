@@ -39,6 +39,7 @@ RELATED_HEAD = (
     "\n\nOther files of the parent related to this candidate (found by search over the "
     "repository; the map above lists the rest):\n"
 )
+DRAFT = "draft"  # the operator whose prompt does not wait for its parent's score
 CACHED = 256  # contexts kept (node, hypothesis, related), the oldest dropped first
 
 
@@ -46,9 +47,19 @@ class ContextSource:
     """The ``Context`` of each job, for one run: the repository's (``repo``: prefix,
     search index, what candidates learnt) and the candidate's own, cached."""
 
-    def __init__(self, store: Store, spec: TaskSpec, git: GitStore, mirror: Mirror) -> None:
+    def __init__(
+        self,
+        store: Store,
+        spec: TaskSpec,
+        git: GitStore,
+        mirror: Mirror,
+        cancel: threading.Event | None = None,
+    ) -> None:
+        """``cancel``: set as the run stops (a context waiting for its parent's score
+        gives up)."""
         self.store, self.run_id, self.spec = store, mirror.run_id, spec
         self.git, self.mirror = git, mirror
+        self.cancel = cancel or threading.Event()
         root = mirror.get(0)
         assert root.commit is not None
         self.baseline = git.read_files(root.commit)
@@ -83,7 +94,13 @@ class ContextSource:
 
     def _build(self, job: Job, hypothesis: str, related: bool) -> Context:
         node, parent, files = job.node, job.parent, job.files
-        assert parent.commit is not None
+        commit = parent.commit
+        assert commit is not None
+        parent = self.mirror.get(parent.id)  # as it stands now (the job's may be older)
+        if not parent.status.is_finished() and node.operator != DRAFT:
+            # the prompt improves the parent by its score and evaluation: wait for them
+            # (a draft, a fresh approach, goes on while the baseline is evaluated beside)
+            parent = self.mirror.wait_finished(parent.id, self.cancel)
         changed = {p: d for p, d in files.items() if self.baseline.get(p) != d}
         snapshot = self.mirror.copy()
         memory = render_memory(
@@ -102,12 +119,16 @@ class ContextSource:
             node_id=node.id,
             operator=node.operator,
             parent_id=parent.id,
-            parent_score=str(parent.score_of(self.spec.maximize)),
+            parent_score=(
+                str(parent.score_of(self.spec.maximize))
+                if parent.status.is_finished()
+                else "not known yet (it is being evaluated beside this proposal)"
+            ),
             prefix=self.repo.prefix,
             parent_files=shown.strip() or "(none: the parent is the baseline)",
             parent_eval=parent_eval,
             memory=memory + ("\n\n" + where if where else ""),
-            others=self._others(node, parent.commit),
+            others=self._others(node, commit),
             files=files,
         )
 

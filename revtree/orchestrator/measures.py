@@ -1,7 +1,7 @@
 """What a succeeded node measures besides its score (:attr:`Node.features`), for the
 evolution policy's MAP-Elites features: its code size, its diff sizes and the
 evaluator's numeric metrics. Other policies do not read them, so only evolution runs
-pay for the git reads."""
+pay for the git reads. And a node's gain over the baseline, as the live log says it."""
 
 from __future__ import annotations
 
@@ -9,6 +9,15 @@ from collections.abc import Callable, Mapping
 
 from revtree.memory import GitStore, Node
 from revtree.tasks import TaskSpec, matches
+
+
+def gain(root: Node, node_id: int, score: float) -> str:
+    """A node's score against the baseline's (``root``), as the live log says it."""
+    if node_id == 0 or root.score is None:
+        return " (baseline)" if node_id == 0 else ""
+    delta = score - root.score
+    pct = f" ({delta / abs(root.score):+.1%})" if root.score else ""
+    return f", {delta:+.6g} vs baseline{pct}"
 
 
 def changed_lines(diff: str) -> int:

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from revtree.agents.lessons import lesson_for
+from revtree.errors import Cancelled
 from revtree.memory import Node, NodeStatus, Store
 from revtree.memory.records import TWIN
 from revtree.orchestrator.tree import Tree
@@ -53,6 +54,8 @@ class Mirror:
         self.by_ticket = {n.thread_id: n.id for n in self.nodes.values() if n.thread_id}
         self.twins = {n.id for n in self.nodes.values() if n.error_kind == TWIN}
         self.lock = threading.RLock()
+        self._changes = threading.Condition(self.lock)  # notified as a node changes
+        self.driven: set[int] = set()  # resumed nodes whose thread the scheduler drives now
         self._observers: list[Observer] = []  # told of each finished node
         self._updaters = list(updaters)  # the same, under the lock, with the best
         self.timings: dict[int, dict[str, float]] = {}
@@ -114,7 +117,21 @@ class Mirror:
             else:  # a retried twin (its kind reset) counts again
                 self.twins.discard(node_id)
             self._changed.append(node_id)
+            self._changes.notify_all()
         return node
+
+    def wait_finished(self, node_id: int, cancel: threading.Event) -> Node:
+        """The node once its outcome is stored, while this session drives it (a prompt
+        that shows its parent's score waits here for a parent still being evaluated);
+        as it stands where nothing drives it; ``Cancelled`` if ``cancel`` is set first."""
+        with self._changes:
+            while not (node := self.get(node_id)).status.is_finished():
+                if node_id not in self.driven:  # no one evaluates it now: never wait
+                    return node
+                if cancel.is_set():
+                    raise Cancelled(f"the run is stopping (waiting for node {node_id})")
+                self._changes.wait(0.1)
+            return node
 
     def finish(
         self,

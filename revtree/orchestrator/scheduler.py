@@ -22,6 +22,7 @@ import threading
 import time
 import traceback
 import uuid
+from collections.abc import Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any
 
@@ -59,11 +60,13 @@ class Scheduler:
         every = os.environ.get(PRUNE_ENV, "")
         self.prune_every = int(every) if every.strip().lstrip("-").isdigit() else PRUNE_EVERY
 
-    def candidate(self, ticket: str) -> str:
-        """Drive one candidate's thread as far as it goes; how it ended, in a word."""
+    def candidate(self, ticket: str, new: bool = False) -> str:
+        """Drive one candidate's thread as far as it goes; how it ended, in a word.
+        ``new``: a ticket just made, with no checkpoint to continue from."""
         config = {"configurable": {"thread_id": f"{self.run_id}:{ticket}"}}
         try:
-            start = None if self.graph.get_state(config).next else {"ticket": ticket}
+            fresh = new or not self.graph.get_state(config).next
+            start = {"ticket": ticket} if fresh else None
             result = self.graph.invoke(start, config, durability=self.durability)
             with self.mirror.lock:
                 self.infra_streak = 0
@@ -116,8 +119,9 @@ class Scheduler:
         """Count a candidate whose node finished: failed for a reason not its own, or
         not; too many alike in a row stop the run (the live log says so)."""
         node_id = self.mirror.by_ticket.get(ticket)
-        if node_id is None or not self.mirror.get(node_id).status.is_finished():
-            return  # no node (the policy chose none, a verification), or not finished
+        if node_id in (None, 0) or not self.mirror.get(node_id).status.is_finished():
+            return  # no node (the policy chose none, a verification), the baseline (no
+            # candidate: it may end after the one beside it), or not finished
         failure = self.steps.failure_of(node_id)
         with self.mirror.lock:
             reason = self.same.add(node_id, failure)
@@ -175,19 +179,28 @@ class Scheduler:
         resume = self.parked_last(resume)
         in_flight: dict[Future[str], str] = {}
         starved, reason, last_beat = False, None, time.monotonic()
-        size = p.width() if p.auto is None else 2 * AUTO_MAX  # auto: the width moves
+        ahead = self._ahead(resume)  # one more candidate while the baseline is evaluated
+        size = p.width() + ahead if p.auto is None else 2 * AUTO_MAX  # auto: the width moves
         with ThreadPoolExecutor(size, thread_name_prefix="candidate") as pool:
             while not stop.is_set() and self.fatal is None:
                 resume += self._decided()
-                while len(in_flight) + len(self.waiting) < p.width():
+                extra = self._extra(ahead, in_flight.values())
+                while len(in_flight) + len(self.waiting) < p.width() + extra:
+                    new = not resume
                     if resume:
                         ticket = resume.pop(0)
+                        self._driving(ticket, True)
                     elif starved or (reason := self._budget()) is not None:
                         break
                     else:
                         ticket = uuid.uuid4().hex
                         self.tickets.start(ticket)
-                    in_flight[pool.submit(self.candidate, ticket)] = ticket
+                        if extra:  # the one candidate beside the baseline
+                            self.steps.ahead.hold(ticket)
+                            extra = 0
+                    in_flight[pool.submit(self.candidate, ticket, new)] = ticket
+                if ahead and self.steps.ahead.ticket is None:  # none could start beside it
+                    ahead = False
                 if not in_flight and not self.waiting:
                     reason = reason or "search exhausted: the policy proposes nothing more"
                     break
@@ -198,6 +211,9 @@ class Scheduler:
                     stop.wait(POLL)
                 finished, _ = wait(in_flight, timeout=POLL, return_when=FIRST_COMPLETED)
                 tickets = [in_flight.pop(fut) for fut in finished]
+                for ticket in tickets:
+                    self.steps.ahead.ended(ticket, self.mirror.get(0).thread_id)
+                    self._driving(ticket, False)
                 for fut, ticket in zip(finished, tickets, strict=True):
                     if fut.result() == "waiting":
                         self.waiting[ticket] = self.mirror.by_ticket[ticket]
@@ -251,6 +267,32 @@ class Scheduler:
             return tuple(self.graph.get_state(config).next) == ("approve",)
 
         return sorted(tickets, key=parked)
+
+    def _ahead(self, resume: list[str]) -> bool:
+        """Whether one candidate proposes while the baseline is evaluated: at parallel 1
+        (the default lookahead, which prepares none ahead later), when the run starts
+        with its baseline (node 0) and nothing else to evaluate. The baseline's score is
+        recorded once that candidate has chosen (``tickets.Ahead``); its prompts wait
+        for the score where they show it (``ContextSource``). Not for a policy that asks
+        a model to choose: its prompt is the tree with its scores."""
+        p, root = self.p, self.mirror.get(0)
+        default = p.spec.search.lookahead is None and p.auto is None and p.lookahead == 0
+        fresh = resume == [root.thread_id] and not root.status.is_finished()
+        return default and fresh and not p.policy.slow
+
+    def _driving(self, ticket: str, on: bool) -> None:
+        """Tell the mirror that a resumed candidate's node is driven (or no longer): a
+        child's prompt waits for its score only while it is."""
+        if (node_id := self.mirror.by_ticket.get(ticket)) is not None:
+            (self.mirror.driven.add if on else self.mirror.driven.discard)(node_id)
+
+    def _extra(self, ahead: bool, in_flight: Iterable[str]) -> int:
+        """1 while the candidate beside the baseline is to start, or runs while the
+        baseline is not scored yet; else 0."""
+        if not ahead or self.mirror.get(0).status.is_finished():
+            return 0
+        held = self.steps.ahead.ticket
+        return int(held is None or held in in_flight)
 
     def _budget(self) -> str | None:
         return self.p.budget.reason(starting=True, pending=self.tickets.pending())

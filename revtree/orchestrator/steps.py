@@ -39,11 +39,11 @@ from revtree.errors import (
 from revtree.memory import Node, NodeStatus
 from revtree.memory.records import TWIN
 from revtree.memory.stages import GUARD, HOLDOUT
-from revtree.orchestrator.measures import node_features
+from revtree.orchestrator.measures import gain, node_features
 from revtree.orchestrator.novelty import Novelty, change_embeddings
 from revtree.orchestrator.policies import Selection
 from revtree.orchestrator.reviews import Beside, contains
-from revtree.orchestrator.tickets import Tickets
+from revtree.orchestrator.tickets import Ahead, Tickets
 from revtree.orchestrator.tree import Tree
 from revtree.orchestrator.trust import Failure, foreign_failure, infra_cause
 from revtree.orchestrator.verify import Trust
@@ -83,6 +83,7 @@ class Steps:
         self.novelty = Novelty(parts.spec, parts.git, parts.mirror, embeddings)
         beside = contains(parts.sandbox) and parts.spec.search.approve != "evaluate"
         self.beside = Beside(beside and bool(parts.agents.reviewers))
+        self.ahead = Ahead()  # the ticket choosing while the baseline is evaluated
 
     def _warn(self, message: str) -> None:
         self.store.add_event(self.run_id, "warning", message)
@@ -174,12 +175,15 @@ class Steps:
         if choice is not None and verify and not self.trust.claim(choice.parent_id):
             choice = None  # verifying already, by another ticket
         self.tickets.selected(ticket, idle=choice is None)
-        if choice is None:
-            return {"node_id": None}
-        if verify:
-            self.store.update_run(self.run_id, policy_state=self.p.policy.state())
-            return {"node_id": None, "verify": choice.parent_id}
-        return {"node_id": self._add(ticket, choice, before, note).id}
+        node_id = None
+        try:  # once chosen, the baseline's score may be recorded (``tickets.Ahead``)
+            if choice is not None and verify:
+                self.store.update_run(self.run_id, policy_state=self.p.policy.state())
+                return {"node_id": None, "verify": choice.parent_id}
+            node_id = None if choice is None else self._add(ticket, choice, before, note).id
+            return {"node_id": node_id}
+        finally:
+            self.ahead.chose(ticket, node_id)
 
     def _add(
         self, ticket: str, choice: Selection, before: dict[str, Any], note: str | None
@@ -390,6 +394,7 @@ class Steps:
                 done = {}
         assert node.commit is not None
         archive = self.p.git.archive(node.commit, self.p.overlay)
+        self.ahead.wait_baseline(node.id, self.p.cancel)
         with self.p.slots.held():
             if node.status is not NodeStatus.EVALUATING:
                 what = (
@@ -440,6 +445,8 @@ class Steps:
         node = self.mirror.get(state["node_id"])
         if node.status.is_finished():
             return
+        if node.id == 0:
+            self.ahead.wait_chosen(self.p.cancel)
         if (refusal := state.get("refusal")) is not None:
             self.fail(node.id, "code", refusal["detail"], "code")
             if refusal.get("unreadable"):  # (a checkpoint from before the key has none)
@@ -461,7 +468,7 @@ class Steps:
         o = Outcome(**(state.get("outcome") or {}))
         if o.ok:
             assert o.score is not None
-            msg = f"node {node.id} scored {o.score:.6g}{self._gain(node, o.score)}"
+            msg = f"node {node.id} scored {o.score:.6g}{gain(self.mirror.get(0), node.id, o.score)}"
             self.mirror.finish(
                 node.id,
                 NodeStatus.SUCCEEDED,
@@ -490,11 +497,3 @@ class Steps:
             self.trust.for_policy(asked)
         elif self.mirror.best_id == state["node_id"]:
             self.trust.best(state["node_id"])
-
-    def _gain(self, node: Node, score: float) -> str:
-        root = self.mirror.get(0)
-        if node.id == 0 or root.score is None:
-            return " (baseline)" if node.id == 0 else ""
-        delta = score - root.score
-        pct = f" ({delta / abs(root.score):+.1%})" if root.score else ""
-        return f", {delta:+.6g} vs baseline{pct}"

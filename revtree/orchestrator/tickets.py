@@ -3,7 +3,8 @@ the scheduler, it is ``pending`` (counted ahead by the node budget) until ``sele
 says what became of it: a node, a verification, or nothing (``idle``). When every
 ticket that ends was idle, the search is starved and the scheduler starts no more. A
 candidate parked at approval is announced in the live log once per attempt
-(``announce``).
+(``announce``). ``Ahead`` holds the baseline's score until the candidate started
+beside it at parallel 1 has chosen.
 
 The sets are this object's own: the scheduler starts and ends tickets, ``select``
 reports its choice through ``selected``. Both hold the tree lock (the mirror's, which
@@ -15,6 +16,8 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Collection
+
+from revtree.errors import Cancelled
 
 
 class Tickets:
@@ -57,3 +60,54 @@ class Tickets:
             first = (node_id, attempt) not in self._announced
             self._announced.add((node_id, attempt))
             return first
+
+
+class Ahead:
+    """The candidate that selects while the baseline is evaluated (at parallel 1). The
+    baseline's score is recorded only once that ticket has chosen, so that its choice
+    is the one the policy makes for an unscored baseline however fast the evaluation (a
+    seeded run stays reproducible); and its own evaluation waits for the baseline's
+    thread to end (its repeats included), so the run's verifications see what a run
+    one candidate at a time sees. Without a ticket held, nothing waits."""
+
+    def __init__(self) -> None:
+        self.ticket: str | None = None
+        self.node: int | None = None  # the node it chose, once it has
+        self._chose, self._baseline = threading.Event(), threading.Event()
+        self._chose.set()
+        self._baseline.set()
+
+    def hold(self, ticket: str) -> None:
+        """``ticket`` selects before the baseline's score is recorded."""
+        self.ticket = ticket
+        self._chose.clear()
+        self._baseline.clear()
+
+    def chose(self, ticket: str, node_id: int | None) -> None:
+        """``ticket`` has chosen (``node_id``: its node, None for none)."""
+        if ticket == self.ticket:
+            self.node = node_id
+            self._chose.set()
+
+    def ended(self, ticket: str, baseline: str | None) -> None:
+        """A ticket ended: the one held (chosen or not), or the baseline's."""
+        if ticket == self.ticket:
+            self._chose.set()
+        if ticket == baseline:
+            self._baseline.set()
+
+    def wait_chosen(self, cancel: threading.Event) -> None:
+        """Until the ticket held has chosen; ``Cancelled`` if ``cancel`` is set first."""
+        _wait(self._chose, cancel)
+
+    def wait_baseline(self, node_id: int, cancel: threading.Event) -> None:
+        """Before ``node_id`` is evaluated: if it is the node chosen ahead, until the
+        baseline's thread ended; ``Cancelled`` if ``cancel`` is set first."""
+        if node_id == self.node:
+            _wait(self._baseline, cancel)
+
+
+def _wait(event: threading.Event, cancel: threading.Event) -> None:
+    while not event.wait(0.1):
+        if cancel.is_set():
+            raise Cancelled("the run is stopping")

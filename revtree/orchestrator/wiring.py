@@ -349,7 +349,7 @@ def llm_agents(
     """The model roles, each its own agent over the run's shared ``Models``; the context
     source every job carries; the bandits rewarded as nodes finish."""
     models = Models.build(store, spec, mirror)
-    context = ContextSource(store, spec, git, mirror)
+    context = ContextSource(store, spec, git, mirror, cancel)
     coder = CoderAgent(models, context.repo, sandbox, cancel)
     proposer = OneCallProposer(coder) if spec.agents.one_call else ProposerAgent(models)
     reviewers = (ReviewerAgent(models),) if "reviewer" in models.clients else ()

@@ -1,0 +1,105 @@
+"""At parallel 1 the first candidate proposes while the baseline is evaluated (issue 24),
+and its prompt waits for the baseline's score where it shows it: a draft (a fresh
+approach) goes on, an improvement of the baseline waits. Real runs: the openai SDK
+against the fake server on 127.0.0.1, real git, SQLite and the local sandbox."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from revtree.agents.llm.fake_server import FakeLLMServer, FakeReply, FakeRequest
+from revtree.memory import NodeStatus, RunStatus, Store
+from revtree.orchestrator import Orchestrator, create_run
+from revtree.tasks import load_task
+from tests.orchestrator.test_llm_run import Scientist, make_task, role
+
+SLOW_BASELINE = """\
+import json, os, time, model
+err = sum((model.predict(x) - (3 * x + 2)) ** 2 for x in range(10))
+if err == 1330:  # the baseline's code: its evaluation takes a while
+    time.sleep(1.5)
+os.write(3, json.dumps({"err": err}).encode())
+"""
+
+
+class Timing:
+    """The Scientist's answers; for each proposer call, the baseline's status as the
+    call arrived, and the prompt."""
+
+    def __init__(self, store: Store) -> None:
+        self.store, self.model = store, Scientist()
+        self.seen: list[tuple[NodeStatus, str]] = []
+
+    def __call__(self, req: FakeRequest) -> FakeReply | str:
+        if role(req) == "proposer":
+            (run,) = self.store.list_runs()
+            self.seen.append((self.store.node(run.id, 0).status, req.user))
+        return self.model(req)
+
+
+def drive(store: Store, home: Path, task: Path, url: str, search: dict[str, object]) -> str:
+    spec = load_task(task).with_overrides(agents={"base_url": url}, search=search)
+    run = create_run(store, spec, home)
+    Orchestrator(store, run.id, home=home).drive()
+    return run.id
+
+
+def slow_baseline_task(root: Path) -> Path:
+    task = make_task(root, budget=3)
+    (task / "ev.py").write_text(SLOW_BASELINE)
+    return task
+
+
+@pytest.mark.slow  # a 3-candidate run with a 1.5 s baseline
+def test_a_draft_is_proposed_while_the_baseline_is_evaluated(
+    tmp_path: Path, home: Path, store: Store
+) -> None:
+    task = slow_baseline_task(tmp_path / "t")
+    timing = Timing(store)
+    t0 = time.monotonic()
+    with FakeLLMServer(timing) as srv:
+        run_id = drive(store, home, task, srv.openai_url, {"parallel": 1, "num_drafts": 1})
+    wall = time.monotonic() - t0
+    assert store.get_run(run_id).status is RunStatus.COMPLETED
+    first_status, first_prompt = timing.seen[0]
+    assert first_status is NodeStatus.EVALUATING, timing.seen  # the baseline was running
+    assert "not known yet" in first_prompt and "score 1330" not in first_prompt
+    node1 = store.node(run_id, 1)
+    assert node1.operator == "draft" and node1.status is NodeStatus.SUCCEEDED
+    assert store.node(run_id, 0).score == 1330.0
+    # later candidates propose after their parent's score, one at a time (parallel 1)
+    assert all(status is NodeStatus.SUCCEEDED for status, _ in timing.seen[1:]), timing.seen
+    assert wall < 60
+
+
+@pytest.mark.slow  # a 2-candidate run with a 1.5 s baseline
+def test_an_improvement_of_the_baseline_waits_for_its_score(
+    tmp_path: Path, home: Path, store: Store
+) -> None:
+    task = slow_baseline_task(tmp_path / "t")
+    timing = Timing(store)
+    with FakeLLMServer(timing) as srv:  # random: improves a node drawn from the root
+        run_id = drive(store, home, task, srv.openai_url, {"policy": "random", "parallel": 1})
+    assert store.get_run(run_id).status is RunStatus.COMPLETED
+    first_status, first_prompt = timing.seen[0]
+    assert first_status is NodeStatus.SUCCEEDED, timing.seen  # waited for the baseline
+    assert "score 1330" in first_prompt and "not known yet" not in first_prompt
+    assert store.node(run_id, 1).operator == "improve"
+    said = [e.message for e in store.events_since(run_id) if e.node_id == 1]
+    assert any("improve from node 0" in m for m in said), said
+
+
+@pytest.mark.slow  # a 3-candidate run with a 1.5 s baseline
+def test_an_explicit_lookahead_of_zero_keeps_the_baseline_alone(
+    tmp_path: Path, home: Path, store: Store
+) -> None:
+    task = slow_baseline_task(tmp_path / "t")
+    timing = Timing(store)
+    with FakeLLMServer(timing) as srv:
+        search = {"parallel": 1, "num_drafts": 1, "lookahead": 0}
+        run_id = drive(store, home, task, srv.openai_url, search)
+    assert store.get_run(run_id).status is RunStatus.COMPLETED
+    assert timing.seen and all(s is NodeStatus.SUCCEEDED for s, _ in timing.seen), timing.seen
