@@ -7,7 +7,9 @@ the holdout), each within its budget share during the run and regardless of it a
 end; the baseline's guard always runs, as the reference of every drift alarm. Where the
 evaluator has reproduced every other node's repeats bit for bit, a new best's re-run is
 deferred to the end of the run (``trust.defer_verification``): the final best is
-verified there, and the next one in turn while verification moves the best. An
+verified there, and the next one in turn while verification moves the best. While no
+noise is measured yet, one verification runs at a time (``_measuring``): bests found
+at once at ``parallel`` > 1 wait for the first rather than each measure it. An
 alarmed node and its finished subtree are never recommended or exploited. Every
 evaluation here is stored once per (node, stage, repeat, attempt) and reused on replay.
 """
@@ -15,10 +17,11 @@ evaluation here is stored once per (node, stage, repeat, attempt) and reused on 
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import dataclasses
 import statistics
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, cast
 
 from revtree.errors import StoreError
@@ -49,6 +52,7 @@ class Trust:
         self.guarded = self._stored_guards()  # node -> the mean of its guard holdout runs
         self._guard_locks: dict[int, threading.Lock] = {}  # one guard run per node at once
         self.deferred = 0  # new bests this session left unverified until the end
+        self._unmeasured = threading.Lock()  # one verification at a time, noise unmeasured
 
     def record(
         self, result: EvalResult, kind: str | None = None, counted: bool = True
@@ -87,11 +91,13 @@ class Trust:
         if t.verify_repeats > 1 and (
             final or budget.share_ok("verify", t.verify_share, t.verify_repeats - 1)
         ):
-            others = None if always else self._others(node_id)
-            if others is None or not self._defer(node_id, others):
-                self.verify(node_id, t.verify_repeats, slot=not final, until=final, others=others)
-                if self.mirror.best_id != node_id and not final:
-                    return  # verification moved the best elsewhere
+            with self._measuring(final, node_id) as others:
+                verified = others is None or not self._defer(node_id, others)
+                if verified:
+                    repeats = t.verify_repeats
+                    self.verify(node_id, repeats, slot=not final, until=final, others=others)
+            if verified and self.mirror.best_id != node_id and not final:
+                return  # verification moved the best elsewhere
         if self.spec.holdout is None or not t.guard:
             return
         if node_id != 0 and 0 not in self.guarded:
@@ -138,6 +144,24 @@ class Trust:
         decide nothing (one re-run where the run has shown no noise; two, or all of
         ``verify_repeats``, where a t-test must give the verdict)."""
         self.verify(0, self.spec.trust.verify_repeats, until=True)
+
+    @contextlib.contextmanager
+    def _measuring(self, final: bool, node_id: int) -> Iterator[list[list[float]] | None]:
+        """The other nodes' repeats for a new best's verification (None where it is
+        verified whatever they show: a final best, the baseline). While they measure no
+        noise yet, one such verification runs at a time (the others wait here): bests
+        found at once at ``parallel`` > 1 would each be re-run to measure the same noise,
+        where the first's repeats may show that the next can wait for the end
+        (``_defer``)."""
+        if final:
+            yield None
+            return
+        others = self._others(node_id)
+        if pooled_noise(others) is not None:
+            yield None if node_id == 0 else others
+            return
+        with self._unmeasured:  # read again: the one before may have measured it
+            yield None if node_id == 0 else self._others(node_id)
 
     def _defer(self, node_id: int, others: list[list[float]]) -> bool:
         """Whether a new best's verification waits for the end of the run

@@ -667,3 +667,26 @@ def test_the_end_verifies_the_baseline_beside_the_best_where_two_slots_fit(
     assert (best, 1) in at_end, spans  # the final best was deferred to the end (seed 0)
     (a0, a1), (b0, b1) = at_end[(0, 1)], at_end[(best, 1)]
     assert a0 < b1 and b0 < a1, spans  # at once, not one after the other
+
+
+EXACT_SLOW = "import time\ntime.sleep(0.05)\n" + EXACT
+
+
+@pytest.mark.slow  # a whole run at parallel 4, 6 s (issue 24)
+def test_at_parallel_4_bests_found_at_once_measure_the_noise_once(
+    tmp_path: Path, home: Path
+) -> None:
+    # no share: every new best is verified or deferred as it is found, four at a time
+    extra = "[search]\nseed = 0\nparallel = 4\n[trust]\nverify_share = 1.0\n"
+    task = quad_task(tmp_path / "q", EXACT_SLOW, extra=extra, budget=24)
+    revtree(home, "run", str(task), "--quiet")
+    s = show(home)
+    counts = {n["id"]: n["n_evaluations"] for n in s["nodes"] if n["n_evaluations"] > 1}
+    # one verification (the baseline's, or the first best's) measures the noise; the
+    # bests found while it runs wait for it, see none, and wait for the end, where the
+    # final best and the baseline are re-run once
+    measured = [i for i, n in counts.items() if n == 3]
+    assert len(measured) == 1, counts
+    assert {i: n for i, n in counts.items() if i not in measured} == {
+        i: 2 for i in {0, s["best_node"]} - set(measured)
+    }, counts
