@@ -40,6 +40,7 @@ RELATED_HEAD = (
     "repository; the map above lists the rest):\n"
 )
 DRAFT = "draft"  # the operator whose prompt does not wait for its parent's score
+BESIDE = "not known yet (it is being evaluated beside this proposal)"
 CACHED = 256  # contexts kept (node, hypothesis, related), the oldest dropped first
 
 
@@ -106,10 +107,12 @@ class ContextSource:
         memory = render_memory(
             snapshot, parent.id, self.spec.maximize, self.spec.agents.memory_tokens, node.operator
         )
-        parent_eval = self.evaluation(parent)
+        known = parent.status.is_finished()  # else a draft beside the baseline's evaluation
+        parent_eval = self.evaluation(parent) if known else BESIDE
         budget = self.spec.agents.context_tokens
         shown = render_files(changed, budget // 2) if changed else ""
-        query = "\n".join([self.spec.goal, hypothesis, self._trouble(parent, parent_eval)])
+        trouble = self._trouble(parent, parent_eval) if known else ""
+        query = "\n".join([self.spec.goal, hypothesis, trouble])
         left = budget - self.repo.builder.prefix_tokens - estimate_tokens(shown)
         found = self.repo.related(node.id, files, query, max(left, 0)) if related else None
         if found is not None and found.text:
@@ -119,11 +122,7 @@ class ContextSource:
             node_id=node.id,
             operator=node.operator,
             parent_id=parent.id,
-            parent_score=(
-                str(parent.score_of(self.spec.maximize))
-                if parent.status.is_finished()
-                else "not known yet (it is being evaluated beside this proposal)"
-            ),
+            parent_score=str(parent.score_of(self.spec.maximize)) if known else BESIDE,
             prefix=self.repo.prefix,
             parent_files=shown.strip() or "(none: the parent is the baseline)",
             parent_eval=parent_eval,

@@ -22,7 +22,7 @@ import threading
 import time
 import traceback
 import uuid
-from collections.abc import Iterable
+from collections.abc import Collection
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any
 
@@ -180,11 +180,15 @@ class Scheduler:
         in_flight: dict[Future[str], str] = {}
         starved, reason, last_beat = False, None, time.monotonic()
         ahead = self._ahead(resume)  # one more candidate while the baseline is evaluated
+        unstarted = None  # its ticket, held before the baseline's starts, until it starts
+        if ahead:
+            unstarted = uuid.uuid4().hex
+            self.steps.ahead.hold(unstarted)
         size = p.width() + ahead if p.auto is None else 2 * AUTO_MAX  # auto: the width moves
         with ThreadPoolExecutor(size, thread_name_prefix="candidate") as pool:
             while not stop.is_set() and self.fatal is None:
                 resume += self._decided()
-                extra = self._extra(ahead, in_flight.values())
+                extra = self._extra(ahead, unstarted, in_flight.values())
                 while len(in_flight) + len(self.waiting) < p.width() + extra:
                     new = not resume
                     if resume:
@@ -193,14 +197,12 @@ class Scheduler:
                     elif starved or (reason := self._budget()) is not None:
                         break
                     else:
-                        ticket = uuid.uuid4().hex
+                        ticket, unstarted = unstarted or uuid.uuid4().hex, None
                         self.tickets.start(ticket)
-                        if extra:  # the one candidate beside the baseline
-                            self.steps.ahead.hold(ticket)
-                            extra = 0
                     in_flight[pool.submit(self.candidate, ticket, new)] = ticket
-                if ahead and self.steps.ahead.ticket is None:  # none could start beside it
-                    ahead = False
+                if unstarted is not None:  # the budget let none start beside the baseline
+                    self.steps.ahead.ended(unstarted, None)
+                    ahead, unstarted = False, None
                 if not in_flight and not self.waiting:
                     reason = reason or "search exhausted: the policy proposes nothing more"
                     break
@@ -286,13 +288,12 @@ class Scheduler:
         if (node_id := self.mirror.by_ticket.get(ticket)) is not None:
             (self.mirror.driven.add if on else self.mirror.driven.discard)(node_id)
 
-    def _extra(self, ahead: bool, in_flight: Iterable[str]) -> int:
-        """1 while the candidate beside the baseline is to start, or runs while the
-        baseline is not scored yet; else 0."""
+    def _extra(self, ahead: bool, unstarted: str | None, in_flight: Collection[str]) -> int:
+        """1 while the candidate beside the baseline is to start (``unstarted``), or
+        runs, and the baseline is not scored yet; else 0."""
         if not ahead or self.mirror.get(0).status.is_finished():
             return 0
-        held = self.steps.ahead.ticket
-        return int(held is None or held in in_flight)
+        return int(unstarted is not None or self.steps.ahead.ticket in in_flight)
 
     def _budget(self) -> str | None:
         return self.p.budget.reason(starting=True, pending=self.tickets.pending())

@@ -8,8 +8,9 @@ end; the baseline's guard always runs, as the reference of every drift alarm. Wh
 evaluator has reproduced every other node's repeats bit for bit, a new best's re-run is
 deferred to the end of the run (``trust.defer_verification``): the final best is
 verified there, and the next one in turn while verification moves the best. While no
-noise is measured yet, one verification runs at a time (``_measuring``): bests found
-at once at ``parallel`` > 1 wait for the first rather than each measure it. An
+noise is measured yet, the verification that will measure it runs alone
+(``_measuring``): bests found at once at ``parallel`` > 1 wait for it rather than each
+measure the same noise, then go on if still the best. An
 alarmed node and its finished subtree are never recommended or exploited. Every
 evaluation here is stored once per (node, stage, repeat, attempt) and reused on replay.
 """
@@ -92,6 +93,8 @@ class Trust:
             final or budget.share_ok("verify", t.verify_share, t.verify_repeats - 1)
         ):
             with self._measuring(final, node_id) as others:
+                if not always and self.mirror.best_id != node_id:
+                    return  # another became the best while this one waited its turn
                 verified = others is None or not self._defer(node_id, others)
                 if verified:
                     repeats = t.verify_repeats
@@ -149,19 +152,20 @@ class Trust:
     def _measuring(self, final: bool, node_id: int) -> Iterator[list[list[float]] | None]:
         """The other nodes' repeats for a new best's verification (None where it is
         verified whatever they show: a final best, the baseline). While they measure no
-        noise yet, one such verification runs at a time (the others wait here): bests
-        found at once at ``parallel`` > 1 would each be re-run to measure the same noise,
-        where the first's repeats may show that the next can wait for the end
-        (``_defer``)."""
+        noise yet, the verification that will measure it runs alone: bests found at once
+        at ``parallel`` > 1 wait here, then read the noise it measured (and may wait for
+        the end: ``_defer``) instead of each measuring it; once it is measured, they
+        verify side by side."""
         if final:
             yield None
             return
-        others = self._others(node_id)
-        if pooled_noise(others) is not None:
+        with contextlib.ExitStack() as held:
+            if pooled_noise(others := self._others(node_id)) is None:
+                held.enter_context(self._unmeasured)
+                others = self._others(node_id)  # the one before may have measured it
+                if pooled_noise(others) is not None:
+                    held.close()  # measured meanwhile: no need to run alone
             yield None if node_id == 0 else others
-            return
-        with self._unmeasured:  # read again: the one before may have measured it
-            yield None if node_id == 0 else self._others(node_id)
 
     def _defer(self, node_id: int, others: list[list[float]]) -> bool:
         """Whether a new best's verification waits for the end of the run
