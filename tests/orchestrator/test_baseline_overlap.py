@@ -6,6 +6,7 @@ against the fake server on 127.0.0.1, real git, SQLite and the local sandbox."""
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -40,38 +41,39 @@ class Timing:
         return self.model(req)
 
 
-def drive(store: Store, home: Path, task: Path, url: str, search: dict[str, object]) -> str:
-    spec = load_task(task).with_overrides(agents={"base_url": url}, search=search)
-    run = create_run(store, spec, home)
-    Orchestrator(store, run.id, home=home).drive()
-    return run.id
-
-
-def slow_baseline_task(root: Path) -> Path:
-    task = make_task(root, budget=3)
+def slow_baseline_run(
+    tmp_path: Path, home: Path, store: Store, search: Mapping[str, object]
+) -> tuple[str, list[tuple[NodeStatus, str]]]:
+    """A completed run of the task whose baseline takes 1.5 s to evaluate: its id, and
+    the baseline's status and the prompt as each proposer call arrived."""
+    task = make_task(tmp_path / "t", budget=3)
     (task / "ev.py").write_text(SLOW_BASELINE)
-    return task
+    timing = Timing(store)
+    with FakeLLMServer(timing) as srv:
+        spec = load_task(task).with_overrides(
+            agents={"base_url": srv.openai_url}, search=dict(search)
+        )
+        run = create_run(store, spec, home)
+        Orchestrator(store, run.id, home=home).drive()
+    assert store.get_run(run.id).status is RunStatus.COMPLETED
+    return run.id, timing.seen
 
 
 @pytest.mark.slow  # a 3-candidate run with a 1.5 s baseline
 def test_a_draft_is_proposed_while_the_baseline_is_evaluated(
     tmp_path: Path, home: Path, store: Store
 ) -> None:
-    task = slow_baseline_task(tmp_path / "t")
-    timing = Timing(store)
     t0 = time.monotonic()
-    with FakeLLMServer(timing) as srv:
-        run_id = drive(store, home, task, srv.openai_url, {"parallel": 1, "num_drafts": 1})
+    run_id, seen = slow_baseline_run(tmp_path, home, store, {"parallel": 1, "num_drafts": 1})
     wall = time.monotonic() - t0
-    assert store.get_run(run_id).status is RunStatus.COMPLETED
-    first_status, first_prompt = timing.seen[0]
-    assert first_status is NodeStatus.EVALUATING, timing.seen  # the baseline was running
+    first_status, first_prompt = seen[0]
+    assert first_status is NodeStatus.EVALUATING, seen  # the baseline was running
     assert "not known yet" in first_prompt and "score 1330" not in first_prompt
     node1 = store.node(run_id, 1)
     assert node1.operator == "draft" and node1.status is NodeStatus.SUCCEEDED
     assert store.node(run_id, 0).score == 1330.0
     # later candidates propose after their parent's score, one at a time (parallel 1)
-    assert all(status is NodeStatus.SUCCEEDED for status, _ in timing.seen[1:]), timing.seen
+    assert all(status is NodeStatus.SUCCEEDED for status, _ in seen[1:]), seen
     assert wall < 60
 
 
@@ -79,13 +81,10 @@ def test_a_draft_is_proposed_while_the_baseline_is_evaluated(
 def test_an_improvement_of_the_baseline_waits_for_its_score(
     tmp_path: Path, home: Path, store: Store
 ) -> None:
-    task = slow_baseline_task(tmp_path / "t")
-    timing = Timing(store)
-    with FakeLLMServer(timing) as srv:  # random: improves a node drawn from the root
-        run_id = drive(store, home, task, srv.openai_url, {"policy": "random", "parallel": 1})
-    assert store.get_run(run_id).status is RunStatus.COMPLETED
-    first_status, first_prompt = timing.seen[0]
-    assert first_status is NodeStatus.SUCCEEDED, timing.seen  # waited for the baseline
+    # random: improves a node drawn from the root
+    run_id, seen = slow_baseline_run(tmp_path, home, store, {"policy": "random", "parallel": 1})
+    first_status, first_prompt = seen[0]
+    assert first_status is NodeStatus.SUCCEEDED, seen  # waited for the baseline
     assert "score 1330" in first_prompt and "not known yet" not in first_prompt
     assert store.node(run_id, 1).operator == "improve"
     said = [e.message for e in store.events_since(run_id) if e.node_id == 1]
@@ -96,10 +95,6 @@ def test_an_improvement_of_the_baseline_waits_for_its_score(
 def test_an_explicit_lookahead_of_zero_keeps_the_baseline_alone(
     tmp_path: Path, home: Path, store: Store
 ) -> None:
-    task = slow_baseline_task(tmp_path / "t")
-    timing = Timing(store)
-    with FakeLLMServer(timing) as srv:
-        search = {"parallel": 1, "num_drafts": 1, "lookahead": 0}
-        run_id = drive(store, home, task, srv.openai_url, search)
-    assert store.get_run(run_id).status is RunStatus.COMPLETED
-    assert timing.seen and all(s is NodeStatus.SUCCEEDED for s, _ in timing.seen), timing.seen
+    search = {"parallel": 1, "num_drafts": 1, "lookahead": 0}
+    _, seen = slow_baseline_run(tmp_path, home, store, search)
+    assert seen and all(s is NodeStatus.SUCCEEDED for s, _ in seen), seen
