@@ -3,15 +3,19 @@
 #   debootstrap --variant=minbase --include=python3,python3-pip,python3-venv <suite> DIR,
 #   then tar | docker import.
 # Usage: scripts/bootstrap-base-image.sh [--force] [TAG]
+#        scripts/bootstrap-base-image.sh --print-tag   (the tag it builds, and nothing else)
 # Needs root, Docker and a Debian mirror (the one apt uses). The tag caches the image:
 # nothing is done when it exists (unless --force). Same recipe as `revtree sandbox
 # bootstrap-base` (revtree/sandboxes/images.py; RECIPE_VERSION there = the -vN below).
 set -euo pipefail
 force=0
+print_tag=0
 if [[ "${1:-}" == "--force" ]]; then force=1; shift; fi
+if [[ "${1:-}" == "--print-tag" ]]; then print_tag=1; shift; fi
 suite=$(. /etc/os-release 2>/dev/null && echo "${VERSION_CODENAME:-}")
 suite=${suite:-bookworm}
 tag=${1:-revtree-base:${suite}-v2}
+if [[ $print_tag == 1 ]]; then echo "$tag"; exit 0; fi
 if [[ $force == 0 ]] && docker image inspect "$tag" >/dev/null 2>&1; then
     echo "$tag exists"; exit 0
 fi

@@ -42,7 +42,7 @@ from revtree.tasks import load_task
 
 from .conftest import cli_env, make_task
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.slow(seconds=30)
 KILLS = 14  # rounds 1, 2, 8 and 14 at start-up; 4, 6, 10 and 12 aimed, one at each target
 BUDGET = 28
 SEED = 20261202

@@ -77,7 +77,7 @@ def decider(home: Path, db: str, verb: str, run_id: str, node: int) -> subproces
     )
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=15)
 def test_approve_and_reject_at_once_take_one_decision(
     tmp_path: Path, home: Path, db_url: str
 ) -> None:

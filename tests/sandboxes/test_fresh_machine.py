@@ -142,7 +142,7 @@ def test_the_first_command_is_the_one_this_file_runs():
     assert command.endswith(".venv/bin/revtree run examples/tsp-anneal")
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=65)
 @pytest.mark.docker
 @pytest.mark.timeout(1500)
 def test_the_readme_first_command_on_a_fresh_machine(docker_client, repo_copy, tmp_path):

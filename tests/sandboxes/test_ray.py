@@ -94,7 +94,7 @@ def check_once_and_none_lost(out: dict[str, Any]) -> None:
 
 
 @pytest.mark.ray
-@pytest.mark.slow  # 38 s of --quick under -n 2 (issue 24)
+@pytest.mark.slow(seconds=25)  # 38 s of --quick under -n 2 (issue 24)
 def test_a_whole_run_on_a_multi_node_cluster_records_every_evaluation_once(
     whole_run: dict[str, Any],
 ) -> None:
@@ -108,7 +108,7 @@ def test_a_whole_run_on_a_multi_node_cluster_records_every_evaluation_once(
 
 
 @pytest.mark.ray
-@pytest.mark.slow  # 32 s of --quick under -n 2 (issue 24): a Ray cluster
+@pytest.mark.slow(seconds=25)  # 32 s of --quick under -n 2 (issue 24): a Ray cluster
 def test_fake_gpus_are_exclusive_per_host_and_handed_to_the_evaluation(
     whole_run: dict[str, Any],
 ) -> None:
@@ -132,7 +132,7 @@ def test_fake_gpus_are_exclusive_per_host_and_handed_to_the_evaluation(
 
 
 @pytest.mark.ray
-@pytest.mark.slow  # 36 s of --quick under -n 2 (issue 24)
+@pytest.mark.slow(seconds=25)  # 36 s of --quick under -n 2 (issue 24)
 def test_a_stopped_evaluation_cancels_its_ray_task(whole_run: dict[str, Any]) -> None:
     cancel = whole_run["cancel"]
     assert cancel["outcome"] == "cancelled"
@@ -140,14 +140,14 @@ def test_a_stopped_evaluation_cancels_its_ray_task(whole_run: dict[str, Any]) ->
 
 
 @pytest.mark.ray
-@pytest.mark.slow  # 29 s of --quick under -n 2 (issue 24): the cluster of whole_run; in
+@pytest.mark.slow(seconds=25)  # 29 s of --quick under -n 2 (issue 24): the cluster of whole_run; in
 # --quick, test_a_cancelled_worker_reports_cancelled_and_a_raised_flag_stops_it_before_it_runs
 def test_a_cancelled_ray_task_takes_its_evaluation_with_it(whole_run: dict[str, Any]) -> None:
     assert not whole_run["cancel"]["finished_anyway"]
 
 
 @pytest.mark.ray
-@pytest.mark.slow  # 24 s of --quick under -n 2 (issue 24)
+@pytest.mark.slow(seconds=25)  # 24 s of --quick under -n 2 (issue 24)
 def test_a_cancel_at_any_moment_stops_the_evaluation_and_leaves_nothing(tmp_path: Path) -> None:
     out = scenario("cancel", tmp_path / "cancel", timeout=240)
     cases = {c["name"]: c for c in out["cases"]}
@@ -162,7 +162,7 @@ def test_a_cancel_at_any_moment_stops_the_evaluation_and_leaves_nothing(tmp_path
 
 
 @pytest.mark.ray
-@pytest.mark.slow  # 29 s of --quick under -n 2 (issue 24)
+@pytest.mark.slow(seconds=25)  # 29 s of --quick under -n 2 (issue 24)
 def test_a_worker_node_killed_mid_evaluation_costs_one_retry_and_nothing_else(
     tmp_path: Path,
 ) -> None:
@@ -179,7 +179,7 @@ def test_a_worker_node_killed_mid_evaluation_costs_one_retry_and_nothing_else(
 
 
 @pytest.mark.ray
-@pytest.mark.slow  # 30 s of --quick under -n 2 (issue 24)
+@pytest.mark.slow(seconds=25)  # 30 s of --quick under -n 2 (issue 24)
 def test_kill_9_of_the_orchestrator_mid_run_then_resume_completes_with_no_duplicate(
     tmp_path: Path,
 ) -> None:
@@ -201,7 +201,7 @@ def test_kill_9_of_the_orchestrator_mid_run_then_resume_completes_with_no_duplic
 
 @pytest.mark.ray
 @pytest.mark.docker
-@pytest.mark.slow  # 13 s of --quick under -n 2 (issue 24)
+@pytest.mark.slow(seconds=13)  # 13 s of --quick under -n 2 (issue 24)
 def test_a_task_asking_for_docker_runs_in_a_container_on_the_ray_worker(
     docker_client: Any, tmp_path: Path
 ) -> None:
@@ -254,7 +254,7 @@ def peak_concurrency(evals: list[dict[str, Any]]) -> int:
 
 
 @pytest.mark.ray
-@pytest.mark.slow  # 40 s of --quick under -n 2 (issue 24)
+@pytest.mark.slow(seconds=25)  # 40 s of --quick under -n 2 (issue 24)
 def test_parallel_auto_follows_the_nodes_joining_and_leaving(tmp_path: Path) -> None:
     out = scenario("auto", tmp_path / "auto", timeout=300)
     assert out["seen"] == {"start": True, "rise": True, "fall": True}, out["seen"]
