@@ -3,9 +3,12 @@ summary of which test groups ran or were skipped, and why, at the end of a sessi
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import io
 import os
 import tarfile
+import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -80,6 +83,49 @@ def _local_sandbox_for_auto(monkeypatch: pytest.MonkeyPatch) -> None:
     orchestrator tests are about the orchestrator, so they run on the local backend.
     Docker-marked tests ask for Docker explicitly."""
     monkeypatch.setenv("REVTREE_SANDBOX", "local")
+
+
+# -- the engine's images: shared by the docker tests, taken alone by those that hide them
+# test_fresh_machine puts the evaluation images aside (untags them) to be a machine
+# without them; a docker test on another xdist worker meanwhile found no image and
+# skipped (or failed). Each docker test holds a shared lock for its duration, and
+# ``images_alone`` makes it exclusive (one lock file per user, flock: any process).
+IMAGES_LOCK = Path(tempfile.gettempdir()) / f"revtree-test-docker-images-{os.getuid()}.lock"
+_images_fd: list[int] = []  # this process's one descriptor of the lock (flock converts on it)
+_images_held = [fcntl.LOCK_UN]  # how this process holds it now
+
+
+def _images_lock(how: int) -> int:
+    """Hold the lock ``how`` (LOCK_SH, LOCK_EX, LOCK_UN); returns how it was held."""
+    if not _images_fd:
+        _images_fd.append(os.open(IMAGES_LOCK, os.O_RDWR | os.O_CREAT, 0o600))
+    fcntl.flock(_images_fd[0], how)
+    before, _images_held[0] = _images_held[0], how
+    return before
+
+
+@pytest.fixture(autouse=True)
+def _docker_images_shared(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test marked docker holds the images lock shared while it runs."""
+    if request.node.get_closest_marker("docker") is None:
+        yield
+        return
+    _images_lock(fcntl.LOCK_SH)
+    try:
+        yield
+    finally:
+        _images_lock(fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
+def images_alone() -> Iterator[None]:
+    """No other docker test runs in the block (the lock exclusive, then held as before:
+    shared by a test marked docker)."""
+    before = _images_lock(fcntl.LOCK_EX)
+    try:
+        yield
+    finally:
+        _images_lock(before)
 
 
 # -- the per-group summary at the end of every session ------------------------------

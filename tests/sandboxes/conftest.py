@@ -29,9 +29,11 @@ def bwrap_usable() -> None:
         pytest.skip(why)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def docker_client() -> Iterator[Any]:
-    """A docker client, or a skip saying why there is none."""
+    """A docker client, or a skip saying why there is none. Per test: the image is
+    looked for once the test holds the images lock (``tests/conftest.py``), so a test
+    that hid it for a while on another worker costs no skip."""
     try:
         from revtree.sandboxes.docker import engine_answers
         from revtree.sandboxes.images import default_image, image_exists

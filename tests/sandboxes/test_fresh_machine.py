@@ -28,7 +28,7 @@ from revtree.agents.llm.fake_server import FakeLLMServer
 from revtree.orchestrator.commands.scaffold import DemoResponder
 from revtree.sandboxes import AUTO_ENV
 from revtree.sandboxes.images import FALLBACK_IMAGE, base_tag, image_exists
-from tests.conftest import TASK_TOML, write_task_folder
+from tests.conftest import TASK_TOML, images_alone, write_task_folder
 
 ROOT = Path(__file__).resolve().parents[2]
 NO_ENGINE = "unix:///nonexistent/docker.sock"
@@ -74,7 +74,7 @@ def images_aside(client: Any) -> Iterator[list[str]]:
     """The evaluation images ``auto`` would use (the base image, python:3.11-slim)
     untagged for the block, tagged back after it whatever happens."""
     aside: list[tuple[str, str]] = []
-    try:
+    with images_alone(), _put_back(client, aside):
         for tag in (base_tag(), FALLBACK_IMAGE):
             if image_exists(client, tag):
                 spare = f"revtree-aside-{uuid.uuid4().hex[:8]}:{tag.replace(':', '-')}"
@@ -82,6 +82,13 @@ def images_aside(client: Any) -> Iterator[list[str]]:
                 client.images.remove(tag)  # only the tag: the spare holds the image
                 aside.append((tag, spare))
         yield [tag for tag, _ in aside]
+
+
+@contextmanager
+def _put_back(client: Any, aside: list[tuple[str, str]]) -> Iterator[None]:
+    """Tag back each (tag, spare) in ``aside`` after the block, whatever happens."""
+    try:
+        yield
     finally:
         for tag, spare in aside:
             if not image_exists(client, tag):
