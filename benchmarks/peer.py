@@ -1,7 +1,7 @@
 """revtree against OpenEvolve 0.4.0 on one OpenEvolve-format folder and one fake model.
 
     python benchmarks/peer.py [--n 48] [--reps 3] [--sleep 0 1] [--parallel 1 2 4]
-                              [--cache ~/.cache/revtree-bench]
+                              [--cache ~/.cache/revtree-bench] [--lookahead L]
 
 Both search the same folder (``initial_program.py`` with ``A`` in its EVOLVE-BLOCK,
 ``evaluator.py`` that sleeps S seconds and scores ``-(A - 3)^2``, one ``config.yaml``),
@@ -23,7 +23,8 @@ N candidates each. Per cell, means over the repetitions:
   revtree and ``OpenEvolve.run()`` (initial evaluation and iterations) for OpenEvolve;
   and the same with the trust cost counted apart: (wall - (N + T)*S/K) / N, where T is
   the verification evaluations (each S long, in one of the K slots);
-- utilisation: (N*S/K) / wall, the share of the loop spent in candidate sleeps;
+- utilisation: (N*S/K) / wall, the share of the loop spent in candidate sleeps; and
+  counting candidate evaluations only: (N*S/K) / (wall - T*S/K);
 - model calls per candidate (counted at the server);
 - trust cost: evaluations spent re-running bests (revtree's verification; OpenEvolve
   has none);
@@ -205,7 +206,7 @@ def oe_python(cache: Path) -> Path:
 
 
 def run_revtree(
-    tmp: Path, folder: Path, n: int, k: int, url: str, count: Counted
+    tmp: Path, folder: Path, n: int, k: int, url: str, count: Counted, lookahead: int | None
 ) -> dict[str, float]:
     home = tmp / "home"
     store = Store(f"sqlite:///{home / 'revtree.db'}")
@@ -214,7 +215,7 @@ def run_revtree(
         spec = load_task(folder)
     spec = spec.with_overrides(
         budget={"max_nodes": n + 1},  # the baseline and N candidates
-        search={"parallel": k},
+        search={"parallel": k, **({} if lookahead is None else {"lookahead": lookahead})},
         sandbox={"backend": "local"},
         agents={
             "mode": "llm",
@@ -306,6 +307,12 @@ def main() -> None:
     parser.add_argument("--parallel", type=int, nargs="+", default=[1, 2, 4])
     parser.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "revtree-bench")
     parser.add_argument("--cli-reps", type=int, default=5)
+    parser.add_argument(
+        "--lookahead",
+        type=int,
+        default=None,
+        help="revtree's [search] lookahead (default: the task's: 0 at K = 1, else K)",
+    )
     args = parser.parse_args()
     py = oe_python(args.cache)
     table = Table(
@@ -318,6 +325,7 @@ def main() -> None:
         "overhead/cand (ms)",
         "w/o trust (ms)",
         "utilisation",
+        "util. w/o trust",
         "calls/cand",
         "trust cost (evals)",
         "disk/cand (KB)",
@@ -335,7 +343,9 @@ def main() -> None:
                         with served(Model(seed=rep)) as (url, count):
                             folder = make_folder(where / "task", sleep, args.n, k, url)
                             if system == "revtree":
-                                r = run_revtree(where, folder, args.n, k, url, count)
+                                r = run_revtree(
+                                    where, folder, args.n, k, url, count, args.lookahead
+                                )
                             else:
                                 r = run_openevolve(where, folder, args.n, py, count)
                         rows[system].append(r)
@@ -355,6 +365,7 @@ def main() -> None:
                         f"{(wall - ideal) / args.n * 1000:.0f}",
                         f"{apart:.0f}",
                         f"{ideal / wall:.2f}" if ideal else "-",
+                        f"{ideal / (wall - trust * sleep / k):.2f}" if ideal else "-",
                         f"{statistics.fmean(r['calls'] for r in rs) / args.n:.2f}",
                         f"{trust:.1f}",
                         f"{statistics.fmean(r['disk'] for r in rs) / args.n / 1024:.1f}",

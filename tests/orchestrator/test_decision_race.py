@@ -7,8 +7,8 @@ non-zero naming the decision that won, and what the run does follows the winner.
 To make the two meet, the test holds the database's write lock (SQLite: a BEGIN
 IMMEDIATE; PostgreSQL: the run's row FOR UPDATE) while both start and look for an
 earlier decision, and lets go once both wait to write (PostgreSQL: both seen waiting on
-a lock in pg_stat_activity; SQLite: after a few seconds). Before the fix both then wrote
-their decision and exited 0 on every pair."""
+a lock in pg_stat_activity; SQLite: a second after both have the database open). Before
+the fix both then wrote their decision and exited 0 on every pair."""
 
 from __future__ import annotations
 
@@ -66,6 +66,16 @@ def waiting(store: Store, run_id: str) -> list[int]:
     return [n for n in asked if n not in decided]
 
 
+def has_open(pid: int, path: Path) -> bool:
+    """Whether process ``pid`` has ``path`` open (its /proc fd links)."""
+    with contextlib.suppress(OSError):
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            with contextlib.suppress(OSError):
+                if Path(fd.readlink()) == path:
+                    return True
+    return False
+
+
 def decider(home: Path, db: str, verb: str, run_id: str, node: int) -> subprocess.Popen[str]:
     args = [verb, run_id, str(node), "--db", db] + (["--why", "racing"] if verb == "reject" else [])
     return subprocess.Popen(
@@ -95,8 +105,13 @@ def test_approve_and_reject_at_once_take_one_decision(
                 procs = {v: decider(home, db_url, v, run_id, node) for v in verbs}
                 if callable(two_waiting):
                     wait_for(two_waiting, what="both deciders to wait on the lock")
-                else:  # SQLite shows no waiters: time for both to start and look
-                    time.sleep(4)
+                else:  # SQLite shows no waiters: both have the database open, then a moment
+                    db = Path(db_url.removeprefix("sqlite:///")).resolve()
+                    wait_for(
+                        lambda db=db, procs=procs: all(has_open(p.pid, db) for p in procs.values()),
+                        what="both deciders to open the database",
+                    )
+                    time.sleep(1)
             out = {v: p.communicate(timeout=120)[0] for v, p in procs.items()}
             codes = {v: p.returncode for v, p in procs.items()}
             winners = [v for v, c in codes.items() if c == 0]
