@@ -90,7 +90,10 @@ def _local_sandbox_for_auto(monkeypatch: pytest.MonkeyPatch) -> None:
 # without them; a docker test on another xdist worker meanwhile found no image and
 # skipped (or failed). Each docker test holds a shared lock for its duration, and
 # ``images_alone`` makes it exclusive (one lock file per user, flock: any process).
-IMAGES_LOCK = Path(tempfile.gettempdir()) / f"revtree-test-docker-images-{os.getuid()}.lock"
+IMAGES_LOCK = Path(
+    os.environ.get("REVTREE_TEST_IMAGES_LOCK")  # a nested pytest (test_scripts) its own
+    or Path(tempfile.gettempdir()) / f"revtree-test-docker-images-{os.getuid()}.lock"
+)
 _images_fd: list[int] = []  # this process's one descriptor of the lock (flock converts on it)
 _images_held = [fcntl.LOCK_UN]  # how this process holds it now
 
@@ -249,9 +252,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     Ray cluster's result) joins its module's ``xdist_group``, so under ``--dist
     loadgroup`` the fixture is made once, on one worker, rather than once per worker.
 
-    The heaviest modules run first (each module's tests stay together and in their
-    order): a worker that drew a minute-long test near the end kept the session
-    waiting while the others had nothing left to do."""
+    The heaviest modules come first in the collection (each module's tests stay
+    together and in their order); pytest-xdist's ``loadgroup`` sends the groups first
+    (the largest first), then the other tests in this order: a worker that drew a
+    minute-long test near the end kept the session waiting while the others had
+    nothing left to do."""
     for item in items:
         if item.get_closest_marker("xdist_group") is not None:
             continue

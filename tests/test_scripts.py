@@ -73,7 +73,9 @@ def pytest_on(folder: Path, *args: str, **env: str) -> subprocess.CompletedProce
     plugin."""
     environ = {k: v for k, v in os.environ.items() if not k.startswith("REVTREE_TEST_NOTE_")}
     environ.pop("REVTREE_REQUIRE", None)
-    environ.update(PYTHONPATH=str(ROOT), **env)
+    environ.update(
+        PYTHONPATH=str(ROOT), REVTREE_TEST_IMAGES_LOCK=str(folder / "images.lock"), **env
+    )
     return subprocess.run(
         [
             sys.executable,

@@ -108,7 +108,9 @@ def test_approve_and_reject_at_once_take_one_decision(
                 else:  # SQLite shows no waiters: both have the database open, then a moment
                     db = Path(db_url.removeprefix("sqlite:///")).resolve()
                     wait_for(
-                        lambda db=db, procs=procs: all(has_open(p.pid, db) for p in procs.values()),
+                        lambda db=db, procs=procs: all(
+                            has_open(p.pid, db) or p.poll() is not None for p in procs.values()
+                        ),
                         what="both deciders to open the database",
                     )
                     time.sleep(1)
