@@ -28,6 +28,7 @@ from typing import Any, cast
 from revtree.errors import StoreError
 from revtree.memory import EvalResult, Node, NodeStatus
 from revtree.memory.gitstore import HOLDOUT_REF
+from revtree.memory.records import finite_mean
 from revtree.memory.stages import FULL, GUARD, HOLDOUT
 from revtree.orchestrator.mirror import subtree_alarm
 from revtree.orchestrator.trust import (
@@ -369,9 +370,9 @@ class Trust:
         if not ran and node.n_evals >= len(done):
             return node  # enough repeats were made earlier: nothing new to say
         scores = [e.score for e in done.values() if e.ok and e.score is not None]
-        if not scores or node.status is not NodeStatus.SUCCEEDED:
+        mean = finite_mean(scores)  # exact where every repeat agrees
+        if mean is None or node.status is not NodeStatus.SUCCEEDED:
             return self.mirror.get(node_id)
-        mean = scores[0] if len(set(scores)) == 1 else statistics.fmean(scores)
         std = statistics.stdev(scores) if len(scores) > 1 else None
         spread = f" ± {std:.3g}" if std is not None else ""
         node = self.mirror.set(
