@@ -400,7 +400,9 @@ class Evaluator:
             scores.append(res.score)
         std = statistics.stdev(scores) if len(scores) > 1 else None
         full = [r for r in results if r.stage == FULL]
-        return self._outcome(results, None, None, statistics.fmean(scores), std, full)
+        mean = finite_mean(scores)  # repeats all equal are their value, to the last bit
+        assert mean is not None  # each score is finite (``score_problem``)
+        return self._outcome(results, None, None, mean, std, full)
 
     def _outcome(
         self,

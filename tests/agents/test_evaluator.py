@@ -91,6 +91,9 @@ if mode == "garbage":
 if mode == "nan":
     os.write(3, b'{"score": NaN, "other": 1.0}')
     sys.exit(0)
+if mode == "same":  # deterministic: each repeat the same value
+    os.write(3, b'{"score": -7.312715117751976}')
+    sys.exit(0)
 score = 0.1 if stage == "smoke" else 1.0 + repeat
 out = {"score": score, "seed": int(os.environ["REVTREE_SEED"]), "node": os.environ["REVTREE_NODE"]}
 os.write(3, json.dumps(out).encode())
@@ -247,6 +250,16 @@ def test_repeats_give_mean_and_std(tmp_path):
         ("full", 2, 3.0),
     ]
     assert [r.metrics["seed"] for r in recorded] == [100, 101, 102]
+
+
+def test_identical_repeats_score_their_value_exactly(tmp_path):
+    """A deterministic evaluator's repeats are its score, to the last bit, with no
+    spread: the mean of three copies of this value by ``statistics.fmean`` is one ulp
+    off it, which later reads as noise (``finite_mean``)."""
+    spec = make_task(tmp_path / "t", "same", "repeats = 3\n")
+    outcome, recorded = run_eval(spec)
+    assert [r.score for r in recorded] == [-7.312715117751976] * 3
+    assert outcome.score == -7.312715117751976 and outcome.score_std == 0.0
 
 
 def test_done_results_are_reused_not_rerun(tmp_path):
