@@ -2,17 +2,21 @@
 
 Each node's commit has its parent node's commit as parent and is kept reachable by
 ``refs/revtree/nodes/<node-id>``; failed and rejected nodes keep theirs too, so any
-node can be forked later. Objects are written through GitPython's object database
-(no working tree, no index, no subprocess per commit). Methods are thread-safe.
+node can be forked later. Objects are written as loose objects through GitPython's
+object database (no working tree, no index, no subprocess per commit) and read back
+here (a packed object through git's ``cat-file``); refs are written as git writes a
+loose ref. ``diff`` is the one read that runs ``git``. Methods are thread-safe.
 """
 
 from __future__ import annotations
 
 import io
+import os
 import stat
 import tarfile
 import threading
 import time
+import zlib
 from collections import OrderedDict
 from collections.abc import Mapping
 from pathlib import Path
@@ -79,13 +83,21 @@ class GitStore:
         replayed step after a crash rewrites the identical commit.
         """
         with self._lock:
-            base = self.repo.commit(parent).tree.binsha
-            tree = self._update_tree(base, _split(changes), {})
+            tree = self._update_tree(self._tree_of(parent), _split(changes), {})
             return self._commit(tree, [parent], message, when)
 
     def set_ref(self, ref: str, sha: str) -> None:
-        with self._lock:
-            git.Reference.create(self.repo, ref, sha, force=True)
+        """Point ``ref`` at commit ``sha``: a loose ref file written whole and renamed
+        into place, as git writes one (no object lookup through a subprocess)."""
+        if not (len(sha) == 40 and _hex(sha)) or not ref.startswith("refs/"):
+            with self._lock:
+                git.Reference.create(self.repo, ref, sha, force=True)
+            return
+        path = self.path / ref
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+        tmp.write_text(sha + "\n")
+        os.replace(tmp, path)
 
     def set_node_ref(self, node_id: int, sha: str) -> None:
         self.set_ref(NODE_REF.format(node_id), sha)
@@ -122,10 +134,30 @@ class GitStore:
         binsha: bytes = self._loose.store(IStream(kind, len(data), io.BytesIO(data))).binsha
         return binsha
 
+    def _object(self, binsha: bytes) -> bytes:
+        """An object's content: a loose object read and inflated here (every object
+        a run writes is loose), else through GitPython's database (packed objects)."""
+        hexsha = binsha.hex()
+        try:
+            with open(self.path / "objects" / hexsha[:2] / hexsha[2:], "rb") as f:
+                raw = zlib.decompress(f.read())
+        except (FileNotFoundError, zlib.error):
+            return bytes(self.repo.odb.stream(binsha).read())
+        return raw[raw.index(b"\0") + 1 :]
+
+    def _tree_of(self, commit: str) -> bytes:
+        """The root tree of ``commit`` (a full hex id read here; any other name
+        through GitPython)."""
+        if len(commit) == 40 and _hex(commit):
+            head = self._object(bytes.fromhex(commit))[:46]
+            if head.startswith(b"tree "):
+                return bytes.fromhex(head[5:45].decode("ascii"))
+        return bytes(self.repo.commit(commit).tree.binsha)
+
     def _entries(self, tree: bytes | None) -> dict[str, tuple[bytes, int]]:
         if tree is None:
             return {}
-        data = self.repo.odb.stream(tree).read()
+        data = self._object(tree)
         return {name: (sha, mode) for sha, mode, name in tree_entries_from_data(data)}
 
     def _update_tree(
@@ -162,7 +194,7 @@ class GitStore:
                 self._files.move_to_end(sha)
                 return dict(cached)
             out: dict[str, tuple[bytes, int]] = {}
-            self._walk(self.repo.commit(sha).tree.binsha, "", out)
+            self._walk(self._tree_of(sha), "", out)
             self._files[sha] = out
             if len(self._files) > 256:
                 self._files.popitem(last=False)
@@ -180,7 +212,7 @@ class GitStore:
             if (data := self._blobs.get(binsha)) is not None:
                 self._blobs.move_to_end(binsha)
                 return data
-            data = self.repo.odb.stream(binsha).read()
+            data = self._object(binsha)
             self._blobs[binsha] = data
             if len(self._blobs) > 4096:
                 self._blobs.popitem(last=False)
@@ -265,6 +297,10 @@ def _add(tar: tarfile.TarFile, path: str, data: bytes, mode: int) -> None:
         return
     info.size, info.mode = len(data), 0o755 if mode == EXEC_MODE else 0o644
     tar.addfile(info, io.BytesIO(data))
+
+
+def _hex(text: str) -> bool:
+    return all(c in "0123456789abcdef" for c in text)
 
 
 def _split(changes: Mapping[str, Change]) -> dict:

@@ -237,3 +237,35 @@ def test_a_new_store_holds_no_sample_hooks(repo_path):
     files = sorted(p.relative_to(repo_path).as_posix() for p in repo_path.rglob("*") if p.is_file())
     assert files == ["HEAD", "config"], files
     git(repo_path, "rev-parse", "--git-dir")  # still a repository git reads
+
+
+def test_packed_objects_and_refs_read_and_move_as_loose_ones(store, repo_path, root):
+    """Objects are read from their loose files here; after ``git gc`` packs them (and
+    the refs), reads go through git's database, commits on them still work, and a ref
+    set after packing wins over its packed line."""
+    child = store.commit(root, {"solver.py": b"X = 2.0\n"}, "child")
+    store.set_node_ref(0, root)
+    store.set_node_ref(1, child)
+    git(repo_path, "gc", "--prune=now", "--quiet")
+    assert not list((repo_path / "objects").glob("??/*")), "gc left loose objects"
+    assert git(repo_path, "show-ref").count("refs/revtree/nodes/") == 2  # packed
+    again = GitStore(repo_path)
+    try:
+        assert again.read_files(root) == FILES
+        assert again.read(child, "solver.py") == b"X = 2.0\n"
+        assert again.changed_paths(root, child) == ["solver.py"]
+        grandchild = again.commit(child, {"pkg/mod.py": None}, "on a packed parent")
+        again.set_node_ref(1, grandchild)  # loose now, over the packed line
+        assert again.node_refs() == {0: root, 1: grandchild}
+        assert git(repo_path, "rev-parse", "refs/revtree/nodes/1").strip() == grandchild
+        assert "pkg/mod.py" not in again.list_files(grandchild)
+    finally:
+        again.close()
+    git(repo_path, "fsck", "--full", "--strict")
+
+
+def test_a_ref_is_written_whole_as_git_reads_it(store, repo_path, root):
+    store.set_node_ref(7, root)
+    assert (repo_path / "refs/revtree/nodes/7").read_text() == root + "\n"
+    assert not list((repo_path / "refs/revtree/nodes").glob("*.tmp"))
+    assert git(repo_path, "rev-parse", "refs/revtree/nodes/7").strip() == root
