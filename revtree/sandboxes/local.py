@@ -14,7 +14,8 @@ What is covered:
 - entries of ``/dev/shm`` owned by our uid that appeared while evaluations ran are
   removed once this process has no evaluation in flight (``ShmJanitor``);
 - ``protect_orchestrator``: the orchestrator's ``/proc/<pid>/environ`` unreadable to
-  the sandbox (non-root users only); the workspace removed afterwards.
+  the sandbox (non-root users only); the workspace removed afterwards (in the
+  background: ``drain`` and ``close`` wait for it).
 
 What is not covered (use the bwrap or docker backend for untrusted code):
 - the code runs as the same user on the same file system and network: it can read and
@@ -35,7 +36,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import dataclasses
-import io
 import os
 import re
 import shutil
@@ -43,7 +43,6 @@ import signal
 import stat
 import subprocess
 import sys
-import tarfile
 import tempfile
 import threading
 import time
@@ -65,6 +64,7 @@ from revtree.sandboxes.env import sandbox_env
 from revtree.sandboxes.forkserver import ForkServer, enabled
 from revtree.sandboxes.shm import SHM, ShmJanitor
 from revtree.sandboxes.supervise import PARENT_ENV
+from revtree.sandboxes.workspace import Trash, extract
 
 __all__ = ["SHM", "Launch", "LocalSandbox", "ShmJanitor", "build", "supervised"]
 
@@ -116,6 +116,7 @@ class LocalSandbox:
         if self.base_dir:
             self.base_dir.mkdir(parents=True, exist_ok=True)
         self.forks = ForkServer() if self.warm and enabled() else None
+        self.trash = Trash()
 
     def execute(self, request: ExecRequest, cancel: threading.Event | None = None) -> ExecResult:
         t0 = time.monotonic()
@@ -125,7 +126,7 @@ class LocalSandbox:
         try:
             ws, out = tmp / "ws", tmp / "out"
             out.mkdir()
-            _extract(request.archive, ws)
+            extract(request.archive, ws)
             with (
                 tempfile.TemporaryFile(dir=tmp) as metrics,
                 SHM.window(),
@@ -139,7 +140,7 @@ class LocalSandbox:
                 result, metrics_text=text, setup_seconds=setup, files=files, refused=refused
             )
         finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+            self.trash.put(tmp)
 
     @contextlib.contextmanager
     def _launch(self, request: ExecRequest, tmp: Path, fd: int) -> Iterator[Launch]:
@@ -150,10 +151,15 @@ class LocalSandbox:
         argv = supervised(request.command, fd, request.limits)
         yield Launch(argv, env, ws, ws, (fd,), None)
 
+    def drain(self) -> None:
+        """Wait until the workspaces of the executions that returned are removed."""
+        self.trash.drain()
+
     def close(self) -> None:
-        """Stop the fork server, if one was started."""
+        """Stop the fork server, if one was started, and remove the workspaces left."""
         if self.forks is not None:
             self.forks.close()
+        self.trash.drain()
 
     def reap(self) -> int:
         """Kill the process groups and remove the workspaces that a killed orchestrator
@@ -171,15 +177,6 @@ class LocalSandbox:
             shutil.rmtree(tmp, ignore_errors=True)
             n += 1
         return n
-
-
-def _extract(archive: bytes, dest: Path) -> None:
-    dest.mkdir()
-    try:
-        with tarfile.open(fileobj=io.BytesIO(archive), mode="r:*") as tar:
-            tar.extractall(dest, filter="data")
-    except (tarfile.TarError, OSError) as e:
-        raise SandboxError(f"cannot unpack the workspace: {e}") from e
 
 
 def _read_metrics(fd: int) -> str | None:

@@ -68,10 +68,11 @@ def sandbox(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Sandbox]
 
 
 def leftovers(sandbox: Sandbox, tmp_path: Path) -> list[str]:
-    """What this sandbox left behind: workspace folders, or containers and volumes once
-    the background removals handed over so far are done, less the warm pool's unused
+    """What this sandbox left behind once the background removals handed over so far
+    are done: workspace folders, or containers and volumes, less the warm pool's unused
     containers (alive by design until ``close``)."""
     if sandbox.name in LOCAL_KINDS:
+        sandbox.drain()  # type: ignore[attr-defined]  # removal runs in the background
         base = tmp_path / "sandboxes"
         return [p.name for p in base.iterdir()] if base.is_dir() else []
     from revtree.sandboxes.docker import LABEL, OWNER, owner_id

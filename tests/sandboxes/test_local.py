@@ -403,3 +403,85 @@ def test_reap_never_kills_a_group_that_a_candidate_named_in_its_pgid_file(
     finally:
         victim.kill()
         victim.wait()
+
+
+def _tree(root: Path) -> dict[str, tuple[str, int, bytes]]:
+    """Every entry under ``root``: kind, permission bits, content."""
+    out = {}
+    for p in sorted(root.rglob("*")):
+        st = p.lstat()
+        kind = "dir" if p.is_dir() else "file"
+        out[p.relative_to(root).as_posix()] = (
+            kind,
+            st.st_mode & 0o7777 if kind == "file" else 0,
+            p.read_bytes() if kind == "file" else b"",
+        )
+    return out
+
+
+def test_a_plain_archive_unpacks_as_tarfiles_data_filter_unpacks_it(tmp_path: Path) -> None:
+    """The direct writer (a workspace of files and folders, as the git store makes
+    them) lands the same files, contents and modes as tarfile's ``data`` filter:
+    setuid and group/other write bits dropped, owner read and write added, execute
+    bits kept only with the owner's; gzip archives and an explicit folder member too."""
+    import gzip
+    import io
+    import tarfile
+
+    from revtree.memory.gitstore import EXEC_MODE, GitStore
+    from revtree.sandboxes.workspace import extract
+
+    git = GitStore(tmp_path / "r.git")
+    sha = git.commit_files(
+        {"a.py": b"A = 1\n", "run.sh": b"#!/bin/sh\n", "pkg/sub/m.py": b"x" * 300_000},
+        "root",
+        modes={"run.sh": EXEC_MODE},
+    )
+    made = git.archive(sha, {"support/r.py": b"print(1)\n"})
+    git.close()
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name, mode in (("odd", 0o6777), ("noexec", 0o511), ("locked", 0o000)):
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = 2, mode
+            tar.addfile(info, io.BytesIO(b"hi"))
+        folder = tarfile.TarInfo("emptydir")
+        folder.type = tarfile.DIRTYPE
+        tar.addfile(folder)
+    for i, archive in enumerate((made, buf.getvalue(), gzip.compress(buf.getvalue()))):
+        ours, theirs = tmp_path / f"ours{i}", tmp_path / f"theirs{i}"
+        extract(archive, ours)
+        theirs.mkdir()
+        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+            tar.extractall(theirs, filter="data")
+        assert _tree(ours) == _tree(theirs) and len(_tree(ours)) >= 4
+
+
+def test_an_archive_with_a_link_still_goes_through_the_data_filter(tmp_path: Path) -> None:
+    import io
+    import tarfile
+
+    from revtree.sandboxes.workspace import extract
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        info = tarfile.TarInfo("f.txt")
+        info.size = 2
+        tar.addfile(info, io.BytesIO(b"ok"))
+        link = tarfile.TarInfo("inside")
+        link.type, link.linkname = tarfile.SYMTYPE, "f.txt"
+        tar.addfile(link)
+        dot = tarfile.TarInfo("./g.txt")
+        dot.size = 1
+        tar.addfile(dot, io.BytesIO(b"g"))
+    extract(buf.getvalue(), tmp_path / "ws")
+    assert (tmp_path / "ws" / "inside").is_symlink()
+    assert (tmp_path / "ws" / "g.txt").read_bytes() == b"g"
+    with pytest.raises(SandboxError, match="unpack"):  # a file, then a folder of its name
+        bad = io.BytesIO()
+        with tarfile.open(fileobj=bad, mode="w") as tar:
+            for name, kind in (("x", tarfile.REGTYPE), ("x/y", tarfile.REGTYPE)):
+                info = tarfile.TarInfo(name)
+                info.type, info.size = kind, 0
+                tar.addfile(info, io.BytesIO(b""))
+        extract(bad.getvalue(), tmp_path / "ws2")
