@@ -20,7 +20,12 @@ script itself, as ``python path args`` would (``__main__``, ``sys.argv``,
 ``sys.path[0]``, the exit code of ``SystemExit`` or 1 with the traceback), instead of
 ``/bin/sh -c command``. The client asks for it only where ``python`` on the request's
 ``PATH`` is this interpreter and the variables read at Python's start are the ones
-this process started with (``forkserver.py``).
+this process started with (``forkserver.py``). This process compiles the script before
+it forks (once per source, the last ``CODE_CACHE`` kept: every evaluation of a run
+starts the same runner), and the fork runs that code under its own file's name if the
+file it reads is the same source. What this process loaded is frozen out of the
+garbage collector (``gc.freeze``): the collection at a fork's exit walks only what
+the script made, not every page inherited.
 
 It exits when CONTROL_FD closes (the orchestrator ended or died); each supervisor gets
 SIGTERM when this process dies (``PR_SET_PDEATHSIG``) and kills its command's tree. It
@@ -33,6 +38,7 @@ from __future__ import annotations
 import builtins
 import ctypes
 import fcntl
+import gc
 import importlib
 import importlib.machinery
 import io
@@ -41,6 +47,7 @@ import os
 import select
 import signal
 import socket
+import stat
 import sys
 import types
 
@@ -51,6 +58,8 @@ import supervise  # the sibling module: this file runs as a script from its fold
 PRELOAD = ("collections", "functools", "importlib.util", "math", "re", "traceback", "typing")
 for _name in PRELOAD:
     importlib.import_module(_name)
+CODE_CACHE = 16  # scripts kept compiled (by their source); the evaluator's runner mostly
+SCRIPT_MAX = 256 * 1024  # bytes of a script compiled here ahead of the fork, at most
 
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER = 1, 4, 36
 HIGH = 10  # the status socket moves at or above this descriptor, out of the command's way
@@ -66,12 +75,12 @@ def _python_signals() -> None:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
-def _as_shell(argv: list[str]) -> None:  # never returns
+def _as_shell(argv: list[str], ready: tuple[bytes, types.CodeType] | None) -> None:  # never returns
     """Run the script in a child and exit as ``/bin/sh -c "python FILE ..."`` does: the
     script's exit code, or 128 + the signal that killed it, named on stderr."""
     pid = os.fork()
     if pid == 0:
-        _run_script(argv)
+        _run_script(argv, ready)
     while True:
         try:
             _, status = os.waitpid(pid, 0)
@@ -87,8 +96,47 @@ def _as_shell(argv: list[str]) -> None:  # never returns
     os._exit(os.WEXITSTATUS(status))
 
 
-def _run_script(argv: list[str]) -> None:  # never returns
-    """Run ``python argv[0] argv[1:]`` in this process and exit as that would."""
+def _compiled(
+    header: dict, cache: dict[bytes, types.CodeType]
+) -> tuple[bytes, types.CodeType] | None:
+    """In the server, before the fork: the request's script compiled (once per source:
+    every evaluation of a run starts the same runner), or None where it cannot be read
+    as a small regular file or does not compile (the fork then reads and compiles it
+    itself, and reports what is wrong as ``python`` would)."""
+    script = header.get("script")
+    if not script:
+        return None
+    try:
+        fd = os.open(os.path.join(header["cwd"], script[0]), os.O_RDONLY | os.O_NONBLOCK)
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_size > SCRIPT_MAX:
+                return None
+            source = os.read(fd, SCRIPT_MAX + 1)
+        finally:
+            os.close(fd)
+        code = cache.get(source)
+        if code is None:
+            code = compile(source, "<script>", "exec", dont_inherit=True)
+            if len(cache) >= CODE_CACHE:
+                cache.pop(next(iter(cache)))
+            cache[source] = code
+        return source, code
+    except (OSError, SyntaxError, ValueError, MemoryError, RecursionError):
+        return None
+
+
+def _named(code: types.CodeType, path: str) -> types.CodeType:
+    """``code`` and the code objects in it, as compiled from the file ``path``."""
+    consts = tuple(_named(c, path) if isinstance(c, types.CodeType) else c for c in code.co_consts)
+    return code.replace(co_filename=path, co_consts=consts)
+
+
+def _run_script(
+    argv: list[str], ready: tuple[bytes, types.CodeType] | None = None
+) -> None:  # never returns
+    """Run ``python argv[0] argv[1:]`` in this process and exit as that would
+    (``ready``: its source as read and compiled by the server, if it is unchanged)."""
     code, before = 0, set[str]()
     try:
         _python_signals()
@@ -106,7 +154,11 @@ def _run_script(argv: list[str]) -> None:  # never returns
         sys.modules["__main__"] = main
         with io.open_code(path) as src:
             source = src.read()
-        exec(compile(source, path, "exec", dont_inherit=True), main.__dict__)
+        if ready is not None and ready[0] == source:
+            program = _named(ready[1], path)
+        else:
+            program = compile(source, path, "exec", dont_inherit=True)
+        exec(program, main.__dict__)
     except SystemExit as e:
         if e.code is None:
             code = 0
@@ -157,8 +209,15 @@ def _shadows(folder: str) -> bool:
     return any(e.removesuffix(".py") in loaded for e in entries)
 
 
-def _serve(header: dict, fds: list[int], control: int, zygote: int) -> None:  # never returns
-    """In the forked child: become the evaluation's supervisor."""
+def _serve(
+    header: dict,
+    fds: list[int],
+    control: int,
+    zygote: int,
+    ready: tuple[bytes, types.CodeType] | None,
+) -> None:  # never returns
+    """In the forked child: become the evaluation's supervisor (``ready``: its script
+    as the server compiled it)."""
     status_fd = -1
     try:
         os.close(control)
@@ -189,7 +248,7 @@ def _serve(header: dict, fds: list[int], control: int, zygote: int) -> None:  # 
         def start(command: str) -> None:
             os.close(status_fd)
             if script:
-                _as_shell(script)
+                _as_shell(script, ready)
             prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
 
         st = supervise.supervise(
@@ -208,6 +267,10 @@ def _serve(header: dict, fds: list[int], control: int, zygote: int) -> None:  # 
 def main(control: int) -> None:
     prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
     me, sock = os.getpid(), socket.socket(fileno=control)
+    cache: dict[bytes, types.CodeType] = {}
+    # what is loaded now stays out of the forks' garbage collections (a fork's collection
+    # at exit would otherwise walk, and so copy, every page of it)
+    gc.freeze()
     while True:
         ready, _, _ = select.select([control], [], [], 1.0)
         try:
@@ -232,9 +295,10 @@ def main(control: int) -> None:
             for fd in fds:
                 os.close(fd)
             continue
+        compiled = _compiled(header, cache)
         try:
             if os.fork() == 0:
-                _serve(header, fds, control, me)
+                _serve(header, fds, control, me, compiled)
         except OSError:
             pass  # no fork (a fork bomb's EAGAIN): that request fails, not the server
         for fd in fds:

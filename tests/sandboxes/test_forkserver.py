@@ -267,3 +267,46 @@ def test_a_stopped_server_or_a_failed_request_costs_no_other_evaluation(tmp_path
     assert running["r"].exit_code == 0 and running["r"].stdout == "done\n", running
     assert after.exit_code == 0 and not after.timed_out, (after.stderr, waited)
     assert len(retired) == 1  # the stopped server was set aside, not killed meanwhile
+
+
+def test_a_script_compiled_once_by_the_server_still_names_its_own_file(tmp_path, monkeypatch):
+    """The server compiles each script once and every later run of the same source
+    forks with that code: the runs' tracebacks and ``co_filename`` still name each
+    run's own file, line by line, as a fresh ``python`` does."""
+    code = (
+        "import sys\n"
+        "def f():\n"
+        "    print(f.__code__.co_filename == __file__ or f.__code__.co_filename)\n"
+        "    raise ValueError('broken')\n"
+        "f()\n"
+    )
+
+    def shown(stderr: str) -> list[str]:  # each frame's file name (last part) and line
+        frames = [x.strip() for x in stderr.splitlines() if x.strip().startswith("File ")]
+        return [f.split('"')[1].rsplit("/", 1)[-1] + f.split('"')[2] for f in frames]
+
+    outs = {}
+    for warm in (True, False):
+        sandbox = box(tmp_path, monkeypatch, warm)
+        try:
+            outs[warm] = [run(sandbox, {"t.py": code}, "python t.py") for _ in range(3)]
+        finally:
+            sandbox.close()
+    cold = outs[False][0]
+    assert shown(cold.stderr) == ["t.py, line 5, in <module>", "t.py, line 4, in f"], cold.stderr
+    for r in outs[True]:  # the first run compiled it; the next two forked with that code
+        assert r.stdout == "True\n" and shown(r.stderr) == shown(cold.stderr), r.stderr
+
+
+def test_scripts_of_one_name_run_each_their_own_source(tmp_path, monkeypatch):
+    """The compiled scripts are kept by their source, not their name: a changed file
+    of the same name runs as changed."""
+    sandbox = box(tmp_path, monkeypatch, True)
+    try:
+        got = [run(sandbox, {"e.py": f"print({i})\n"}, "python e.py").stdout for i in range(3)]
+        again = run(sandbox, {"e.py": "print(0)\n"}, "python e.py").stdout
+        broken = run(sandbox, {"e.py": "print(\n"}, "python e.py")
+    finally:
+        sandbox.close()
+    assert got == ["0\n", "1\n", "2\n"] and again == "0\n"
+    assert broken.exit_code == 1 and "SyntaxError" in broken.stderr
