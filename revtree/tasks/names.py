@@ -28,6 +28,7 @@ SECRET_NAME = re.compile(
 )
 
 
+@functools.lru_cache(maxsize=4096)  # every evaluation asks of every variable
 def is_secret(name: str) -> bool:
     """Whether an environment variable name looks like it holds a secret."""
     return SECRET_NAME.search(name) is not None
