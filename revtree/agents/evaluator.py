@@ -401,7 +401,8 @@ class Evaluator:
         std = statistics.stdev(scores) if len(scores) > 1 else None
         full = [r for r in results if r.stage == FULL]
         mean = finite_mean(scores)  # repeats all equal are their value, to the last bit
-        assert mean is not None  # each score is finite (``score_problem``)
+        if mean is None:  # finite scores whose mean rounds past the largest double
+            return self._outcome(results, f"the mean of the repeats {scores} overflows", "crash")
         return self._outcome(results, None, None, mean, std, full)
 
     def _outcome(

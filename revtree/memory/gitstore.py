@@ -87,17 +87,35 @@ class GitStore:
             return self._commit(tree, [parent], message, when)
 
     def set_ref(self, ref: str, sha: str) -> None:
-        """Point ``ref`` at commit ``sha``: a loose ref file written whole and renamed
-        into place, as git writes one (no object lookup through a subprocess)."""
-        if not (len(sha) == 40 and _hex(sha)) or not ref.startswith("refs/"):
+        """Point ``ref`` at commit ``sha`` as git writes a loose ref: the new value in
+        ``REF.lock`` (made exclusively: git's own lock), renamed over the ref. A lock left
+        by a killed session of this run (which holds the run's claim) is taken over. A
+        sha that is not a loose object here goes through GitPython, which checks it."""
+        hexsha = sha if len(sha) == 40 and _hex(sha) else ""
+        if not hexsha or not ref.startswith("refs/") or not self._loose_file(hexsha).is_file():
             with self._lock:
                 git.Reference.create(self.repo, ref, sha, force=True)
             return
         path = self.path / ref
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-        tmp.write_text(sha + "\n")
-        os.replace(tmp, path)
+        lock = path.with_name(path.name + ".lock")
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+        with self._lock:  # one writer in this process: a lock found is another's
+            path.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                fd = os.open(lock, flags, 0o644)
+            except FileExistsError:
+                lock.unlink(missing_ok=True)  # a killed session's
+                fd = os.open(lock, flags, 0o644)
+            try:
+                with os.fdopen(fd, "w") as f:
+                    f.write(hexsha + "\n")
+                os.replace(lock, path)
+            except BaseException:
+                lock.unlink(missing_ok=True)
+                raise
+
+    def _loose_file(self, hexsha: str) -> Path:
+        return self.path / "objects" / hexsha[:2] / hexsha[2:]
 
     def set_node_ref(self, node_id: int, sha: str) -> None:
         self.set_ref(NODE_REF.format(node_id), sha)
@@ -111,7 +129,8 @@ class GitStore:
         refs = {}
         for line in out.splitlines():
             name, sha = line.split()
-            refs[int(name[len(prefix) :])] = sha
+            if name[len(prefix) :].isdigit():  # not a stray file a crash left among them
+                refs[int(name[len(prefix) :])] = sha
         return refs
 
     def _commit(
@@ -134,22 +153,29 @@ class GitStore:
         binsha: bytes = self._loose.store(IStream(kind, len(data), io.BytesIO(data))).binsha
         return binsha
 
-    def _object(self, binsha: bytes) -> bytes:
-        """An object's content: a loose object read and inflated here (every object
-        a run writes is loose), else through GitPython's database (packed objects)."""
-        hexsha = binsha.hex()
+    def _object(self, binsha: bytes, kind: bytes) -> bytes:
+        """The content of the object ``binsha``, which must be a ``kind``: a loose object
+        read and inflated here (every object a run writes is loose), else (packed, or a
+        loose file that is not a whole object) through GitPython's database."""
         try:
-            with open(self.path / "objects" / hexsha[:2] / hexsha[2:], "rb") as f:
+            with open(self._loose_file(binsha.hex()), "rb") as f:
                 raw = zlib.decompress(f.read())
-        except (FileNotFoundError, zlib.error):
-            return bytes(self.repo.odb.stream(binsha).read())
-        return raw[raw.index(b"\0") + 1 :]
+            header, _, data = raw.partition(b"\0")
+            found, _, size = header.partition(b" ")
+            if found == kind and size.isdigit() and int(size) == len(data):
+                return data
+        except (OSError, zlib.error):
+            pass
+        stream = self.repo.odb.stream(binsha)
+        if stream.type != kind:
+            raise StoreError(f"object {binsha.hex()} is a {stream.type!r}, not a {kind!r}")
+        return bytes(stream.read())
 
     def _tree_of(self, commit: str) -> bytes:
         """The root tree of ``commit`` (a full hex id read here; any other name
         through GitPython)."""
         if len(commit) == 40 and _hex(commit):
-            head = self._object(bytes.fromhex(commit))[:46]
+            head = self._object(bytes.fromhex(commit), b"commit")[:46]
             if head.startswith(b"tree "):
                 return bytes.fromhex(head[5:45].decode("ascii"))
         return bytes(self.repo.commit(commit).tree.binsha)
@@ -157,7 +183,7 @@ class GitStore:
     def _entries(self, tree: bytes | None) -> dict[str, tuple[bytes, int]]:
         if tree is None:
             return {}
-        data = self._object(tree)
+        data = self._object(tree, b"tree")
         return {name: (sha, mode) for sha, mode, name in tree_entries_from_data(data)}
 
     def _update_tree(
@@ -212,7 +238,7 @@ class GitStore:
             if (data := self._blobs.get(binsha)) is not None:
                 self._blobs.move_to_end(binsha)
                 return data
-            data = self._object(binsha)
+            data = self._object(binsha, b"blob")
             self._blobs[binsha] = data
             if len(self._blobs) > 4096:
                 self._blobs.popitem(last=False)

@@ -21,14 +21,28 @@ def gain(root: Node, node_id: int, score: float) -> str:
     return f", {delta:+.6g} vs baseline{pct}"
 
 
+MATCHED_MAX = 1_000_000  # line pairs difflib may weigh in one file; past it, git counts
+
+
 def changed_lines(git: GitStore, base: str, head: str) -> int:
-    """Lines added plus lines removed from ``base`` to ``head``, as ``git diff``
-    counts them but without a subprocess: a binary file (a NUL in its first 8,000
-    bytes, git's test) counts none, and lines are matched by difflib, which on a
-    large rewrite can pair them a little differently from git's Myers diff."""
+    """Lines added plus lines removed from ``base`` to ``head``, as ``git diff
+    --numstat`` counts them, mostly without a subprocess: a binary file (a NUL in its
+    first 8,000 bytes, git's test) counts none, a file moved unchanged counts none (git's
+    exact renames; a moved and edited file counts as removed and added), lines end at
+    ``\n`` only, and lines are matched by difflib, which on a large rewrite can pair
+    them a little differently from git's Myers diff. A file whose changed middle would
+    cost difflib more than ``MATCHED_MAX`` comparisons (quadratic: a candidate could
+    make it minutes) sends the whole count to ``git diff --numstat``."""
     a, b = git.list_files(base), git.list_files(head)
+    moved: dict[bytes, list[str]] = {}
+    for path in sorted(b.keys() - a.keys()):
+        moved.setdefault(b[path][0], []).append(path)
+    skip = set()
+    for path in sorted(a.keys() - b.keys()):
+        if moved.get(a[path][0]):
+            skip |= {path, moved[a[path][0]].pop(0)}
     total = 0
-    for path in a.keys() | b.keys():
+    for path in (a.keys() | b.keys()) - skip:
         old, new = a.get(path), b.get(path)
         if old is not None and new is not None and old[0] == new[0]:
             continue  # the same content (a mode change counts no lines)
@@ -36,13 +50,24 @@ def changed_lines(git: GitStore, base: str, head: str) -> int:
         y = git.blob(new[0]) if new is not None else b""
         if b"\0" in x[:8000] or b"\0" in y[:8000]:
             continue
-        total += _line_changes(x.splitlines(keepends=True), y.splitlines(keepends=True))
+        count = _line_changes(_lines(x), _lines(y))
+        if count is None:
+            return _numstat(git, base, head)
+        total += count
     return total
 
 
-def _line_changes(x: list[bytes], y: list[bytes]) -> int:
+def _lines(data: bytes) -> list[bytes]:
+    """``data``'s lines as git splits them: at ``\n`` only, the last kept without one."""
+    parts = data.split(b"\n")
+    last = parts.pop()
+    return [p + b"\n" for p in parts] + ([last] if last else [])
+
+
+def _line_changes(x: list[bytes], y: list[bytes]) -> int | None:
     """Lines removed from ``x`` plus lines added in ``y``: the common head and tail
-    set aside first, the rest matched by difflib."""
+    set aside first, the rest matched by difflib (None where that would cost more than
+    ``MATCHED_MAX`` comparisons)."""
     head = 0
     while head < min(len(x), len(y)) and x[head] == y[head]:
         head += 1
@@ -52,9 +77,18 @@ def _line_changes(x: list[bytes], y: list[bytes]) -> int:
     x, y = x[head : len(x) - tail], y[head : len(y) - tail]
     if not x or not y:
         return len(x) + len(y)
+    if len(x) * len(y) > MATCHED_MAX:
+        return None
     blocks = difflib.SequenceMatcher(None, x, y, autojunk=False).get_matching_blocks()
     same = sum(block.size for block in blocks)
     return len(x) + len(y) - 2 * same
+
+
+def _numstat(git: GitStore, base: str, head: str) -> int:
+    """The count as ``git diff --numstat`` gives it (binary files: none)."""
+    out = str(git.repo.git.diff("--numstat", base, head))
+    rows = (line.split("\t") for line in out.splitlines())
+    return sum(int(r[0]) + int(r[1]) for r in rows if len(r) >= 3 and r[0] != "-")
 
 
 def node_features(

@@ -7,45 +7,66 @@ import io
 import os
 import queue
 import shutil
+import subprocess
 import tarfile
 import threading
+import weakref
 from pathlib import Path
 
 from revtree.errors import SandboxError
 
-COMPRESSED = (b"\x1f\x8b", b"BZh", b"\xfd7zXZ\x00")  # gzip, bzip2, xz: tarfile's "r:*"
+BACKLOG = 4  # workspaces waiting for the remover; past it, the execution removes its own
 
 
 class Trash:
     """Workspaces removed by one background thread (started on first use), off the path
     of the execution that used them (0.5-0.8 ms here for a workspace of five files;
-    seconds for an evaluation that leaves a dataset or a cache behind). ``drain`` waits
-    until those handed over are gone."""
+    seconds for an evaluation that leaves a dataset or a cache behind). Past ``BACKLOG``
+    waiting, ``put`` removes the workspace itself (no backlog to fill the disk). The
+    thread survives what it cannot remove; ``drain`` waits until those handed over are
+    gone, as the interpreter's exit does."""
 
     def __init__(self) -> None:
         self._queue: queue.Queue[Path] = queue.Queue()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
+        weakref.finalize(self, self._queue.join)  # also at exit: no removal lost
 
     def put(self, path: Path) -> None:
+        if self._queue.unfinished_tasks >= BACKLOG:
+            remove(path)
+            return
         with self._lock:
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(
-                    target=self._remove, name="revtree-trash", daemon=True
+                    target=_remover, args=(self._queue,), name="revtree-trash", daemon=True
                 )
                 self._thread.start()
         self._queue.put(path)
 
-    def _remove(self) -> None:
-        while True:
-            path = self._queue.get()
-            try:
-                shutil.rmtree(path, ignore_errors=True)
-            finally:
-                self._queue.task_done()
-
     def drain(self) -> None:
         self._queue.join()
+
+
+def _remover(work: queue.Queue[Path]) -> None:
+    while True:
+        path = work.get()
+        try:
+            remove(path)
+        except BaseException:  # never the thread's end: drain would wait forever
+            pass
+        finally:
+            work.task_done()
+
+
+def remove(path: Path) -> None:
+    """Remove a workspace whatever it holds: ``shutil.rmtree`` recurses once per folder
+    level, so a tree deeper than Python's recursion limit (a candidate can make one)
+    goes to ``rm -rf``."""
+    try:
+        shutil.rmtree(path, ignore_errors=True)
+    except RecursionError:
+        subprocess.run(["rm", "-rf", "--", str(path)], check=False, capture_output=True)
 
 
 def extract(archive: bytes, dest: Path) -> None:
@@ -55,9 +76,9 @@ def extract(archive: bytes, dest: Path) -> None:
     other sends the whole archive through that filter (links checked, absolute names
     made relative, special files refused)."""
     dest.mkdir()
-    compressed = archive.startswith(COMPRESSED)  # "r:*" tries each codec in turn
+    plain = archive[257:262] == b"ustar"  # a tar, not compressed: no codec to try
     try:
-        with tarfile.open(fileobj=io.BytesIO(archive), mode="r:*" if compressed else "r:") as tar:
+        with tarfile.open(fileobj=io.BytesIO(archive), mode="r:" if plain else "r:*") as tar:
             members = tar.getmembers()
             if all(_plain(m) for m in members):
                 _write_plain(tar, members, dest)
@@ -78,8 +99,9 @@ def _plain(member: tarfile.TarInfo) -> bool:
 
 def _write_plain(tar: tarfile.TarFile, members: list[tarfile.TarInfo], dest: Path) -> None:
     """Write ``_plain`` members under ``dest`` (a new folder: with no link in it, none
-    is followed), with the ``data`` filter's modes: no high or group/other write bits,
-    owner read and write, execute only where the owner had it."""
+    is followed), with the ``data`` filter's modes (no high or group/other write bits,
+    owner read and write, execute only where the owner had it) and the archive's
+    modification times."""
     made = {str(dest)}
     for m in members:
         path = os.path.join(dest, m.name)
@@ -102,5 +124,6 @@ def _write_plain(tar: tarfile.TarFile, members: list[tarfile.TarInfo], dest: Pat
                     while view:
                         view = view[os.write(fd, view) :]
             os.fchmod(fd, mode)
+            os.utime(fd, (m.mtime, m.mtime))  # the archive's times, as tarfile sets them
         finally:
             os.close(fd)

@@ -50,6 +50,7 @@ import socket
 import stat
 import sys
 import types
+import warnings
 
 import supervise  # the sibling module: this file runs as a script from its folder
 
@@ -101,8 +102,8 @@ def _compiled(
 ) -> tuple[bytes, types.CodeType] | None:
     """In the server, before the fork: the request's script compiled (once per source:
     every evaluation of a run starts the same runner), or None where it cannot be read
-    as a small regular file or does not compile (the fork then reads and compiles it
-    itself, and reports what is wrong as ``python`` would)."""
+    as a small regular file, does not compile, or compiles with a warning (the fork then
+    reads and compiles it itself, and says what ``python`` would say)."""
     script = header.get("script")
     if not script:
         return None
@@ -117,12 +118,16 @@ def _compiled(
             os.close(fd)
         code = cache.get(source)
         if code is None:
-            code = compile(source, "<script>", "exec", dont_inherit=True)
+            with warnings.catch_warnings(record=True) as said:
+                warnings.simplefilter("always")
+                code = compile(source, "<script>", "exec", dont_inherit=True)
+            if said:  # a SyntaxWarning is the script's stderr's: the fork compiles it
+                return None
             if len(cache) >= CODE_CACHE:
                 cache.pop(next(iter(cache)))
             cache[source] = code
         return source, code
-    except (OSError, SyntaxError, ValueError, MemoryError, RecursionError):
+    except Exception:  # unreadable, or no compile here: the fork tries as python would
         return None
 
 

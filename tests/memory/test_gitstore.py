@@ -267,5 +267,21 @@ def test_packed_objects_and_refs_read_and_move_as_loose_ones(store, repo_path, r
 def test_a_ref_is_written_whole_as_git_reads_it(store, repo_path, root):
     store.set_node_ref(7, root)
     assert (repo_path / "refs/revtree/nodes/7").read_text() == root + "\n"
-    assert not list((repo_path / "refs/revtree/nodes").glob("*.tmp"))
+    assert sorted(p.name for p in (repo_path / "refs/revtree/nodes").iterdir()) == ["7"]
     assert git(repo_path, "rev-parse", "refs/revtree/nodes/7").strip() == root
+
+
+def test_what_a_killed_session_left_among_the_refs_breaks_nothing(store, repo_path, root):
+    """A session killed while it wrote a ref leaves git's lock file (``7.lock``): the
+    next write of that ref takes it over; a stray file among the node refs is not a
+    node; and a sha that is no object here is refused as GitPython refuses it."""
+    nodes = repo_path / "refs/revtree/nodes"
+    nodes.mkdir(parents=True)
+    (nodes / "7.lock").write_text("0" * 40 + "\n")
+    (nodes / "2.999.12345.tmp").write_text(root + "\n")  # a name an older writer used
+    store.set_node_ref(7, root)
+    assert store.node_refs() == {7: root}
+    assert not (nodes / "7.lock").exists()
+    with pytest.raises(ValueError):
+        store.set_node_ref(8, "1" * 40)  # no such object
+    assert 8 not in store.node_refs()

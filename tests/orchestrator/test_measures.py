@@ -71,3 +71,30 @@ def test_changed_lines_count_as_git_counts_them(tmp_path: Path) -> None:
     assert changed_lines(store, edited, base) == _numstat(repo_path, edited, base)
     assert changed_lines(store, base, base) == 0
     store.close()
+
+
+def test_renames_carriage_returns_and_large_rewrites_count_as_git_counts_them(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """A file moved unchanged counts nothing (git's rename); a file whose lines end in
+    a lone ``\\r`` is one line to git; a rewrite too large to match line by line here
+    is counted by git itself (the limit lowered to make one)."""
+    import revtree.orchestrator.measures as measures
+
+    repo_path = tmp_path / "revs.git"
+    store = GitStore(repo_path)
+    body = "".join(f"line {i}\n" for i in range(50)).encode()
+    root = store.commit_files({"a.py": body, "mac.txt": b"one\rtwo\rthree\r"}, "root")
+    moved = store.commit(root, {"a.py": None, "pkg/b.py": body}, "moved")
+    assert changed_lines(store, root, moved) == _numstat(repo_path, root, moved) == 0
+    cr = store.commit(root, {"mac.txt": b"one\rtwo\rinserted\rthree\r"}, "a lone CR")
+    assert changed_lines(store, root, cr) == _numstat(repo_path, root, cr) == 2
+    rewrite = store.commit(
+        root, {"a.py": "".join(f"other {i}\n" for i in range(40)).encode()}, "rewritten"
+    )
+    expected = _numstat(repo_path, root, rewrite)
+    assert changed_lines(store, root, rewrite) == expected == 90
+    monkeypatch.setattr(measures, "MATCHED_MAX", 10)
+    assert measures._line_changes([b"a\n"] * 20, [b"b\n"] * 20) is None  # too costly here
+    assert changed_lines(store, root, rewrite) == expected  # so counted by git
+    store.close()

@@ -310,3 +310,66 @@ def test_scripts_of_one_name_run_each_their_own_source(tmp_path, monkeypatch):
         sandbox.close()
     assert got == ["0\n", "1\n", "2\n"] and again == "0\n"
     assert broken.exit_code == 1 and "SyntaxError" in broken.stderr
+
+
+CACHE_PROBE = """
+import json, os, sys, tempfile
+sys.path.insert(0, sys.argv[1])
+import zygote
+d = tempfile.mkdtemp()
+for name, text in {"a.py": "def f():\\n    return 1\\n", "w.py": "x = 1 is 1\\n",
+                   "bad.py": "print(\\n"}.items():
+    with open(os.path.join(d, name), "w") as f:
+        f.write(text)
+os.mkfifo(os.path.join(d, "fifo.py"))
+cache = {}
+first = zygote._compiled({"cwd": d, "script": ["a.py"]}, cache)
+again = zygote._compiled({"cwd": d, "script": ["a.py"]}, cache)
+print(json.dumps({
+    "hit": first is not None and again is not None and first[1] is again[1],
+    "cached": len(cache),
+    "warned": zygote._compiled({"cwd": d, "script": ["w.py"]}, cache),
+    "broken": zygote._compiled({"cwd": d, "script": ["bad.py"]}, cache),
+    "fifo": zygote._compiled({"cwd": d, "script": ["fifo.py"]}, cache),
+    "named": zygote._named(first[1], "/x/a.py").co_consts[0].co_filename,
+}))
+"""
+
+
+def test_the_server_compiles_a_script_once_and_leaves_the_odd_ones_to_the_fork(tmp_path):
+    """The server's compile cache itself (in a Python of its own): the same source
+    twice is one code object; a script that warns as it compiles, one that does not
+    compile and a FIFO are left to the fork (None), which says what python says; the
+    code's nested functions are renamed to the fork's file."""
+    import subprocess
+
+    from revtree.sandboxes import forkserver
+
+    folder = str(Path(forkserver.ZYGOTE).parent)
+    done = subprocess.run(
+        [sys.executable, "-c", CACHE_PROBE, folder], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout.splitlines()[-1])
+    assert got == {
+        "hit": True,
+        "cached": 1,
+        "warned": None,
+        "broken": None,
+        "fifo": None,
+        "named": "/x/a.py",
+    }
+
+
+def test_a_syntax_warning_reaches_the_scripts_stderr_warm_or_cold(tmp_path, monkeypatch):
+    errs = {}
+    for warm in (True, False):
+        sandbox = box(tmp_path, monkeypatch, warm)
+        try:
+            runs = [run(sandbox, {"w.py": "x = 1 is 1\nprint(x)\n"}, "python w.py") for _ in (1, 2)]
+        finally:
+            sandbox.close()
+        errs[warm] = [r.stderr.replace(str(tmp_path), "") for r in runs]
+        assert all(r.stdout == "True\n" for r in runs)
+    assert all("SyntaxWarning" in e for e in errs[False]), errs
+    assert [e.split(":", 1)[1] for e in errs[True]] == [e.split(":", 1)[1] for e in errs[False]]

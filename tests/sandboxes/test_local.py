@@ -405,16 +405,17 @@ def test_reap_never_kills_a_group_that_a_candidate_named_in_its_pgid_file(
         victim.wait()
 
 
-def _tree(root: Path) -> dict[str, tuple[str, int, bytes]]:
-    """Every entry under ``root``: kind, permission bits, content."""
+def _tree(root: Path) -> dict[str, tuple[str, int, bytes, int]]:
+    """Every entry under ``root``: kind, permission bits, content, a file's mtime."""
     out = {}
     for p in sorted(root.rglob("*")):
         st = p.lstat()
         kind = "dir" if p.is_dir() else "file"
         out[p.relative_to(root).as_posix()] = (
             kind,
-            st.st_mode & 0o7777 if kind == "file" else 0,
+            st.st_mode & 0o7777,
             p.read_bytes() if kind == "file" else b"",
+            int(st.st_mtime) if kind == "file" else 0,
         )
     return out
 
@@ -423,7 +424,8 @@ def test_a_plain_archive_unpacks_as_tarfiles_data_filter_unpacks_it(tmp_path: Pa
     """The direct writer (a workspace of files and folders, as the git store makes
     them) lands the same files, contents and modes as tarfile's ``data`` filter:
     setuid and group/other write bits dropped, owner read and write added, execute
-    bits kept only with the owner's; gzip archives and an explicit folder member too."""
+    bits kept only with the owner's, the archive's times; gzip archives and an explicit
+    folder member too."""
     import gzip
     import io
     import tarfile
@@ -443,7 +445,7 @@ def test_a_plain_archive_unpacks_as_tarfiles_data_filter_unpacks_it(tmp_path: Pa
     with tarfile.open(fileobj=buf, mode="w") as tar:
         for name, mode in (("odd", 0o6777), ("noexec", 0o511), ("locked", 0o000)):
             info = tarfile.TarInfo(name)
-            info.size, info.mode = 2, mode
+            info.size, info.mode, info.mtime = 2, mode, 1_000_000
             tar.addfile(info, io.BytesIO(b"hi"))
         folder = tarfile.TarInfo("emptydir")
         folder.type = tarfile.DIRTYPE
@@ -485,3 +487,33 @@ def test_an_archive_with_a_link_still_goes_through_the_data_filter(tmp_path: Pat
                 info.type, info.size = kind, 0
                 tar.addfile(info, io.BytesIO(b""))
         extract(bad.getvalue(), tmp_path / "ws2")
+
+
+def test_a_workspace_deeper_than_the_recursion_limit_is_removed_and_drain_returns(
+    tmp_path: Path,
+) -> None:
+    """A candidate can leave folders 1,100 deep: ``shutil.rmtree`` recurses per level
+    and raises RecursionError; the remover goes on (``rm -rf``), later workspaces are
+    removed too and ``drain`` returns, as does ``close`` after a real execution."""
+    from revtree.sandboxes.workspace import Trash
+
+    deep = tmp_path / "deep"
+    here = os.open(".", os.O_RDONLY)
+    try:
+        deep.mkdir()
+        os.chdir(deep)
+        for _ in range(1100):
+            os.mkdir("a")
+            os.chdir("a")
+    finally:
+        os.fchdir(here)
+        os.close(here)
+    after = tmp_path / "after"
+    (after / "x").mkdir(parents=True)
+    trash = Trash()
+    trash.put(deep)
+    trash.put(after)
+    done = threading.Event()
+    threading.Thread(target=lambda: (trash.drain(), done.set()), daemon=True).start()
+    assert done.wait(BOUND), "drain hung: the remover died"
+    assert not deep.exists() and not after.exists()
