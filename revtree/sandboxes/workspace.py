@@ -16,47 +16,72 @@ from pathlib import Path
 from revtree.errors import SandboxError
 
 BACKLOG = 4  # workspaces waiting for the remover; past it, the execution removes its own
+IDLE = 2.0  # seconds the remover waits for more work before it ends (``put`` starts one)
 
 
 class Trash:
-    """Workspaces removed by one background thread (started on first use), off the path
-    of the execution that used them (0.5-0.8 ms here for a workspace of five files;
-    seconds for an evaluation that leaves a dataset or a cache behind). Past ``BACKLOG``
-    waiting, ``put`` removes the workspace itself (no backlog to fill the disk). The
-    thread survives what it cannot remove; ``drain`` waits until those handed over are
-    gone, as the interpreter's exit does."""
+    """Workspaces removed by a background thread, off the path of the execution that
+    used them (0.5-0.8 ms here for a workspace of five files; seconds for an evaluation
+    that leaves a dataset or a cache behind). Past ``BACKLOG`` waiting, ``put`` removes
+    the workspace itself (no backlog to fill the disk). The thread survives what it
+    cannot remove and ends after ``IDLE`` seconds without work (a process making many
+    sandboxes keeps no idle threads); ``drain`` waits until those handed over are gone,
+    as the interpreter's exit does."""
 
     def __init__(self) -> None:
-        self._queue: queue.Queue[Path] = queue.Queue()
-        self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
-        weakref.finalize(self, self._queue.join)  # also at exit: no removal lost
+        self._work = _Work()
+        weakref.finalize(self, self._work.queue.join)  # also at exit: no removal lost
 
     def put(self, path: Path) -> None:
-        if self._queue.unfinished_tasks >= BACKLOG:
+        if self._work.queue.unfinished_tasks >= BACKLOG or not self._work.put(path):
             remove(path)
-            return
-        with self._lock:
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(
-                    target=_remover, args=(self._queue,), name="revtree-trash", daemon=True
-                )
-                self._thread.start()
-        self._queue.put(path)
 
     def drain(self) -> None:
-        self._queue.join()
+        self._work.queue.join()
+
+    @property
+    def running(self) -> bool:
+        """Whether a remover thread is alive (it ends when idle)."""
+        return self._work.running
 
 
-def _remover(work: queue.Queue[Path]) -> None:
-    while True:
-        path = work.get()
-        try:
-            remove(path)
-        except BaseException:  # never the thread's end: drain would wait forever
-            pass
-        finally:
-            work.task_done()
+class _Work:
+    """The queue and its remover (apart from ``Trash``, which the thread must not keep)."""
+
+    def __init__(self) -> None:
+        self.queue: queue.Queue[Path] = queue.Queue()
+        self.lock = threading.Lock()
+        self.running = False
+
+    def put(self, path: Path) -> bool:
+        """Queue ``path`` for the remover (started if none runs); False where no thread
+        can be started (the caller removes it)."""
+        with self.lock:
+            if not self.running:
+                try:
+                    threading.Thread(target=self._remove, name="revtree-trash", daemon=True).start()
+                except RuntimeError:  # no thread to be had
+                    return False
+                self.running = True
+            self.queue.put(path)
+        return True
+
+    def _remove(self) -> None:
+        while True:
+            try:
+                path = self.queue.get(timeout=IDLE)
+            except queue.Empty:
+                with self.lock:  # a put holds it while it sees this thread running
+                    if self.queue.empty():
+                        self.running = False
+                        return
+                continue
+            try:
+                remove(path)
+            except BaseException:  # never the thread's end: drain would wait forever
+                pass
+            finally:
+                self.queue.task_done()
 
 
 def remove(path: Path) -> None:

@@ -517,3 +517,24 @@ def test_a_workspace_deeper_than_the_recursion_limit_is_removed_and_drain_return
     threading.Thread(target=lambda: (trash.drain(), done.set()), daemon=True).start()
     assert done.wait(BOUND), "drain hung: the remover died"
     assert not deep.exists() and not after.exists()
+
+
+def test_the_remover_ends_when_idle_and_a_later_workspace_starts_another(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process that makes many sandboxes keeps no idle remover threads: one ends after
+    ``IDLE`` seconds with nothing to do, and the next workspace starts another."""
+    from revtree.sandboxes import workspace
+
+    monkeypatch.setattr(workspace, "IDLE", 0.05)
+    trash = workspace.Trash()
+    for name in ("one", "two"):
+        (tmp_path / name / "x").mkdir(parents=True)
+        trash.put(tmp_path / name)
+        assert trash.running
+        trash.drain()
+        assert not (tmp_path / name).exists()
+        deadline = time.monotonic() + BOUND
+        while trash.running and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not trash.running, "the remover did not end when idle"
