@@ -4,26 +4,12 @@ checked against the real ``git`` command line."""
 from __future__ import annotations
 
 import random
-import subprocess
 import tarfile
 from pathlib import Path
 
 from revtree.memory.gitstore import GitStore
 from revtree.orchestrator.measures import changed_lines
-
-FILES = {
-    "solver.py": b"X = 1.0\n",
-    "pkg/mod.py": b"def f():\n    return 1\n",
-    "data/blob.bin": bytes(range(256)) * 4,
-}
-
-
-def git(repo: Path, *args: str) -> str:
-    done = subprocess.run(
-        ["git", "--git-dir", str(repo), *args], capture_output=True, text=True, check=False
-    )
-    assert done.returncode == 0, f"git {' '.join(args)} failed: {done.stderr}"
-    return done.stdout
+from tests.memory.test_gitstore import FILES, git
 
 
 def _numstat(repo: Path, base: str, head: str) -> int:
