@@ -81,6 +81,10 @@ class ContextSource(Protocol):
         hypothesis stands); without ``related`` files for a coder that searches."""
         ...
 
+    def tell_waits(self, to: Callable[[str], None]) -> None:
+        """Tell ``to`` of each ticket whose prompt waits for its parent's score."""
+        ...
+
 
 @dataclass(frozen=True)
 class Job:

@@ -2,8 +2,10 @@
 
 A lesson is one line: what was tried, from where, and what came of it (score delta
 or failure reason). The proposer gets, within a token budget and in this order: the
-best nodes, the latest candidates refused as near twins of evaluated code (so the
-proposer knows not to repeat them), the ancestry of the parent, recent failures near
+best nodes, the candidates in flight with their hypotheses (proposed, not scored yet:
+so the proposer does not propose the same again beside them), the latest candidates
+refused as near twins of evaluated code (so the proposer knows not to repeat them), the
+ancestry of the parent, recent failures near
 the parent, and the lessons most related to the parent's line of work (lexical
 overlap; no embeddings).
 """
@@ -22,11 +24,13 @@ _STOP = frozenset(
 )
 
 
-def lesson_for(node: Node, parent: Node | None, maximize: bool) -> str:
-    """One line of memory for a finished node."""
+def lesson_for(node: Node, parent: Node | None, maximize: bool, outcome: str = "") -> str:
+    """One line of memory for a finished node (``outcome``: said instead of its own)."""
     idea = ((node.proposal or {}).get("hypothesis") or node.operator).strip().splitlines()
     what = idea[0][:200] if idea else node.operator
     where = f"node {node.id} ({node.operator} of node {node.parent_id})"
+    if outcome:
+        return f"{where}: {what} -> {outcome}"
     if node.status is NodeStatus.SUCCEEDED and node.score is not None:
         outcome = f"scored {node.score:.6g}"
         if (
@@ -48,9 +52,15 @@ def _words(text: str) -> set[str]:
 
 
 def render_memory(
-    nodes: Mapping[int, Node], parent_id: int, maximize: bool, budget_tokens: int, query: str = ""
+    nodes: Mapping[int, Node],
+    parent_id: int,
+    maximize: bool,
+    budget_tokens: int,
+    query: str = "",
+    own: int | None = None,
 ) -> str:
-    """The memory section of a proposer prompt, at most ``budget_tokens`` long."""
+    """The memory section of a proposer prompt, at most ``budget_tokens`` long (``own``:
+    the candidate's node, not shown among those in flight, nor is its parent)."""
     if budget_tokens <= 0:
         return "(memory disabled)"
     done = [n for n in nodes.values() if n.status.is_finished()]
@@ -61,6 +71,11 @@ def render_memory(
     good = [n for n in done if n.status is NodeStatus.SUCCEEDED and n.score is not None]
     good.sort(key=lambda n: n.score_of(maximize), reverse=True)
     sections.append(("Best so far", [n.id for n in good[:3]]))
+    for n in nodes.values():  # in flight: what they try, no outcome yet
+        if not n.status.is_finished() and n.proposal and n.id not in (own, parent_id):
+            lesson[n.id] = lesson_for(n, None, maximize, "being evaluated, no score yet")
+    flying = [i for i, n in nodes.items() if i in lesson and not n.status.is_finished()]
+    sections.append(("In flight (proposed beside this one, not scored yet)", flying[-3:]))
     twins = [n.id for n in done if n.error_kind == TWIN]
     sections.append(("Refused as repeats of code already evaluated", twins[-3:][::-1]))
     chain, cur = [], nodes.get(parent_id)

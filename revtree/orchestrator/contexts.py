@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from revtree.agents.base import Context, Job
@@ -74,6 +75,12 @@ class ContextSource:
         )
         self._contexts: OrderedDict[tuple[int, str, bool], Context] = OrderedDict()
         self._lock = threading.Lock()
+        self._on_wait: Callable[[str], None] = lambda ticket: None
+
+    def tell_waits(self, to: Callable[[str], None]) -> None:
+        """Tell ``to`` of each ticket whose prompt waits for its parent's score
+        (``Chain.prepared``: the parent's outcome may be recorded)."""
+        self._on_wait = to
 
     def __call__(self, job: Job, related: bool = True) -> Context:
         """What every role sees of this candidate, built once (at its proposal) and shared
@@ -101,11 +108,18 @@ class ContextSource:
         if not parent.status.is_finished() and node.operator != DRAFT:
             # the prompt improves the parent by its score and evaluation: wait for them
             # (a draft, a fresh approach, goes on while the baseline is evaluated beside)
+            if node.thread_id is not None:  # what it makes from here on sees that score
+                self._on_wait(node.thread_id)
             parent = self.mirror.wait_finished(parent.id, self.cancel)
         changed = {p: d for p, d in files.items() if self.baseline.get(p) != d}
         snapshot = self.mirror.copy()
         memory = render_memory(
-            snapshot, parent.id, self.spec.maximize, self.spec.agents.memory_tokens, node.operator
+            snapshot,
+            parent.id,
+            self.spec.maximize,
+            self.spec.agents.memory_tokens,
+            node.operator,
+            own=node.id,
         )
         known = parent.status.is_finished()  # else a draft beside the baseline's evaluation
         parent_eval = self.evaluation(parent) if known else BESIDE

@@ -55,7 +55,7 @@ class Mirror:
         self.twins = {n.id for n in self.nodes.values() if n.error_kind == TWIN}
         self.lock = threading.RLock()
         self._changes = threading.Condition(self.lock)  # notified as a node changes
-        self.driven: set[int] = set()  # resumed nodes whose thread the scheduler drives now
+        self.driven: set[int] = set()  # nodes whose thread the scheduler drives now
         self._observers: list[Observer] = []  # told of each finished node
         self._updaters = list(updaters)  # the same, under the lock, with the best
         self.timings: dict[int, dict[str, float]] = {}
@@ -98,6 +98,7 @@ class Mirror:
         """Store a new node (selected: its event and the policy's state in one write)."""
         self.store.add_node(node, event, policy_state=policy_state)
         with self.lock:
+            self.driven.add(node.id)  # its ticket drives it (the scheduler's, until it ends)
             self.nodes[node.id] = node
             self._changed.append(node.id)
             if node.thread_id:

@@ -22,7 +22,6 @@ import threading
 import time
 import traceback
 import uuid
-from collections.abc import Collection
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any
 
@@ -179,30 +178,27 @@ class Scheduler:
         resume = self.parked_last(resume)
         in_flight: dict[Future[str], str] = {}
         starved, reason, last_beat = False, None, time.monotonic()
-        ahead = self._ahead(resume)  # one more candidate while the baseline is evaluated
-        unstarted = None  # its ticket, held before the baseline's starts, until it starts
-        if ahead:
-            unstarted = uuid.uuid4().hex
-            self.steps.ahead.hold(unstarted)
-        size = p.width() + ahead if p.auto is None else 2 * AUTO_MAX  # auto: the width moves
+        chain = self.steps.chain  # at parallel 1: one more candidate beside an evaluation
+        if chain.on:  # resumed in the order they started
+            resume.sort(key=lambda t: self.mirror.by_ticket.get(t, len(self.mirror.nodes)))
+        size = p.width() + chain.on if p.auto is None else 2 * AUTO_MAX  # auto: width moves
         with ThreadPoolExecutor(size, thread_name_prefix="candidate") as pool:
             while not stop.is_set() and self.fatal is None:
                 resume += self._decided()
-                extra = self._extra(ahead, unstarted, in_flight.values())
-                while len(in_flight) + len(self.waiting) < p.width() + extra:
+                woke = chain.wake()  # before looking: a ticket ready meanwhile wakes
+                while len(in_flight) + len(self.waiting) < p.width() + chain.may_start():
                     new = not resume
                     if resume:
                         ticket = resume.pop(0)
                         self._driving(ticket, True)
                     elif starved or (reason := self._budget()) is not None:
+                        chain.release()
                         break
                     else:
-                        ticket, unstarted = unstarted or uuid.uuid4().hex, None
+                        ticket = uuid.uuid4().hex
                         self.tickets.start(ticket)
+                    chain.started(ticket, self._committed(ticket))
                     in_flight[pool.submit(self.candidate, ticket, new)] = ticket
-                if unstarted is not None:  # the budget let none start beside the baseline
-                    self.steps.ahead.ended(unstarted, None)
-                    ahead, unstarted = False, None
                 if not in_flight and not self.waiting:
                     reason = reason or "search exhausted: the policy proposes nothing more"
                     break
@@ -211,16 +207,19 @@ class Scheduler:
                     break
                 if not in_flight:  # every candidate waits for a decision
                     stop.wait(POLL)
-                finished, _ = wait(in_flight, timeout=POLL, return_when=FIRST_COMPLETED)
+                looked: list[Future[Any]] = [*in_flight, woke]
+                done, _ = wait(looked, timeout=POLL, return_when=FIRST_COMPLETED)
+                finished = [fut for fut in done if fut in in_flight]
                 tickets = [in_flight.pop(fut) for fut in finished]
                 for ticket in tickets:
-                    self.steps.ahead.ended(ticket, self.mirror.get(0).thread_id)
+                    chain.ended(ticket)
                     self._driving(ticket, False)
                 for fut, ticket in zip(finished, tickets, strict=True):
                     if fut.result() == "waiting":
                         self.waiting[ticket] = self.mirror.by_ticket[ticket]
                 self._prune([fut.result() for fut in finished])
-                starved = self.tickets.ended(tickets)
+                if tickets:  # else woken by a ticket ready (``chain``): no slot freed
+                    starved = self.tickets.ended(tickets)
                 if time.monotonic() - last_beat > HEARTBEAT:
                     last_beat = time.monotonic()
                     self.store.update_run(
@@ -270,30 +269,16 @@ class Scheduler:
 
         return sorted(tickets, key=parked)
 
-    def _ahead(self, resume: list[str]) -> bool:
-        """Whether one candidate proposes while the baseline is evaluated: at parallel 1
-        (the default lookahead, which prepares none ahead later), when the run starts
-        with its baseline (node 0) and nothing else to evaluate. The baseline's score is
-        recorded once that candidate has chosen (``tickets.Ahead``); its prompts wait
-        for the score where they show it (``ContextSource``). Not for a policy that asks
-        a model to choose: its prompt is the tree with its scores."""
-        p, root = self.p, self.mirror.get(0)
-        default = p.spec.search.lookahead is None and p.auto is None and p.lookahead == 0
-        fresh = resume == [root.thread_id] and not root.status.is_finished()
-        return default and fresh and not p.policy.slow
-
     def _driving(self, ticket: str, on: bool) -> None:
         """Tell the mirror that a resumed candidate's node is driven (or no longer): a
         child's prompt waits for its score only while it is."""
         if (node_id := self.mirror.by_ticket.get(ticket)) is not None:
             (self.mirror.driven.add if on else self.mirror.driven.discard)(node_id)
 
-    def _extra(self, ahead: bool, unstarted: str | None, in_flight: Collection[str]) -> int:
-        """1 while the candidate beside the baseline is to start (``unstarted``), or
-        runs, and the baseline is not scored yet; else 0."""
-        if not ahead or self.mirror.get(0).status.is_finished():
-            return 0
-        return int(unstarted is not None or self.steps.ahead.ticket in in_flight)
+    def _committed(self, ticket: str) -> bool:
+        """Whether a resumed ticket's node has its code committed (``Chain.prepared``)."""
+        node_id = self.mirror.by_ticket.get(ticket)
+        return node_id is not None and self.mirror.get(node_id).commit is not None
 
     def _budget(self) -> str | None:
         return self.p.budget.reason(starting=True, pending=self.tickets.pending())

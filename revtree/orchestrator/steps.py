@@ -43,7 +43,7 @@ from revtree.orchestrator.measures import gain, node_features
 from revtree.orchestrator.novelty import Novelty, change_embeddings
 from revtree.orchestrator.policies import Selection
 from revtree.orchestrator.reviews import Beside, contains
-from revtree.orchestrator.tickets import Ahead, Tickets
+from revtree.orchestrator.tickets import Chain, Tickets
 from revtree.orchestrator.tree import Tree
 from revtree.orchestrator.trust import Failure, foreign_failure, infra_cause
 from revtree.orchestrator.verify import Trust
@@ -83,7 +83,9 @@ class Steps:
         self.novelty = Novelty(parts.spec, parts.git, parts.mirror, embeddings)
         beside = contains(parts.sandbox) and parts.spec.search.approve != "evaluate"
         self.beside = Beside(beside and bool(parts.agents.reviewers))
-        self.ahead = Ahead()  # the ticket choosing while the baseline is evaluated
+        self.chain = Chain(parts.chained())  # the next candidate beside an evaluation
+        if self.agents.context is not None:  # a prompt that waits for a score held
+            self.agents.context.tell_waits(self.chain.prepared)
 
     def _warn(self, message: str) -> None:
         self.store.add_event(self.run_id, "warning", message)
@@ -121,13 +123,8 @@ class Steps:
         return run
 
     def fail(self, node_id: int, step: str, detail: str, kind: str) -> Node:
-        return self.mirror.finish(
-            node_id,
-            NodeStatus.FAILED,
-            f"node {node_id} failed in {step}: {detail}",
-            error=f"{step}: {detail}",
-            error_kind=kind,
-        )
+        msg, error = f"node {node_id} failed in {step}: {detail}", f"{step}: {detail}"
+        return self.mirror.finish(node_id, NodeStatus.FAILED, msg, error=error, error_kind=kind)
 
     def _foreign(self, node_id: int, failure: Failure | None) -> None:
         if failure is not None:
@@ -169,21 +166,22 @@ class Steps:
 
     def _take(self, ticket: str, picked: Picked) -> State:
         """The node for a selection (under the tree lock), or the node to verify (one
-        ticket at a time per node: ``Trust.claim``)."""
+        ticket at a time per node: ``Trust.claim``); no node: ``Chain.prepared``."""
         choice, before, note = picked
         verify = choice is not None and choice.operator == "verify"
         if choice is not None and verify and not self.trust.claim(choice.parent_id):
             choice = None  # verifying already, by another ticket
         self.tickets.selected(ticket, idle=choice is None)
         node_id = None
-        try:  # once chosen, the baseline's score may be recorded (``tickets.Ahead``)
+        try:
             if choice is not None and verify:
                 self.store.update_run(self.run_id, policy_state=self.p.policy.state())
                 return {"node_id": None, "verify": choice.parent_id}
             node_id = None if choice is None else self._add(ticket, choice, before, note).id
             return {"node_id": node_id}
         finally:
-            self.ahead.chose(ticket, node_id)
+            if node_id is None:  # the outcome before it may be recorded (``tickets.Chain``)
+                self.chain.prepared(ticket)
 
     def _add(
         self, ticket: str, choice: Selection, before: dict[str, Any], note: str | None
@@ -248,6 +246,7 @@ class Steps:
                 | {"detail": detail_of(e), "repairable": repairable, "unreadable": unreadable}
             }
         self._commit(node, job.parent, proposal, changes)
+        self.chain.prepared(state["ticket"])  # the outcome before it may be recorded
         return {"refusal": None}
 
     def _commit(
@@ -394,7 +393,7 @@ class Steps:
                 done = {}
         assert node.commit is not None
         archive = self.p.git.archive(node.commit, self.p.overlay)
-        self.ahead.wait_baseline(node.id, self.p.cancel)
+        self.chain.wait_turn(state["ticket"], self.p.cancel)
         with self.p.slots.held():
             if node.status is not NodeStatus.EVALUATING:
                 what = (
@@ -408,6 +407,7 @@ class Steps:
                 node = self.mirror.set(
                     node.id, ("evaluate", msg, None), status=NodeStatus.EVALUATING
                 )
+            self.chain.ready(state["ticket"])  # the next candidate may start
             with self.beside.dropped_on_error(key):
                 outcome = self.p.evaluator.evaluate(
                     node.id,
@@ -445,8 +445,7 @@ class Steps:
         node = self.mirror.get(state["node_id"])
         if node.status.is_finished():
             return
-        if node.id == 0:
-            self.ahead.wait_chosen(self.p.cancel)
+        self.chain.wait_next(state["ticket"], self.p.cancel)
         if (refusal := state.get("refusal")) is not None:
             self.fail(node.id, "code", refusal["detail"], "code")
             if refusal.get("unreadable"):  # (a checkpoint from before the key has none)
@@ -494,6 +493,7 @@ class Steps:
         best's repeats and guard holdout (``record``'s "new best?" edge), unless another
         is the best now. The run's end is ``Trust.finalize``'s (in ``core``)."""
         if (asked := state.get("verify")) is not None:
+            self.chain.wait_turn(state["ticket"], self.p.cancel)
             self.trust.for_policy(asked)
         elif self.mirror.best_id == state["node_id"]:
             self.trust.best(state["node_id"])

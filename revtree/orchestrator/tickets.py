@@ -3,8 +3,8 @@ the scheduler, it is ``pending`` (counted ahead by the node budget) until ``sele
 says what became of it: a node, a verification, or nothing (``idle``). When every
 ticket that ends was idle, the search is starved and the scheduler starts no more. A
 candidate parked at approval is announced in the live log once per attempt
-(``announce``). ``Ahead`` holds the baseline's score until the candidate started
-beside it at parallel 1 has chosen.
+(``announce``). ``Chain``, at parallel 1, prepares the next candidate while one is
+evaluated, and holds each outcome until the next has chosen.
 
 The sets are this object's own: the scheduler starts and ends tickets, ``select``
 reports its choice through ``selected``. Both hold the tree lock (the mirror's, which
@@ -15,7 +15,8 @@ for the budget check.
 from __future__ import annotations
 
 import threading
-from collections.abc import Collection
+from collections.abc import Callable, Collection
+from concurrent.futures import Future
 
 from revtree.errors import Cancelled
 
@@ -62,52 +63,110 @@ class Tickets:
             return first
 
 
-class Ahead:
-    """The candidate that selects while the baseline is evaluated (at parallel 1). The
-    baseline's score is recorded only once that ticket has chosen, so that its choice
-    is the one the policy makes for an unscored baseline however fast the evaluation (a
-    seeded run stays reproducible); and its own evaluation waits for the baseline's
-    thread to end (its repeats included), so the run's verifications see what a run
-    one candidate at a time sees. Without a ticket held, nothing waits."""
+class Chain:
+    """At parallel 1 with the default lookahead: the next candidate is prepared (selected,
+    proposed, coded, reviewed) while the one before it is evaluated, and a seeded run
+    stays as reproducible as one made one candidate at a time:
 
-    def __init__(self) -> None:
-        self.ticket: str | None = None
-        self.node: int | None = None  # the node it chose, once it has
-        self._chose, self._baseline = threading.Event(), threading.Event()
-        self._chose.set()
-        self._baseline.set()
+    - the next ticket starts once the one in flight is at its evaluation (``ready``): its
+      commit and review are in, so the next one's checks see them;
+    - a ticket's outcome is recorded only once a ticket started after it is
+      ``prepared`` (its choice made, and where it made a node, its code committed, or
+      its prompt waiting for that outcome to show it: ``Mirror.wait_finished``) or
+      ended (``wait_next``): every choice, proposal and edit is made with the candidate
+      before it unscored, however fast its evaluation (the policy, and the learners
+      that proposers and prompts read, learn an outcome as it is recorded); where none
+      will start (``release``: the budget or the search ends), it is recorded at once;
+    - a ticket evaluates only once every ticket started before it ended (``wait_turn``),
+      verification included, so the trust sees what a run one at a time sees.
 
-    def hold(self, ticket: str) -> None:
-        """``ticket`` selects before the baseline's score is recorded."""
-        self.ticket = ticket
-        self._chose.clear()
-        self._baseline.clear()
+    Off, nothing waits and no ticket starts ahead."""
 
-    def chose(self, ticket: str, node_id: int | None) -> None:
-        """``ticket`` has chosen (``node_id``: its node, None for none)."""
-        if ticket == self.ticket:
-            self.node = node_id
-            self._chose.set()
+    def __init__(self, on: bool) -> None:
+        self.on = on
+        self._cond = threading.Condition()
+        self._seq: dict[str, int] = {}  # the tickets in flight, by start order
+        self._count = 0
+        self._ready: set[str] = set()
+        self._followed: set[str] = set()  # in flight when a later ticket started
+        self._settled = -1  # the latest start (seq) whose ticket is prepared or ended
+        self._released = False
+        self._wake: Future[None] = Future()
 
-    def ended(self, ticket: str, baseline: str | None) -> None:
-        """A ticket ended: the one held (chosen or not), or the baseline's."""
-        if ticket == self.ticket:
-            self._chose.set()
-        if ticket == baseline:
-            self._baseline.set()
+    def wake(self) -> Future[None]:
+        """Done once a ticket is ready: the scheduler waits on it beside its candidates
+        (taken before it looks, so a ticket ready meanwhile is not missed)."""
+        with self._cond:
+            return self._wake
 
-    def wait_chosen(self, cancel: threading.Event) -> None:
-        """Until the ticket held has chosen; ``Cancelled`` if ``cancel`` is set first."""
-        _wait(self._chose, cancel)
+    def started(self, ticket: str, prepared: bool = False) -> None:
+        """``ticket`` starts (``prepared``: a resumed one whose node has its commit)."""
+        if not self.on:
+            return
+        with self._cond:
+            self._followed.update(self._seq)
+            self._seq[ticket], self._count = self._count, self._count + 1
+            self._released = False
+            if prepared:
+                self._settle(ticket)
 
-    def wait_baseline(self, node_id: int, cancel: threading.Event) -> None:
-        """Before ``node_id`` is evaluated: if it is the node chosen ahead, until the
-        baseline's thread ended; ``Cancelled`` if ``cancel`` is set first."""
-        if node_id == self.node:
-            _wait(self._baseline, cancel)
+    def may_start(self) -> bool:
+        """Whether a ticket may start beside the one in flight: it is ready, and no
+        other started beside it (after a verification or an idle choice beside it, the
+        next waits for its end)."""
+        with self._cond:
+            if not self.on or len(self._seq) != 1:
+                return False
+            (ticket,) = self._seq
+            return ticket in self._ready and ticket not in self._followed
 
+    def prepared(self, ticket: str) -> None:
+        """``ticket`` chose nothing or a verification, or its node's code is committed."""
+        with self._cond:
+            self._settle(ticket)
 
-def _wait(event: threading.Event, cancel: threading.Event) -> None:
-    while not event.wait(0.1):
-        if cancel.is_set():
-            raise Cancelled("the run is stopping")
+    def ready(self, ticket: str) -> None:
+        """``ticket``'s candidate is at its evaluation: the next may start."""
+        with self._cond:
+            if ticket not in self._seq:  # off, or a thread driven outside the scheduler
+                return
+            self._ready.add(ticket)
+            woke, self._wake = self._wake, Future()
+        woke.set_result(None)
+
+    def ended(self, ticket: str) -> None:
+        with self._cond:
+            self._settle(ticket)
+            self._seq.pop(ticket, None)
+            self._ready.discard(ticket)
+            self._followed.discard(ticket)
+
+    def release(self) -> None:
+        """No ticket starts now: outcomes held for one are recorded."""
+        with self._cond:
+            self._released = True
+            self._cond.notify_all()
+
+    def _settle(self, ticket: str) -> None:
+        if ticket in self._seq:
+            self._settled = max(self._settled, self._seq[ticket])
+            self._cond.notify_all()
+
+    def wait_turn(self, ticket: str, cancel: threading.Event) -> None:
+        """Until every ticket started before ``ticket`` ended."""
+        seq = self._seq.get(ticket)
+        self._wait(lambda: seq is None or min(self._seq.values()) >= seq, cancel)
+
+    def wait_next(self, ticket: str, cancel: threading.Event) -> None:
+        """Until a ticket started after ``ticket`` (ready) is prepared or ended, or none
+        will start."""
+        if ticket in self._ready:
+            seq = self._seq[ticket]
+            self._wait(lambda: self._released or self._settled > seq, cancel)
+
+    def _wait(self, done: Callable[[], bool], cancel: threading.Event) -> None:
+        with self._cond:
+            while not done():
+                if cancel.is_set():
+                    raise Cancelled("the run is stopping")
+                self._cond.wait(0.1)

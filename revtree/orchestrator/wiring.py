@@ -175,6 +175,14 @@ class Parts:
             return n + self.lookahead
         return n + (0 if n == 1 else n)
 
+    def chained(self) -> bool:
+        """Whether the next candidate is prepared while one is evaluated, as
+        reproducibly as one at a time (``tickets.Chain``): at parallel 1 with the default
+        lookahead, no approval, and a policy that chooses without a model."""
+        search = self.spec.search
+        default = search.lookahead is None and self.lookahead == 0 and self.auto is None
+        return default and search.approve == "off" and not self.policy.slow
+
     def parallel_text(self) -> str:
         return f"auto ({self.slots.limit} now)" if self.auto is not None else str(self.parallel)
 

@@ -35,8 +35,11 @@ class _Search(Section):
         ge=0,
         le=256,
         description="Candidates prepared (selected, proposed, coded, reviewed) ahead of a free "
-        "evaluation slot, so slots never wait for agents. Default: 0 when parallel is 1 (fully "
-        "deterministic), else equal to parallel.",
+        "evaluation slot, so slots never wait for agents. Default: equal to parallel; at "
+        "parallel 1, the next candidate is prepared while one is evaluated, and a seeded run "
+        "stays reproducible (each choice, proposal and edit made with the candidate before it "
+        "unscored; a stop and resume chooses as the uninterrupted run). 0: strictly one at a "
+        "time, each choice seeing every score.",
     )
     approve: Literal["off", "evaluate"] = Field(
         "off",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from revtree.orchestrator import Orchestrator, create_run
 from revtree.tasks import load_task
 from revtree.tasks.spec import Knob, KnobAgent
 from tests.orchestrator.conftest import make_task
+from tests.orchestrator.test_run import StopsAt
 
 SOLVER = '''\
 """A solver with knobs."""
@@ -537,12 +539,13 @@ def store(home: Path) -> Iterator[Store]:
     s.close()
 
 
-def run_task(store: Store, home: Path, task: Path, max_nodes: int | None = None) -> Orchestrator:
+def run_task(store: Store, home: Path, task: Path, stop_at: int | None = None) -> Orchestrator:
+    """A run of ``task``; ``stop_at``: a user's stop as node ``stop_at`` is proposed."""
     run = create_run(store, load_task(task), home)
-    orch = Orchestrator(store, run.id, home=home)
-    if max_nodes is not None:  # a first session that ends early, as a stop would
-        orch.parts.budget.limits = orch.spec.with_overrides(budget={"max_nodes": max_nodes}).budget
-    orch.drive()
+    orch, stop = Orchestrator(store, run.id, home=home), threading.Event()
+    if stop_at is not None:
+        orch.agents.proposer = StopsAt(orch.agents.proposer, stop_at, stop)  # type: ignore[assignment]
+    orch.drive(stop)
     return orch
 
 
@@ -577,7 +580,8 @@ def test_a_resumed_local_run_proposes_as_the_uninterrupted_one(
 
     straight = tree(run_task(store, home, make_task(tmp_path / "a", budget=9, extra=LOCAL)).run_id)
     task = make_task(tmp_path / "b", budget=9, extra=LOCAL)
-    run_id = run_task(store, home, task, max_nodes=5).run_id
+    run_id = run_task(store, home, task, stop_at=5).run_id
+    assert not all(n.status.is_finished() for n in store.nodes(run_id))  # stopped mid-run
     store.update_run(run_id, status=RunStatus.STOPPED)
     Orchestrator(store, run_id, home=home).drive()
     assert tree(run_id) == straight

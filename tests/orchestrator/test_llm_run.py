@@ -151,8 +151,13 @@ def test_memory_reaches_the_proposer(tmp_path: Path, home: Path, store: Store) -
 
     with FakeLLMServer(answer) as srv:
         drive(store, home, make_task(tmp_path / "t", budget=4), srv.openai_url)
-    assert len(seen) == 3
+    assert len(seen) >= 3  # three candidates (one refused as a near twin proposes again)
     assert "Best so far" in seen[-1] and "scored" in seen[-1]
+    # the second was proposed while the first was evaluated (parallel 1, tickets.Chain):
+    # its prompt shows the first in flight, with its hypothesis and no score
+    assert "In flight" not in seen[0]
+    flying = seen[1].split("In flight", 1)[1].split("\n\n", 1)[0]
+    assert "node 1 (draft of node 0): fit the slope" in flying and "no score yet" in flying
 
 
 BAD = {

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import subprocess
+import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -172,9 +174,26 @@ def test_same_seed_same_tree(tmp_path: Path, home: Path, store: Store) -> None:
     assert first == tree(make_task(tmp_path / "b", budget=8))
 
 
+class StopsAt:
+    """The run's proposer, setting ``stop`` as it proposes node ``at``: a user's stop
+    while one candidate is evaluated and the next is being prepared beside it."""
+
+    def __init__(self, inner: Any, at: int, stop: threading.Event) -> None:
+        self.inner, self.at, self.stop = inner, at, stop
+
+    def propose(self, job: Job) -> Proposal:
+        if job.node.id == self.at:
+            self.stop.set()
+        return self.inner.propose(job)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
 @pytest.mark.slow  # three runs: 3 s or more on 2 loaded cores
+@pytest.mark.parametrize("at", [2, 5])
 def test_resume_after_a_stop_chooses_as_the_uninterrupted_run(
-    tmp_path: Path, home: Path, store: Store
+    tmp_path: Path, home: Path, store: Store, at: int
 ) -> None:
     straight = _run(store, home, make_task(tmp_path / "a", budget=9))
     expected = [
@@ -183,9 +202,11 @@ def test_resume_after_a_stop_chooses_as_the_uninterrupted_run(
     ]
 
     run = create_run(store, load_task(make_task(tmp_path / "b", budget=9)), home)
-    orch = Orchestrator(store, run.id, home=home)
-    orch.parts.budget.limits = orch.spec.with_overrides(budget={"max_nodes": 4}).budget
-    orch.drive()  # a first session that ends early, as a stop would
+    orch, stop = Orchestrator(store, run.id, home=home), threading.Event()
+    orch.agents.proposer = StopsAt(orch.agents.proposer, at, stop)  # type: ignore[assignment]
+    orch.drive(stop)  # stopped mid-run: the candidates in flight stay unfinished
+    first = store.nodes(run.id)
+    assert len(first) < 9 and not all(n.status.is_finished() for n in first)
     store.update_run(run.id, status=RunStatus.STOPPED)
     Orchestrator(store, run.id, home=home).drive()
     got = [
@@ -193,6 +214,44 @@ def test_resume_after_a_stop_chooses_as_the_uninterrupted_run(
         for n in store.nodes(run.id)
     ]
     assert got == expected
+
+
+@pytest.mark.slow  # two runs, one with 0.3 s evaluations
+def test_at_parallel_1_the_tree_does_not_depend_on_how_long_evaluations_take(
+    tmp_path: Path, home: Path, store: Store
+) -> None:
+    # the next candidate is prepared while one is evaluated (tickets.Chain); its choice
+    # and proposal are made with that one unscored however fast it is scored, so a
+    # seeded run makes the same tree with instant and with slow evaluations
+    def tree(sleep: float) -> list[tuple]:
+        orch = _run(store, home, make_task(tmp_path / f"s{sleep}", budget=8, sleep=sleep))
+        events = [e.message for e in store.events_since(orch.run_id)]
+        assert any("+1 prepared beside each evaluation" in m for m in events), events[:3]
+        return [
+            (n.id, n.parent_id, n.operator, (n.proposal or {}).get("knobs"), n.score)
+            for n in store.nodes(orch.run_id)
+        ]
+
+    fast = tree(0.0)
+    assert fast == tree(0.3)
+    assert len(fast) == 8 and len({n[1] for n in fast[1:]}) > 1  # parents other than the root
+
+
+@pytest.mark.slow  # two runs: 3 s or more on 2 loaded cores
+def test_a_finished_run_given_more_budget_goes_on_from_every_score(
+    tmp_path: Path, home: Path, store: Store
+) -> None:
+    # a run that ended records its last candidate at once (no next one was coming); a
+    # resume with a larger budget chooses with that score known
+    run = create_run(store, load_task(make_task(tmp_path / "b", budget=9)), home)
+    orch = Orchestrator(store, run.id, home=home)
+    orch.parts.budget.limits = orch.spec.with_overrides(budget={"max_nodes": 4}).budget
+    assert orch.drive().status is RunStatus.COMPLETED
+    assert all(n.status.is_finished() for n in store.nodes(run.id))
+    store.update_run(run.id, status=RunStatus.STOPPED)
+    Orchestrator(store, run.id, home=home).drive()
+    nodes = store.nodes(run.id)
+    assert len(nodes) == 9 and all(n.status.is_finished() for n in nodes)
 
 
 @pytest.mark.slow  # two whole runs: 3 s or more on 2 loaded cores

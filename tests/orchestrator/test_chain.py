@@ -1,0 +1,97 @@
+"""``tickets.Chain``: at parallel 1 the next candidate is prepared while one is evaluated,
+and what each waits for keeps a seeded run reproducible (issue 24). Real threads; the
+whole-run behaviour is in test_run (the tree does not depend on how long evaluations
+take; a stop and resume chooses as the uninterrupted run) and test_llm_run."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from revtree.errors import Cancelled
+from revtree.orchestrator.tickets import Chain
+
+
+def waiter(fn: object, *args: object) -> tuple[threading.Thread, threading.Event]:
+    """``fn(*args)`` in a thread; the event is set once it returned."""
+    done = threading.Event()
+
+    def run() -> None:
+        fn(*args)  # type: ignore[operator]
+        done.set()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, done
+
+
+def test_the_next_starts_once_the_one_in_flight_is_at_its_evaluation() -> None:
+    chain, cancel = Chain(True), threading.Event()
+    chain.started("a", prepared=True)
+    assert not chain.may_start()  # a is being prepared: nothing beside it
+    woke = chain.wake()
+    chain.ready("a")
+    assert woke.done() and not chain.wake().done()  # the scheduler is woken once
+    assert chain.may_start()
+    chain.started("b")
+    assert not chain.may_start()  # one beside it at most
+    # a's outcome waits for b to be prepared; b's evaluation waits for a to end
+    _, recorded = waiter(chain.wait_next, "a", cancel)
+    _, evaluating = waiter(chain.wait_turn, "b", cancel)
+    time.sleep(0.2)
+    assert not recorded.is_set() and not evaluating.is_set()
+    chain.prepared("b")
+    assert recorded.wait(5) and not evaluating.is_set()
+    chain.ended("a")
+    assert evaluating.wait(5)
+    chain.ready("b")
+    assert chain.may_start()  # b is alone and at its evaluation: c may start
+
+
+def test_after_an_idle_or_a_verification_beside_it_the_next_waits_for_its_end() -> None:
+    chain = Chain(True)
+    chain.started("a", prepared=True)
+    chain.ready("a")
+    chain.started("v")  # chose a verification (or nothing): prepared at once
+    chain.prepared("v")
+    chain.ended("v")
+    assert not chain.may_start()  # a had one beside it: the next sees a's outcome
+    chain.ended("a")
+    assert chain.may_start() is False  # nothing in flight: the scheduler's own width
+
+
+def test_a_release_records_at_once_and_a_cancel_stops_the_wait() -> None:
+    chain, cancel = Chain(True), threading.Event()
+    chain.started("a", prepared=True)
+    chain.ready("a")
+    _, recorded = waiter(chain.wait_next, "a", cancel)
+    time.sleep(0.2)
+    assert not recorded.is_set()
+    chain.release()  # the budget is spent: no ticket will follow
+    assert recorded.wait(5)
+    chain.started("b", prepared=True)  # a later start ends the release
+    chain.ready("b")
+    cancel.set()
+    with pytest.raises(Cancelled):
+        chain.wait_next("b", cancel)
+
+
+def test_off_nothing_waits_and_nothing_starts_beside() -> None:
+    chain, cancel = Chain(False), threading.Event()
+    chain.started("a")
+    chain.ready("a")
+    chain.started("b")
+    assert not chain.may_start() and not chain.wake().done()
+    chain.wait_next("a", cancel)  # return at once
+    chain.wait_turn("b", cancel)
+
+
+def test_a_ticket_driven_outside_the_scheduler_never_waits() -> None:
+    # `revtree retry` drives one thread itself: it is not in the chain
+    chain, cancel = Chain(True), threading.Event()
+    chain.ready("retried")
+    chain.wait_next("retried", cancel)
+    chain.wait_turn("retried", cancel)
+    assert not chain.may_start()
