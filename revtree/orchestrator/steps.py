@@ -478,15 +478,13 @@ class Steps:
                 features=node_features(self.p.git, self.spec, node, self.mirror.get, o.metrics),
             )
         else:
-            self.mirror.finish(
-                node.id,
-                NodeStatus.FAILED,
-                f"node {node.id} failed: {o.error}",
-                analysis=state.get("analysis"),
-                error=o.error,
-                error_kind=o.error_kind,
-                n_evals=o.n_evals,
-            )
+            kw: dict[str, Any] = {
+                "error": o.error,
+                "error_kind": o.error_kind,
+                "n_evals": o.n_evals,
+            }
+            msg = f"node {node.id} failed: {o.error}"
+            self.mirror.finish(node.id, NodeStatus.FAILED, msg, state.get("analysis"), **kw)
 
     def verify(self, state: State) -> None:
         """The repeats a policy asked of a node (``verify``, from ``select``), or a new
