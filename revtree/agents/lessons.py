@@ -73,7 +73,7 @@ def render_memory(
     sections.append(("Best so far", [n.id for n in good[:3]]))
     for n in nodes.values():  # in flight: what they try, no outcome yet
         if not n.status.is_finished() and n.proposal and n.id not in (own, parent_id):
-            lesson[n.id] = lesson_for(n, None, maximize, "being evaluated, no score yet")
+            lesson[n.id] = lesson_for(n, None, maximize, "in flight, no score yet")
     flying = [i for i, n in nodes.items() if i in lesson and not n.status.is_finished()]
     sections.append(("In flight (proposed beside this one, not scored yet)", flying[-3:]))
     twins = [n.id for n in done if n.error_kind == TWIN]

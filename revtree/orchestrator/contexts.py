@@ -108,8 +108,8 @@ class ContextSource:
         if not parent.status.is_finished() and node.operator != DRAFT:
             # the prompt improves the parent by its score and evaluation: wait for them
             # (a draft, a fresh approach, goes on while the baseline is evaluated beside)
-            if node.thread_id is not None:  # what it makes from here on sees that score
-                self._on_wait(node.thread_id)
+            if node.thread_id is not None and parent.id in self.mirror.driven:
+                self._on_wait(node.thread_id)  # what it makes from here on sees that score
             parent = self.mirror.wait_finished(parent.id, self.cancel)
         changed = {p: d for p, d in files.items() if self.baseline.get(p) != d}
         snapshot = self.mirror.copy()

@@ -197,7 +197,7 @@ class Scheduler:
                     else:
                         ticket = uuid.uuid4().hex
                         self.tickets.start(ticket)
-                    chain.started(ticket, self._committed(ticket))
+                    chain.started(ticket)
                     in_flight[pool.submit(self.candidate, ticket, new)] = ticket
                 if not in_flight and not self.waiting:
                     reason = reason or "search exhausted: the policy proposes nothing more"
@@ -211,15 +211,15 @@ class Scheduler:
                 done, _ = wait(looked, timeout=POLL, return_when=FIRST_COMPLETED)
                 finished = [fut for fut in done if fut in in_flight]
                 tickets = [in_flight.pop(fut) for fut in finished]
+                beside = [chain.ended(ticket) for ticket in tickets]
                 for ticket in tickets:
-                    chain.ended(ticket)
                     self._driving(ticket, False)
                 for fut, ticket in zip(finished, tickets, strict=True):
                     if fut.result() == "waiting":
                         self.waiting[ticket] = self.mirror.by_ticket[ticket]
                 self._prune([fut.result() for fut in finished])
                 if tickets:  # else woken by a ticket ready (``chain``): no slot freed
-                    starved = self.tickets.ended(tickets)
+                    starved = self.tickets.ended(tickets) and not any(beside)
                 if time.monotonic() - last_beat > HEARTBEAT:
                     last_beat = time.monotonic()
                     self.store.update_run(
@@ -274,11 +274,6 @@ class Scheduler:
         child's prompt waits for its score only while it is."""
         if (node_id := self.mirror.by_ticket.get(ticket)) is not None:
             (self.mirror.driven.add if on else self.mirror.driven.discard)(node_id)
-
-    def _committed(self, ticket: str) -> bool:
-        """Whether a resumed ticket's node has its code committed (``Chain.prepared``)."""
-        node_id = self.mirror.by_ticket.get(ticket)
-        return node_id is not None and self.mirror.get(node_id).commit is not None
 
     def _budget(self) -> str | None:
         return self.p.budget.reason(starting=True, pending=self.tickets.pending())

@@ -112,6 +112,7 @@ class Steps:
                     raise BaselineFailed(f"{step}: {detail_of(e)}") from e
                 if node_id is None or self.mirror.get(node_id).status.is_finished():
                     raise
+                self.chain.wait_next(self.mirror.get(node_id).thread_id, self.p.cancel)
                 self.fail(node_id, step, detail_of(e), error_kind(e, step))
                 self._foreign(node_id, foreign_failure(e, step))
                 return {}
@@ -246,7 +247,6 @@ class Steps:
                 | {"detail": detail_of(e), "repairable": repairable, "unreadable": unreadable}
             }
         self._commit(node, job.parent, proposal, changes)
-        self.chain.prepared(state["ticket"])  # the outcome before it may be recorded
         return {"refusal": None}
 
     def _commit(
@@ -392,6 +392,7 @@ class Steps:
                 node = self.mirror.set(0, ("retry", msg, None), attempt=node.attempt + 1)
                 done = {}
         assert node.commit is not None
+        self.chain.prepared(state["ticket"])  # reviewed: the outcome before it may be recorded
         archive = self.p.git.archive(node.commit, self.p.overlay)
         self.chain.wait_turn(state["ticket"], self.p.cancel)
         with self.p.slots.held():
@@ -445,6 +446,8 @@ class Steps:
         node = self.mirror.get(state["node_id"])
         if node.status.is_finished():
             return
+        if node.status is NodeStatus.EVALUATING:  # (again, where a resume replays from here)
+            self.chain.ready(state["ticket"])
         self.chain.wait_next(state["ticket"], self.p.cancel)
         if (refusal := state.get("refusal")) is not None:
             self.fail(node.id, "code", refusal["detail"], "code")

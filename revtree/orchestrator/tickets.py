@@ -4,7 +4,7 @@ says what became of it: a node, a verification, or nothing (``idle``). When ever
 ticket that ends was idle, the search is starved and the scheduler starts no more. A
 candidate parked at approval is announced in the live log once per attempt
 (``announce``). ``Chain``, at parallel 1, prepares the next candidate while one is
-evaluated, and holds each outcome until the next has chosen.
+evaluated, and holds each outcome until the next is prepared.
 
 The sets are this object's own: the scheduler starts and ends tickets, ``select``
 reports its choice through ``selected``. Both hold the tree lock (the mirror's, which
@@ -69,14 +69,17 @@ class Chain:
     stays as reproducible as one made one candidate at a time:
 
     - the next ticket starts once the one in flight is at its evaluation (``ready``): its
-      commit and review are in, so the next one's checks see them;
-    - a ticket's outcome is recorded only once a ticket started after it is
-      ``prepared`` (its choice made, and where it made a node, its code committed, or
-      its prompt waiting for that outcome to show it: ``Mirror.wait_finished``) or
-      ended (``wait_next``): every choice, proposal and edit is made with the candidate
-      before it unscored, however fast its evaluation (the policy, and the learners
-      that proposers and prompts read, learn an outcome as it is recorded); where none
-      will start (``release``: the budget or the search ends), it is recorded at once;
+      commit and checks are in, so the next one's near-twin check sees them (a resume
+      that replays a ticket from its record makes it ready again);
+    - a ticket's outcome (or a failure after its evaluation started) is recorded only
+      once a ticket started after it is ``prepared`` (it chose nothing or a
+      verification, or its node is reviewed and at its evaluation, or its prompt waits
+      for that outcome to show it: ``ContextSource.tell_waits``) or ended
+      (``wait_next``): every choice, proposal, edit and review is made with the
+      candidate before it unscored, however fast its evaluation (the policy, and the
+      learners that proposers and prompts read, learn an outcome as it is recorded);
+      where none will start (``release``: the budget or the search ends), it is
+      recorded at once;
     - a ticket evaluates only once every ticket started before it ended (``wait_turn``),
       verification included, so the trust sees what a run one at a time sees.
 
@@ -89,6 +92,7 @@ class Chain:
         self._count = 0
         self._ready: set[str] = set()
         self._followed: set[str] = set()  # in flight when a later ticket started
+        self._beside: set[str] = set()  # started while another was in flight
         self._settled = -1  # the latest start (seq) whose ticket is prepared or ended
         self._released = False
         self._wake: Future[None] = Future()
@@ -99,16 +103,15 @@ class Chain:
         with self._cond:
             return self._wake
 
-    def started(self, ticket: str, prepared: bool = False) -> None:
-        """``ticket`` starts (``prepared``: a resumed one whose node has its commit)."""
+    def started(self, ticket: str) -> None:
         if not self.on:
             return
         with self._cond:
             self._followed.update(self._seq)
+            if self._seq:
+                self._beside.add(ticket)
             self._seq[ticket], self._count = self._count, self._count + 1
             self._released = False
-            if prepared:
-                self._settle(ticket)
 
     def may_start(self) -> bool:
         """Whether a ticket may start beside the one in flight: it is ready, and no
@@ -121,7 +124,7 @@ class Chain:
             return ticket in self._ready and ticket not in self._followed
 
     def prepared(self, ticket: str) -> None:
-        """``ticket`` chose nothing or a verification, or its node's code is committed."""
+        """``ticket`` chose nothing or a verification, or its node is reviewed."""
         with self._cond:
             self._settle(ticket)
 
@@ -134,12 +137,17 @@ class Chain:
             woke, self._wake = self._wake, Future()
         woke.set_result(None)
 
-    def ended(self, ticket: str) -> None:
+    def ended(self, ticket: str) -> bool:
+        """Forget ``ticket``; whether it started beside another (an idle choice made
+        beside an evaluation does not starve the search: the next sees the outcome)."""
         with self._cond:
+            beside = ticket in self._beside
             self._settle(ticket)
             self._seq.pop(ticket, None)
             self._ready.discard(ticket)
             self._followed.discard(ticket)
+            self._beside.discard(ticket)
+            return beside
 
     def release(self) -> None:
         """No ticket starts now: outcomes held for one are recorded."""
@@ -157,16 +165,18 @@ class Chain:
         seq = self._seq.get(ticket)
         self._wait(lambda: seq is None or min(self._seq.values()) >= seq, cancel)
 
-    def wait_next(self, ticket: str, cancel: threading.Event) -> None:
+    def wait_next(self, ticket: str | None, cancel: threading.Event) -> None:
         """Until a ticket started after ``ticket`` (ready) is prepared or ended, or none
         will start."""
         if ticket in self._ready:
-            seq = self._seq[ticket]
+            seq = self._seq[ticket]  # (a ready ticket is in flight)
             self._wait(lambda: self._released or self._settled > seq, cancel)
 
     def _wait(self, done: Callable[[], bool], cancel: threading.Event) -> None:
         with self._cond:
-            while not done():
+            while True:  # a stop first: a ticket that ended cancelled prepared nothing
                 if cancel.is_set():
                     raise Cancelled("the run is stopping")
+                if done():
+                    return
                 self._cond.wait(0.1)

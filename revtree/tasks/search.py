@@ -38,8 +38,9 @@ class _Search(Section):
         "evaluation slot, so slots never wait for agents. Default: equal to parallel; at "
         "parallel 1, the next candidate is prepared while one is evaluated, and a seeded run "
         "stays reproducible (each choice, proposal and edit made with the candidate before it "
-        "unscored; a stop and resume chooses as the uninterrupted run). 0: strictly one at a "
-        "time, each choice seeing every score.",
+        "unscored; a stop and resume chooses as the uninterrupted run), unless the run asks "
+        "for approval or a model chooses. 0: strictly one at a time, each choice seeing every "
+        "score, and no agent work beside an evaluation (for a timing metric).",
     )
     approve: Literal["off", "evaluate"] = Field(
         "off",

@@ -29,7 +29,7 @@ def waiter(fn: object, *args: object) -> tuple[threading.Thread, threading.Event
 
 def test_the_next_starts_once_the_one_in_flight_is_at_its_evaluation() -> None:
     chain, cancel = Chain(True), threading.Event()
-    chain.started("a", prepared=True)
+    chain.started("a")
     assert not chain.may_start()  # a is being prepared: nothing beside it
     woke = chain.wake()
     chain.ready("a")
@@ -52,7 +52,7 @@ def test_the_next_starts_once_the_one_in_flight_is_at_its_evaluation() -> None:
 
 def test_after_an_idle_or_a_verification_beside_it_the_next_waits_for_its_end() -> None:
     chain = Chain(True)
-    chain.started("a", prepared=True)
+    chain.started("a")
     chain.ready("a")
     chain.started("v")  # chose a verification (or nothing): prepared at once
     chain.prepared("v")
@@ -64,14 +64,14 @@ def test_after_an_idle_or_a_verification_beside_it_the_next_waits_for_its_end() 
 
 def test_a_release_records_at_once_and_a_cancel_stops_the_wait() -> None:
     chain, cancel = Chain(True), threading.Event()
-    chain.started("a", prepared=True)
+    chain.started("a")
     chain.ready("a")
     _, recorded = waiter(chain.wait_next, "a", cancel)
     time.sleep(0.2)
     assert not recorded.is_set()
     chain.release()  # the budget is spent: no ticket will follow
     assert recorded.wait(5)
-    chain.started("b", prepared=True)  # a later start ends the release
+    chain.started("b")  # a later start ends the release
     chain.ready("b")
     cancel.set()
     with pytest.raises(Cancelled):
@@ -95,3 +95,26 @@ def test_a_ticket_driven_outside_the_scheduler_never_waits() -> None:
     chain.wait_next("retried", cancel)
     chain.wait_turn("retried", cancel)
     assert not chain.may_start()
+
+
+def test_an_idle_choice_beside_an_evaluation_does_not_starve_the_search() -> None:
+    # the scheduler stops starting tickets once every ticket that ended was idle; one
+    # that chose nothing while the one before it was unscored may choose again after
+    chain = Chain(True)
+    chain.started("a")
+    chain.ready("a")
+    chain.started("idle")
+    assert chain.ended("a") is False  # a started alone
+    assert chain.ended("idle") is True  # started beside a, whatever ended first
+
+
+def test_a_stop_wins_over_a_ticket_that_ended_cancelled() -> None:
+    # a ticket cut off by the stop prepared nothing: the outcome before it stays held
+    chain, cancel = Chain(True), threading.Event()
+    chain.started("a")
+    chain.ready("a")
+    chain.started("b")
+    cancel.set()
+    chain.ended("b")
+    with pytest.raises(Cancelled):
+        chain.wait_next("a", cancel)
