@@ -86,10 +86,18 @@ def test_in_the_local_sandbox_the_review_comes_first(
     tmp_path: Path, home: Path, store: Store
 ) -> None:
     task = make_task(tmp_path / "t", budget=6, reviewer=True)
-    watching = Watching(store, wait=1.0)
+    watching = Watching(store, wait=0.0)
     with FakeLLMServer(watching) as srv:
         run_id = drive(store, home, task, srv.openai_url, "local")
-    assert watching.seen and not any(watching.seen), watching.seen
+    assert len(watching.seen) >= 4  # the model reviewed each candidate
+    # each candidate's evaluation started after its own review (at parallel 1 the next
+    # candidate's review may run while the one before is evaluated: tickets.Chain)
+    said = [
+        e.message
+        for e in store.events_since(run_id)
+        if e.node_id and e.message.endswith("evaluating")
+    ]
+    assert len(said) >= 4 and all("review passed, evaluating" in m for m in said), said
     tampered = store.node(run_id, 2)
     assert tampered.status is NodeStatus.REJECTED and not store.evaluations(run_id, 2)
 
