@@ -71,11 +71,12 @@ def render_memory(
     good = [n for n in done if n.status is NodeStatus.SUCCEEDED and n.score is not None]
     good.sort(key=lambda n: n.score_of(maximize), reverse=True)
     sections.append(("Best so far", [n.id for n in good[:3]]))
-    for n in nodes.values():  # in flight: what they try, no outcome yet
-        if not n.status.is_finished() and n.proposal and n.id not in (own, parent_id):
-            lesson[n.id] = lesson_for(n, None, maximize, "in flight, no score yet")
-    flying = [i for i, n in nodes.items() if i in lesson and not n.status.is_finished()]
-    sections.append(("In flight (proposed beside this one, not scored yet)", flying[-3:]))
+    flying = {  # what the candidates in flight try (never a lesson: no outcome yet)
+        n.id: lesson_for(n, None, maximize, "in flight, no score yet")
+        for n in nodes.values()
+        if not n.status.is_finished() and n.proposal and n.id not in (own, parent_id)
+    }
+    sections.append(("In flight (proposed beside this one, not scored yet)", [*flying][-3:]))
     twins = [n.id for n in done if n.error_kind == TWIN]
     sections.append(("Refused as repeats of code already evaluated", twins[-3:][::-1]))
     chain, cur = [], nodes.get(parent_id)
@@ -96,9 +97,9 @@ def render_memory(
         (i for i in lesson if i not in shown), key=lambda i: (-len(q & _words(lesson[i])), -i)
     )
     sections.append(("Related lessons", [i for i in related if q & _words(lesson[i])][:5]))
-    out, left = [], budget_tokens
+    out, left, said = [], budget_tokens, lesson | flying
     for title, ids in sections:
-        lines = [f"- {lesson[i]}" for i in ids if i in lesson]
+        lines = [f"- {said[i]}" for i in ids if i in said]
         if not lines:
             continue
         block = "\n".join([f"{title}:", *lines])

@@ -83,13 +83,17 @@ class Orchestrator:
             (n for n in self.nodes.values() if not n.status.is_finished()), key=lambda n: n.id
         )
         fresh = len(self.nodes) == 1 and (not resume or resume[0].id == 0)
-        ahead = f"+{p.lookahead} prepared ahead"
+        ahead = (
+            "+1 prepared beside each evaluation"
+            if p.chained()
+            else f"+{p.lookahead} prepared ahead"
+        )
         self.store.add_event(
             self.run_id,
             "run",
             f"run {'started' if fresh else 'resumed'}: policy {self.policy.name}, "
             f"agents {self.agents.label}, parallel {p.parallel_text()} "
-            f"({'+1 prepared beside each evaluation' if p.chained() else ahead}), "
+            f"({ahead}), "
             f"sandbox {p.sandbox.name} ({p.choice.reason})"
             + ("" if fresh else f", {len(resume)} candidate(s) to resume"),
             None,
