@@ -26,7 +26,7 @@ from sqlalchemy import BindParameter, bindparam, inspect, select, text
 from sqlalchemy.engine import URL, Connection
 
 from revtree.errors import RevtreeError
-from revtree.memory.db import normalize_url, transaction
+from revtree.memory.db import normalize_url, transaction, wal
 from revtree.memory.records import NodeStatus
 from revtree.memory.store import NODES, Store
 
@@ -41,7 +41,7 @@ def make_checkpointer(url: str) -> Any:
         from langgraph.checkpoint.sqlite import SqliteSaver
 
         conn = sqlite3.connect(parsed.database, check_same_thread=False, timeout=60)
-        conn.execute("PRAGMA journal_mode=WAL")
+        wal(conn)
         conn.execute("PRAGMA synchronous=NORMAL")
         saver = SqliteSaver(conn)
         saver.setup()

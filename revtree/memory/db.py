@@ -16,6 +16,7 @@ hidden (:func:`display_url`).
 
 from __future__ import annotations
 
+import itertools
 import re
 import sqlite3
 import time
@@ -150,12 +151,28 @@ def _sqlite_connect(dbapi_conn: Any, _record: Any) -> None:
         # a new file only (no effect once it has tables): pages freed by the checkpoint
         # prunes can be given back to the file system (checkpoints.prune_run)
         "auto_vacuum=INCREMENTAL",
-        "journal_mode=WAL",
         "synchronous=NORMAL",
         "foreign_keys=ON",
     ):
         cur.execute(f"PRAGMA {pragma}")
+    wal(cur)
     cur.close()
+
+
+def wal(cur: sqlite3.Cursor | sqlite3.Connection) -> None:
+    """Put the file in WAL mode. The switch does not wait on SQLite's busy handler: on a
+    fresh file that other connections are opening at the same moment it can fail at once
+    with "database is locked" (1 open in 100 of four at once, on a loaded machine), so it
+    is retried, as long as the busy timeout would have waited."""
+    deadline = time.monotonic() + 60
+    for attempt in itertools.count():
+        try:
+            cur.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) or time.monotonic() > deadline:
+                raise
+            time.sleep(min(0.01 * (attempt + 1), 0.2))
 
 
 def _sqlite_begin(conn: Connection) -> None:
