@@ -2,10 +2,10 @@
 
 ``ForkServer.spawn`` hands one command to the warm server, which forks its supervisor;
 it returns a handle shaped like ``subprocess.Popen`` (``pid``, ``stdout``, ``stderr``,
-``wait()``), so the local sandbox runs, times out, cancels and reaps it as it does a
-command it started itself (``local._run``). ``None`` means the server could not take
-the command (it died, was stopped, or never started): the sandbox then starts the
-supervisor itself, and the next command gets a new server.
+``wait()``, and ``exit_fd``), so the local sandbox runs, times out, cancels and reaps it
+as it does a command it started itself (``local._run``, ``watch.watch``). ``None`` means
+the server could not take the command (it died, was stopped, or never started): the
+sandbox then starts the supervisor itself, and the next command gets a new server.
 
 The command runs as a Python script in the forked process itself (``script``) only
 where the command is ``python FILE.py [ARG ...]`` in plain words, ``python`` on the
@@ -80,6 +80,11 @@ class Forked:
     ) -> None:
         self.pid, self.stdout, self.stderr = pid, stdout, stderr
         self._status, self._lines = status, lines
+
+    def exit_fd(self) -> int:
+        """A descriptor readable once the supervisor has exited (its status socket: its
+        last line, then the end, come as it exits)."""
+        return self._status.fileno()
 
     def wait(self) -> int:
         """The command's exit code, or minus the signal that killed it (``SIGKILL``

@@ -39,7 +39,6 @@ import dataclasses
 import os
 import re
 import shutil
-import signal
 import stat
 import subprocess
 import sys
@@ -48,7 +47,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from revtree.errors import Cancelled, SandboxError
 from revtree.sandboxes.base import (
@@ -58,12 +57,12 @@ from revtree.sandboxes.base import (
     ExecResult,
     Limits,
     SandboxContext,
-    watchdog,
 )
 from revtree.sandboxes.env import sandbox_env
 from revtree.sandboxes.forkserver import ForkServer, enabled
 from revtree.sandboxes.shm import SHM, ShmJanitor
 from revtree.sandboxes.supervise import PARENT_ENV
+from revtree.sandboxes.watch import kill_group, watch
 from revtree.sandboxes.workspace import Trash, extract
 
 __all__ = ["SHM", "Launch", "LocalSandbox", "ShmJanitor", "build", "supervised"]
@@ -173,7 +172,7 @@ class LocalSandbox:
                 # the file sits beside a workspace the candidate could write: kill only a
                 # group whose leader still works in that workspace (never 0, 1 or ours)
                 if pgid > 1 and pgid != os.getpgrp() and _works_in(pgid, tmp):
-                    _kill_group(pgid)
+                    kill_group(pgid)
             shutil.rmtree(tmp, ignore_errors=True)
             n += 1
         return n
@@ -291,29 +290,6 @@ def supervised(command: str, fd: int, limits: Limits) -> list[str]:
     return [sys.executable, "-I", "-S", SUPERVISOR, str(fd), str(memory), str(cpu), command]
 
 
-class _Tail(threading.Thread):
-    """Drains a pipe, keeping the last ``cap`` bytes."""
-
-    def __init__(self, pipe: IO[bytes], cap: int) -> None:
-        super().__init__(daemon=True)
-        self.pipe, self.cap, self.buf, self.total = pipe, cap, bytearray(), 0
-
-    def run(self) -> None:
-        fd = self.pipe.fileno()
-        with contextlib.suppress(OSError):  # closed under us: the run gave up waiting
-            self._drain(fd)
-
-    def _drain(self, fd: int) -> None:
-        while chunk := os.read(fd, 1 << 16):
-            self.total += len(chunk)
-            self.buf += chunk
-            if len(self.buf) > 2 * self.cap:
-                del self.buf[: len(self.buf) - self.cap]
-
-    def text(self) -> str:
-        return bytes(self.buf[-self.cap :]).decode("utf-8", errors="replace")
-
-
 def _works_in(pid: int, folder: Path) -> bool:
     """Whether process ``pid``'s current folder is ``folder`` or inside it."""
     try:
@@ -321,20 +297,6 @@ def _works_in(pid: int, folder: Path) -> bool:
     except OSError:
         return False
     return cwd == folder.resolve() or folder.resolve() in cwd.parents
-
-
-def _kill_group(pgid: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGKILL)
-
-
-def _stop(pid: int, done: threading.Event) -> None:
-    """Ask the supervisor to kill everything; kill the group if it has not within
-    ``STOP_GRACE``."""
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGTERM)
-    if not done.wait(STOP_GRACE):
-        _kill_group(pid)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -379,32 +341,19 @@ def _run(
         raise SandboxError(f"cannot start {command!r}: {e}") from e
     assert proc.stdout is not None and proc.stderr is not None
     pgid_file.write_text(str(proc.pid))
-    readers = [_Tail(proc.stdout, limits.output_cap), _Tail(proc.stderr, limits.output_cap)]
-    for r in readers:
-        r.start()
-    done, why = threading.Event(), list[str]()
-    guard = threading.Thread(
-        target=watchdog,
-        args=(start + limits.timeout, done, cancel, lambda: _stop(proc.pid, done), why),
-        daemon=True,
-    )
-    guard.start()
-    code = proc.wait()
-    duration = time.monotonic() - start
-    done.set()
-    _kill_group(proc.pid)
-    for r in readers:
-        r.join(timeout=2.0)
-    proc.stdout.close()
-    proc.stderr.close()
-    guard.join()
-    if why == ["cancel"]:
+    try:
+        seen = watch(proc, limits.output_cap, start, start + limits.timeout, cancel, STOP_GRACE)
+    finally:
+        proc.stdout.close()
+        proc.stderr.close()
+    if seen.why == "cancel":
         raise Cancelled("the evaluation was cancelled")
+    out, err = seen.stdout, seen.stderr
     return ExecResult(
-        exit_code=code,
-        stdout=readers[0].text(),
-        stderr=readers[1].text(),
-        duration=duration,
-        timed_out=why == ["timeout"],
-        truncated=any(r.total > limits.output_cap for r in readers),
+        exit_code=seen.code,
+        stdout=out.text(),
+        stderr=err.text(),
+        duration=seen.duration,
+        timed_out=seen.why == "timeout",
+        truncated=any(t.total > limits.output_cap for t in (out, err)),
     )
