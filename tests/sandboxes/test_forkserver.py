@@ -99,6 +99,8 @@ def test_the_script_runs_in_the_process_the_server_forked(tmp_path, monkeypatch)
         ("raise ValueError('broken')", 1, "ValueError: broken"),
         # through /bin/sh -c, a signal's death is 128 + the signal, named by the shell
         ("import os, signal; os.kill(os.getpid(), signal.SIGTERM)", 128 + 15, "Terminated"),
+        ("import os, signal; os.kill(os.getpid(), signal.SIGKILL)", 128 + 9, "Killed"),
+        ("import os, signal; os.kill(os.getpid(), signal.SIGINT)", 128 + 2, ""),
         ("import os; os._exit(5)", 5, ""),
     ],
 )
