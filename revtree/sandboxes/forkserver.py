@@ -86,14 +86,18 @@ class Forked:
         last line, then the end, come as it exits)."""
         return self._status.fileno()
 
+    def close(self) -> None:
+        """Close the status socket (``wait`` does, once it has read the status)."""
+        self._lines.close()
+        self._status.close()
+
     def wait(self) -> int:
         """The command's exit code, or minus the signal that killed it (``SIGKILL``
         where the supervisor was killed before it could tell)."""
         data = b""
         with contextlib.suppress(OSError):
             data = self._lines.read()
-        self._lines.close()
-        self._status.close()
+        self.close()
         line = next((x for x in data.split(b"\n") if x.startswith(b"S")), None)
         if line is None:
             return -signal.SIGKILL

@@ -12,7 +12,8 @@ pidfds, a pipe that one thread writes to once ``wait`` returns.
 What ends a watch, as before: the exit; a cancel or the deadline, which send the
 supervisor SIGTERM (it kills its tree) and, ``grace`` seconds later if it is still
 there, SIGKILL to its process group. After the exit the pipes are read to their end for
-at most ``DRAIN`` seconds (a process that left the group may hold them open).
+at most ``DRAIN`` seconds (a process that left the group may hold them open). An
+exception inside the watch (an interrupt) kills the command before it goes on.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from typing import Any
 
 POLL = 0.05  # seconds between looks at the cancel event (as the watchdog's)
 DRAIN = 2.0  # seconds the pipes are read after the exit, at most
+LONGEST = 3600.0  # seconds of one wait, at most (epoll refuses more than about 24 days)
 
 
 @dataclasses.dataclass
@@ -87,7 +89,7 @@ def watch(
                     kill_group(proc.pid)
                     kill_at = None
                 if why is None:  # the deadline, or the next look at the cancel
-                    wait = min(deadline - now, POLL) if cancel is not None else deadline - now
+                    wait = min(deadline - now, POLL if cancel is not None else LONGEST)
                 else:  # the grace's end, then until the exit
                     wait = kill_at - now if kill_at is not None else POLL
                 events = sel.select(max(0.0, wait))
@@ -99,6 +101,13 @@ def watch(
             kill_group(proc.pid)
             sel.unregister(exit_fd)
             _drain(sel, tails)
+    except BaseException:  # (an interrupt, say): the command does not outlive its watch
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, signal.SIGTERM)
+        kill_group(proc.pid)
+        if (close := getattr(proc, "close", None)) is not None:
+            close()  # the fork server's status socket
+        raise
     finally:
         cleanup()
     out, err = tails.values()
@@ -142,7 +151,7 @@ def _exit_fd(proc: Any) -> tuple[int, Any]:
     thread.start()
 
     def close() -> None:
-        thread.join()
+        thread.join(DRAIN)  # the process is dead, or killed on the way out of ``watch``
         os.close(r)
 
     return r, close

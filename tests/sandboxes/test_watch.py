@@ -14,13 +14,24 @@ import pytest
 from revtree.sandboxes import watch as watching
 from revtree.sandboxes.base import ExecRequest, Limits
 from revtree.sandboxes.local import LocalSandbox
+from tests.sandboxes.test_local import wait_dead
 
 SCRIPT = """\
 import sys, time
-print('out', flush=True)
+forked = b"zygote.py" in open("/proc/self/cmdline", "rb").read()
+print('forked' if forked else 'cold', flush=True)
 print('err', file=sys.stderr)
 time.sleep(0.6)
 """
+
+
+def pidfds() -> bool:
+    """Whether this kernel gives pidfds (else the watch has one waiter thread)."""
+    try:
+        os.close(os.pidfd_open(os.getpid()))
+    except (AttributeError, OSError):
+        return False
+    return True
 
 
 def threads_during(run) -> set[str]:
@@ -47,6 +58,7 @@ def threads_during(run) -> set[str]:
 
 
 @pytest.mark.parametrize("forked", ["1", "0"])
+@pytest.mark.skipif(not pidfds(), reason="no pidfds here: a command started cold has a waiter")
 def test_an_evaluation_starts_no_thread_to_watch_its_command(forked, tmp_path, tar_of, monkeypatch):
     monkeypatch.setenv("REVTREE_FORK_SERVER", forked)
     local = LocalSandbox(tmp_path / "sandboxes")
@@ -58,7 +70,8 @@ def test_an_evaluation_starts_no_thread_to_watch_its_command(forked, tmp_path, t
     finally:
         local.close()
     (result,) = results
-    assert (result.exit_code, result.stdout, result.stderr) == (0, "out\n", "err\n")
+    how = "forked" if forked == "1" else "cold"  # the fork server ran it, or it did not
+    assert (result.exit_code, result.stdout, result.stderr) == (0, f"{how}\n", "err\n")
     assert result.duration >= 0.6
     # the workspace remover may run; nothing reads a pipe or waits on a process
     assert names <= {"revtree-trash"}, names
@@ -114,3 +127,38 @@ def test_the_deadline_and_a_cancel_stop_the_command(pidfd, monkeypatch):
         timer.cancel()
     assert seen.why == "cancel"
     assert 1.0 <= time.monotonic() - t0 < 5  # SIGTERM ignored: the group killed after grace
+
+
+class Interrupt:
+    """A cancel event whose look raises on its second call: an exception (an interrupt)
+    inside the watch."""
+
+    def __init__(self) -> None:
+        self.looks = 0
+
+    def is_set(self) -> bool:
+        self.looks += 1
+        if self.looks > 1:
+            raise KeyboardInterrupt
+        return False
+
+
+@pytest.mark.parametrize("pidfd", [True, False])
+def test_an_exception_inside_the_watch_kills_the_command(pidfd, monkeypatch, tmp_path):
+    if not pidfd:
+        monkeypatch.delattr(os, "pidfd_open", raising=False)
+    pid_file = tmp_path / "pid"
+    proc = popen(f"sleep 30 & echo $! > {pid_file}; wait")
+    start = time.monotonic()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            watching.watch(proc, 16, start, start + 60, Interrupt(), 1.0)
+    finally:
+        assert proc.stdout is not None and proc.stderr is not None
+        proc.stdout.close()
+        proc.stderr.close()
+    assert proc.wait(timeout=5) != 0
+    sleeper = int(pid_file.read_text()) if pid_file.exists() else None
+    if sleeper is not None:  # its group was killed with it
+        assert wait_dead(sleeper), "the command's child outlived it"
+    assert time.monotonic() - start < 10
