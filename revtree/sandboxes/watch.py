@@ -82,8 +82,7 @@ def watch(
                 now = time.monotonic()
                 if why is None and ((cancel is not None and cancel.is_set()) or now >= deadline):
                     why = "timeout" if now >= deadline else "cancel"
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(proc.pid, signal.SIGTERM)
+                    _terminate(proc.pid)
                     kill_at = now + grace
                 if kill_at is not None and now >= kill_at:
                     kill_group(proc.pid)
@@ -102,11 +101,8 @@ def watch(
             sel.unregister(exit_fd)
             _drain(sel, tails)
     except BaseException:  # (an interrupt, say): the command does not outlive its watch
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(proc.pid, signal.SIGTERM)
+        _terminate(proc.pid)
         kill_group(proc.pid)
-        if (close := getattr(proc, "close", None)) is not None:
-            close()  # the fork server's status socket
         raise
     finally:
         cleanup()
@@ -134,9 +130,10 @@ def _drain(sel: selectors.BaseSelector, tails: dict[int, Tail]) -> None:
 
 
 def _exit_fd(proc: Any) -> tuple[int, Any]:
-    """A descriptor readable once ``proc`` exits, and what closes it."""
+    """A descriptor readable once ``proc`` exits, and what closes it (after ``wait``, or
+    on the way out of an exception)."""
     if hasattr(proc, "exit_fd"):  # the fork server's supervisor: its status socket
-        return proc.exit_fd(), lambda: None
+        return proc.exit_fd(), proc.close  # (closed by its ``wait`` too: closed twice)
     with contextlib.suppress(AttributeError, OSError):  # no pidfd_open: not Linux 5.3+
         fd = os.pidfd_open(proc.pid)
         return fd, lambda: os.close(fd)
@@ -155,6 +152,12 @@ def _exit_fd(proc: Any) -> tuple[int, Any]:
         os.close(r)
 
     return r, close
+
+
+def _terminate(pid: int) -> None:
+    """Ask the supervisor to kill its tree and end."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
 
 
 def kill_group(pgid: int) -> None:
