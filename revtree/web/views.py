@@ -69,13 +69,21 @@ class Views:
             raise NotFound(str(e).replace(url, hidden_password(url))) from None
 
     def summary(self, run: RunInfo, mark: tuple[Any, ...] | None = None) -> dict[str, Any]:
-        """``summarize(store, run)`` (``revtree show --json``), cached until the run moves."""
+        """``summarize(store, run)`` (``revtree show --json``), cached until the run moves.
+
+        ``mark``: the run's mark as read before ``run`` was. Without it the mark is read
+        here and, on a miss, the run again after it: what is cached under a mark is
+        never older than the mark (a run stopped between a read of it and the read of
+        its mark was cached as running under the mark of its stop, for good)."""
+        reread = mark is None
         if mark is None:
             mark = run_marks(self.store, run.id).get(run.id, ())
         with self._lock:
             hit = self._cache.get(run.id)
         if hit is not None and hit[0] == mark:
             return hit[1]
+        if reread:
+            run = self.store.get_run(run.id)
         data = summarize(self.lean, run)
         with self._lock:
             self._cache[run.id] = (mark, data)

@@ -11,12 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from revtree.memory import NodeStatus, Store
+from revtree.memory import NodeStatus, RunStatus, Store
 from revtree.memory.reads import RunReads
 from revtree.memory.records import EvalResult, LLMCall, Node
 from revtree.memory.stages import FULL, GUARD, HOLDOUT
 from revtree.orchestrator.commands.report import compare, summarize
 from revtree.web.queries import SummaryView
+from revtree.web.views import Views
 
 
 def public(cls: type) -> set[str]:
@@ -79,3 +80,17 @@ def test_the_view_gives_the_stores_summary(store: Store) -> None:
     assert all(n.proposal is None for n in view.nodes(run.id))
     assert all(c.prompt is None for c in view.llm_calls(run.id))
     assert view.evaluations(run.id, 3, HOLDOUT) == store.evaluations(run.id, 3, HOLDOUT)
+
+
+def test_a_run_stopped_after_it_was_read_is_not_cached_as_running(store: Store) -> None:
+    """The dashboard reads a run, then its mark; a stop between the two reads was cached
+    as "running" under the stop's mark, so the page said running for good (a CI failure
+    of test_stop_and_resume_a_running_run, 1 run in 12 under load)."""
+    views = Views(store)
+    run_id = a_run(store)
+    before = store.get_run(run_id)  # the request's read of the run, as it was
+    assert views.run_detail(run_id)["status"] == "running"
+    store.update_run(run_id, ("run", "run stopped", None), status=RunStatus.STOPPED)
+    assert views.summary(before)["status"] == "stopped"  # its mark moved: read again
+    assert views.run_detail(run_id)["status"] == "stopped"
+    assert views.runs()["runs"][0]["status"] == "stopped"
