@@ -2,9 +2,11 @@
 
     python benchmarks/peer.py [--n 48] [--reps 3] [--sleep 0 1] [--parallel 1 2 4]
                               [--cache ~/.cache/revtree-bench] [--lookahead L]
+                              [--noise SIGMA]
 
 Both search the same folder (``initial_program.py`` with ``A`` in its EVOLVE-BLOCK,
-``evaluator.py`` that sleeps S seconds and scores ``-(A - 3)^2``, one ``config.yaml``),
+``evaluator.py`` that sleeps S seconds and scores ``-(A - 3)^2``, plus Gaussian noise
+with ``--noise``, one ``config.yaml``),
 against one fake OpenAI-compatible server (``revtree.agents.llm.fake_server``, in a
 process of its own, so that neither system shares an interpreter lock with it) that
 answers each in the format it asks for (OpenEvolve: a SEARCH/REPLACE diff; revtree's
@@ -77,8 +79,9 @@ def evaluate(program_path):
     spec = importlib.util.spec_from_file_location("p", program_path)
     p = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(p)
-    return {{"combined_score": -((p.value() - 3.0) ** 2)}}
+    return {{"combined_score": -((p.value() - 3.0) ** 2){noise}}}
 """
+NOISE = " + __import__('random').gauss(0, {sigma})"  # --noise: a noisy evaluator
 CONFIG = """\
 max_iterations: {n}
 random_seed: 42
@@ -186,10 +189,11 @@ def _a(text: str) -> float:
     return float(m.group(1)) if m else 0.0
 
 
-def make_folder(root: Path, sleep: float, n: int, k: int, url: str) -> Path:
+def make_folder(root: Path, sleep: float, n: int, k: int, url: str, noise: float = 0.0) -> Path:
     root.mkdir(parents=True)
     (root / "initial_program.py").write_text(PROGRAM)
-    (root / "evaluator.py").write_text(EVALUATOR.format(sleep=sleep))
+    noisy = NOISE.format(sigma=noise) if noise else ""
+    (root / "evaluator.py").write_text(EVALUATOR.format(sleep=sleep, noise=noisy))
     (root / "config.yaml").write_text(CONFIG.format(n=n, k=k, url=url))
     return root
 
@@ -313,6 +317,12 @@ def main() -> None:
         default=None,
         help="revtree's [search] lookahead (default: the task's: 0 at K = 1, else K)",
     )
+    parser.add_argument(
+        "--noise",
+        type=float,
+        default=0.0,
+        help="the evaluator adds Gaussian noise of this sigma to each score (default: none)",
+    )
     args = parser.parse_args()
     py = oe_python(args.cache)
     table = Table(
@@ -330,7 +340,8 @@ def main() -> None:
         "trust cost (evals)",
         "disk/cand (KB)",
         "best",
-        title=f"revtree vs OpenEvolve {OE_VERSION}, N={args.n}, {args.reps} interleaved reps",
+        title=f"revtree vs OpenEvolve {OE_VERSION}, N={args.n}, {args.reps} interleaved reps"
+        + (f", evaluator noise sigma {args.noise:g}" if args.noise else ""),
     )
     with tempfile.TemporaryDirectory(prefix="revtree-peer-") as d:
         tmp = Path(d)
@@ -341,7 +352,7 @@ def main() -> None:
                     for system in rows:
                         where = tmp / f"{system}-{sleep}-{k}-{rep}"
                         with served(Model(seed=rep)) as (url, count):
-                            folder = make_folder(where / "task", sleep, args.n, k, url)
+                            folder = make_folder(where / "task", sleep, args.n, k, url, args.noise)
                             if system == "revtree":
                                 r = run_revtree(
                                     where, folder, args.n, k, url, count, args.lookahead

@@ -55,6 +55,7 @@ class Scheduler:
         self.infra_streak = 0
         self.same = SameFailures(parts.spec.trust.same_failures)
         self.waiting: dict[str, int] = {}  # ticket -> node, parked at approval
+        self.began: set[int] = set()  # nodes whose final verification began (``_early``)
         self.unpruned = 0  # candidates finished since their checkpoints were last pruned
         every = os.environ.get(PRUNE_ENV, "")
         self.prune_every = int(every) if every.strip().lstrip("-").isdigit() else PRUNE_EVERY
@@ -182,6 +183,7 @@ class Scheduler:
         if chain.on:  # resumed in the order they started
             resume.sort(key=lambda t: self.mirror.by_ticket.get(t, len(self.mirror.nodes)))
         size = p.width() + chain.on if p.auto is None else 2 * AUTO_MAX  # auto: width moves
+        early: list[Future[None]] = []  # the final checks begun (``_early``)
         with ThreadPoolExecutor(size, thread_name_prefix="candidate") as pool:
             while not stop.is_set() and self.fatal is None:
                 resume += self._decided()
@@ -199,6 +201,8 @@ class Scheduler:
                         self.tickets.start(ticket)
                     chain.started(ticket)
                     in_flight[pool.submit(self.candidate, ticket, new)] = ticket
+                if reason is not None:
+                    early += self._early(pool, in_flight, early)
                 if not in_flight and not self.waiting:
                     reason = reason or "search exhausted: the policy proposes nothing more"
                     break
@@ -230,6 +234,28 @@ class Scheduler:
                 wait(in_flight)
         self._prune([], at_end=True)
         return reason
+
+    def _early(
+        self, pool: ThreadPoolExecutor, in_flight: dict[Future[str], str], began: list[Future[None]]
+    ) -> list[Future[None]]:
+        """Once a budget lets no candidate start, at ``parallel`` > 1: the final checks'
+        verifications, of the baseline then of the best (unless its candidate is still in
+        flight), begin each in a slot that no candidate will take (``Trust.early``),
+        rather than once the last candidate ends, with one slot busy and the others idle.
+        Once begun, they go on as the last candidate ends (``finalize`` then waits for
+        them, and reuses their repeats); else ``finalize`` does it all."""
+        slots = self.p.slots.limit
+        if slots < 2 or self.fatal is not None or self.waiting or not (in_flight or began):
+            return []
+        busy = len(in_flight) + sum(not f.done() for f in began)
+        flying = {self.mirror.by_ticket.get(ticket) for ticket in in_flight.values()}
+        out: list[Future[None]] = []
+        for node in (0, self.mirror.best_id):
+            if node is None or node in self.began or node in flying or busy + len(out) >= slots:
+                continue
+            self.began.add(node)
+            out.append(pool.submit(self.steps.trust.early, node))
+        return out
 
     def _prune(self, outcomes: list[str], at_end: bool = False) -> None:
         """Every ``PRUNE_EVERY`` finished candidates, and when scheduling ends, delete

@@ -149,6 +149,16 @@ class Trust:
         ``verify_repeats``, where a t-test must give the verdict)."""
         self.verify(0, self.spec.trust.verify_repeats, until=True)
 
+    def early(self, node_id: int) -> None:
+        """``finalize``'s verification of the baseline or of the best, begun while the
+        last candidates finish (``Scheduler``, at ``parallel`` > 1), in a slot one of them
+        leaves free: ``finalize`` reuses its repeats, and verifies itself a best found
+        after it. Nothing is decided here: a stop or a failure leaves it to ``finalize``."""
+        repeats = self.spec.trust.verify_repeats
+        if repeats > 1 and self.mirror.get(node_id).status is NodeStatus.SUCCEEDED:
+            with contextlib.suppress(Exception):  # (``Cancelled`` too)
+                self.verify(node_id, repeats, slot=True, until=True)
+
     @contextlib.contextmanager
     def _measuring(self, final: bool, node_id: int) -> Iterator[list[list[float]] | None]:
         """The other nodes' repeats for a new best's verification (None where it is
