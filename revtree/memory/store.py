@@ -13,14 +13,16 @@ Guarantees:
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy import Engine, delete, func, insert, select, update
+from sqlalchemy import Engine, bindparam, delete, func, insert, select, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.sql import Select
 
 from revtree.errors import StoreError
 from revtree.memory.db import make_engine, migrate, probe, transaction
@@ -47,6 +49,32 @@ from revtree.memory.rows import (
 )
 
 EventSpec = tuple[str, str, dict[str, Any] | None]  # (kind, message, data)
+
+
+# The hot writes, built once: a statement built per call spent most of each write's time
+# building it (its bound values and its cache key), not in the database. The values go
+# as execute parameters: an INSERT's columns, an UPDATE's SET, are those given.
+_NEXT_SEQ = (
+    update(RUNS)
+    .where(RUNS.c.id == bindparam("_run"))
+    .values(last_event=RUNS.c.last_event + 1, updated_at=bindparam("_now"))
+    .returning(RUNS.c.last_event)
+)
+_ADD = {table.name: insert(table) for table in (EVENTS, NODES, EVALS, CALLS)}
+
+
+@functools.cache
+def _evals_of(by_node: bool, by_stage: bool) -> Select[Any]:
+    """``Store.evaluations``'s query (built once for each of its four shapes)."""
+    query = select(EVALS).where(EVALS.c.run_id == bindparam("_run"))
+    if by_node:
+        query = query.where(EVALS.c.node_id == bindparam("_node"))
+    if by_stage:
+        query = query.where(EVALS.c.stage == bindparam("_stage"))
+    return query.order_by(EVALS.c.id)
+
+
+_NODE_SET = update(NODES).where(NODES.c.run_id == bindparam("_run"), NODES.c.id == bindparam("_id"))
 
 
 class Store(Decisions):
@@ -109,24 +137,10 @@ class Store(Decisions):
 
     def _event(self, conn: Connection, run_id: str, spec: EventSpec, node_id: int | None) -> Event:
         kind, message, data = spec
-        seq = conn.execute(
-            update(RUNS)
-            .where(RUNS.c.id == run_id)
-            .values(last_event=RUNS.c.last_event + 1, updated_at=time.time())
-            .returning(RUNS.c.last_event)
-        ).scalar_one()
+        seq = conn.execute(_NEXT_SEQ, {"_run": run_id, "_now": time.time()}).scalar_one()
         ev = Event(run_id, seq, time.time(), kind, message, node_id, data)
-        conn.execute(
-            insert(EVENTS).values(
-                run_id=run_id,
-                seq=seq,
-                ts=ev.ts,
-                kind=kind,
-                node_id=node_id,
-                message=message,
-                data=data,
-            )
-        )
+        row = {"run_id": run_id, "seq": seq, "ts": ev.ts, "kind": kind, "node_id": node_id}
+        conn.execute(_ADD["events"], {**row, "message": message, "data": data})
         self._pending.append(ev)
         return ev
 
@@ -302,7 +316,7 @@ class Store(Decisions):
     ) -> Event:
         """Insert a node (and the policy state that chose it) in one transaction."""
         with self._write() as conn:
-            conn.execute(insert(NODES).values(**node_values(node)))
+            conn.execute(_ADD["nodes"], node_values(node))
             if policy_state is not None:
                 conn.execute(
                     update(RUNS).where(RUNS.c.id == node.run_id).values(policy_state=policy_state)
@@ -314,12 +328,10 @@ class Store(Decisions):
     ) -> Event | None:
         if "status" in values:
             values["status"] = NodeStatus(values["status"]).value
+        if not values or values.keys() - NODES.c.keys():
+            raise StoreError(f"a node update needs node columns, not {sorted(values)}")
         with self._write() as conn:
-            n = conn.execute(
-                update(NODES)
-                .where(NODES.c.run_id == run_id, NODES.c.id == node_id)
-                .values(**values)
-            ).rowcount
+            n = conn.execute(_NODE_SET, {**values, "_run": run_id, "_id": node_id}).rowcount
             if n != 1:
                 raise StoreError(f"run {run_id}: no node {node_id} to update")
             return self._event(conn, run_id, event, node_id) if event else None
@@ -357,7 +369,7 @@ class Store(Decisions):
         values.update(run_id=run_id, created_at=time.time())
         try:
             with self._write() as conn:
-                conn.execute(insert(EVALS).values(**values))
+                conn.execute(_ADD["evaluations"], values)
                 return self._event(conn, run_id, event, result.node_id) if event else None
         except StoreError as e:
             if isinstance(e.__cause__, IntegrityError):
@@ -368,13 +380,10 @@ class Store(Decisions):
         self, run_id: str, node_id: int | None = None, stage: str | None = None
     ) -> list[EvalResult]:
         """A run's evaluations in the order stored, of one node and one stage if given."""
-        query = select(EVALS).where(EVALS.c.run_id == run_id)
-        if node_id is not None:
-            query = query.where(EVALS.c.node_id == node_id)
-        if stage is not None:
-            query = query.where(EVALS.c.stage == stage)
+        query = _evals_of(node_id is not None, stage is not None)
+        params = {"_run": run_id, "_node": node_id, "_stage": stage}
         with transaction(self.engine) as conn:
-            rows = conn.execute(query.order_by(EVALS.c.id)).all()
+            rows = conn.execute(query, params).all()
         return [row_to_eval(r) for r in rows]
 
     def evaluation_counts(self, run_id: str) -> dict[tuple[int, str, int], int]:
@@ -423,7 +432,7 @@ class Store(Decisions):
     def record_llm_call(self, run_id: str, call: LLMCall) -> None:
         with self._write() as conn:
             conn.execute(
-                insert(CALLS).values(run_id=run_id, created_at=time.time(), **call.__dict__)
+                _ADD["llm_calls"], {"run_id": run_id, "created_at": time.time(), **call.__dict__}
             )
 
     def llm_calls(self, run_id: str) -> list[LLMCall]:
