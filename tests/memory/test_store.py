@@ -134,6 +134,11 @@ def test_add_and_update_node(store):
         store.update_node(run, 9, None, score=1.0)
     with pytest.raises(StoreError):
         store.node(run, 9)
+    # a typo, a statement's own parameter or nothing to set: refused, the node unchanged
+    for wrong in ({"scroe": 2.0}, {"_run": "x", "score": 2.0}, {}):
+        with pytest.raises(StoreError, match="needs node columns"):
+            store.update_node(run, 0, ("node", "not said", None), **wrong)
+    assert store.node(run, 0).score == 1.5 and seqs(store, run) == [1, 2, 3]
 
 
 def test_failed_write_adds_no_event_and_leaves_no_gap(store):
