@@ -12,6 +12,8 @@ overlap; no embeddings).
 
 from __future__ import annotations
 
+import functools
+import heapq
 import re
 from collections.abc import Mapping
 
@@ -47,8 +49,11 @@ def lesson_for(node: Node, parent: Node | None, maximize: bool, outcome: str = "
     return f"{where}: {what} -> {outcome}"
 
 
-def _words(text: str) -> set[str]:
-    return {w.lower() for w in _WORD.findall(text)} - _STOP
+@functools.lru_cache(maxsize=1 << 15)
+def _words(text: str) -> frozenset[str]:
+    """The words of a lesson, as related lessons are matched (kept: every prompt reads
+    every lesson of the run)."""
+    return frozenset(w.lower() for w in _WORD.findall(text)) - _STOP
 
 
 def render_memory(
@@ -69,8 +74,8 @@ def render_memory(
     }
     sections: list[tuple[str, list[int]]] = []
     good = [n for n in done if n.status is NodeStatus.SUCCEEDED and n.score is not None]
-    good.sort(key=lambda n: n.score_of(maximize), reverse=True)
-    sections.append(("Best so far", [n.id for n in good[:3]]))
+    best = heapq.nlargest(3, good, key=lambda n: n.score_of(maximize))  # stable, as a sort
+    sections.append(("Best so far", [n.id for n in best]))
     flying = {  # what the candidates in flight try (never a lesson: no outcome yet)
         n.id: lesson_for(n, None, maximize, "in flight, no score yet")
         for n in nodes.values()
@@ -93,10 +98,9 @@ def render_memory(
         else query
     )
     shown = {i for _, ids in sections for i in ids}
-    related = sorted(
-        (i for i in lesson if i not in shown), key=lambda i: (-len(q & _words(lesson[i])), -i)
-    )
-    sections.append(("Related lessons", [i for i in related if q & _words(lesson[i])][:5]))
+    overlap = {i: len(q & _words(text)) for i, text in lesson.items() if i not in shown}
+    related = heapq.nlargest(5, (i for i in overlap if overlap[i]), key=lambda i: (overlap[i], i))
+    sections.append(("Related lessons", related))
     out, left, said = [], budget_tokens, lesson | flying
     for title, ids in sections:
         lines = [f"- {said[i]}" for i in ids if i in said]
