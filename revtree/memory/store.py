@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy import Engine, bindparam, delete, func, insert, select, update
+from sqlalchemy import Engine, Table, bindparam, delete, func, insert, select, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.sql import Select
@@ -61,6 +61,14 @@ _NEXT_SEQ = (
     .returning(RUNS.c.last_event)
 )
 _ADD = {table.name: insert(table) for table in (EVENTS, NODES, EVALS, CALLS)}
+
+
+def _add(conn: Connection, table: Table, values: dict[str, Any]) -> None:
+    """Insert one row of a record; a field that is no column of ``table`` is refused by
+    name (an execute parameter that names no column would be dropped unsaid)."""
+    if extra := values.keys() - table.c.keys():
+        raise StoreError(f"{table.name} has no column(s) {sorted(extra)}")
+    conn.execute(_ADD[table.name], values)
 
 
 @functools.cache
@@ -316,7 +324,7 @@ class Store(Decisions):
     ) -> Event:
         """Insert a node (and the policy state that chose it) in one transaction."""
         with self._write() as conn:
-            conn.execute(_ADD["nodes"], node_values(node))
+            _add(conn, NODES, node_values(node))
             if policy_state is not None:
                 conn.execute(
                     update(RUNS).where(RUNS.c.id == node.run_id).values(policy_state=policy_state)
@@ -369,7 +377,7 @@ class Store(Decisions):
         values.update(run_id=run_id, created_at=time.time())
         try:
             with self._write() as conn:
-                conn.execute(_ADD["evaluations"], values)
+                _add(conn, EVALS, values)
                 return self._event(conn, run_id, event, result.node_id) if event else None
         except StoreError as e:
             if isinstance(e.__cause__, IntegrityError):
@@ -431,9 +439,7 @@ class Store(Decisions):
 
     def record_llm_call(self, run_id: str, call: LLMCall) -> None:
         with self._write() as conn:
-            conn.execute(
-                _ADD["llm_calls"], {"run_id": run_id, "created_at": time.time(), **call.__dict__}
-            )
+            _add(conn, CALLS, {"run_id": run_id, "created_at": time.time(), **call.__dict__})
 
     def llm_calls(self, run_id: str) -> list[LLMCall]:
         with transaction(self.engine) as conn:

@@ -232,27 +232,35 @@ class Scheduler:
             if stop.is_set() or self.fatal is not None:
                 p.cancel.set()
                 wait(in_flight)
+            while early and wait(early, timeout=POLL).not_done:  # a stop cancels them
+                if stop.is_set():
+                    p.cancel.set()
         self._prune([], at_end=True)
         return reason
 
     def _early(
         self, pool: ThreadPoolExecutor, in_flight: dict[Future[str], str], began: list[Future[None]]
     ) -> list[Future[None]]:
-        """Once a budget lets no candidate start, at ``parallel`` > 1: the final checks'
-        verifications, of the baseline then of the best (unless its candidate is still in
-        flight), begin each in a slot that no candidate will take (``Trust.early``),
-        rather than once the last candidate ends, with one slot busy and the others idle.
-        Once begun, they go on as the last candidate ends (``finalize`` then waits for
-        them, and reuses their repeats); else ``finalize`` does it all."""
-        slots = self.p.slots.limit
+        """Once a budget lets no candidate start, at ``parallel`` > 1: the baseline's
+        final verification begins in a slot that no candidate in flight will take
+        (``Trust.early``), beside the last candidates rather than after them, with one
+        slot busy and the others idle; the best's, once the last candidate ended (before,
+        one of them could displace it: a check spent for nothing), beside the baseline's
+        if that still runs. ``finalize`` then waits for them and reuses their repeats.
+        Where the task bounds the sandbox seconds, ``finalize`` does it all (the seconds
+        spent here could leave a candidate in flight none)."""
+        slots, spec = self.p.slots.limit, self.p.spec
         if slots < 2 or self.fatal is not None or self.waiting or not (in_flight or began):
             return []
+        if spec.budget.max_sandbox_seconds is not None:
+            return []
         busy = len(in_flight) + sum(not f.done() for f in began)
-        flying = {self.mirror.by_ticket.get(ticket) for ticket in in_flight.values()}
         out: list[Future[None]] = []
-        for node in (0, self.mirror.best_id):
-            if node is None or node in self.began or node in flying or busy + len(out) >= slots:
+        for node in (0, None if in_flight else self.mirror.best_id):
+            if node is None or node in self.began or busy + len(out) >= slots:
                 continue
+            if self.mirror.get(node).status is not NodeStatus.SUCCEEDED:
+                continue  # (the baseline still at its first run: a later look)
             self.began.add(node)
             out.append(pool.submit(self.steps.trust.early, node))
         return out

@@ -150,14 +150,16 @@ class Trust:
         self.verify(0, self.spec.trust.verify_repeats, until=True)
 
     def early(self, node_id: int) -> None:
-        """``finalize``'s verification of the baseline or of the best, begun while the
-        last candidates finish (``Scheduler``, at ``parallel`` > 1), in a slot one of them
-        leaves free: ``finalize`` reuses its repeats, and verifies itself a best found
-        after it. Nothing is decided here: a stop or a failure leaves it to ``finalize``."""
-        repeats = self.spec.trust.verify_repeats
-        if repeats > 1 and self.mirror.get(node_id).status is NodeStatus.SUCCEEDED:
-            with contextlib.suppress(Exception):  # (``Cancelled`` too)
-                self.verify(node_id, repeats, slot=True, until=True)
+        """``finalize``'s verification of the baseline or the best, begun in a slot the
+        last candidates leave free (``Scheduler._early``); a stop or a failure: its."""
+        repeats, node = self.spec.trust.verify_repeats, self.mirror.get(node_id)
+        with self.mirror.lock:  # (not while a policy's ticket verifies it: ``claim``)
+            if repeats < 2 or node.status is not NodeStatus.SUCCEEDED or not self.claim(node_id):
+                return
+        with contextlib.suppress(Exception):  # (``Cancelled`` too)
+            self.verify(node_id, repeats, slot=True, until=True)
+        with self.mirror.lock:
+            self._verifying.discard(node_id)
 
     @contextlib.contextmanager
     def _measuring(self, final: bool, node_id: int) -> Iterator[list[list[float]] | None]:

@@ -83,7 +83,7 @@ class Views:
         if hit is not None and hit[0] == mark:
             return hit[1]
         if reread:
-            run = self.store.get_run(run.id)
+            run = self.run(run.id)  # (deleted meanwhile: NotFound)
         data = summarize(self.lean, run)
         with self._lock:
             self._cache[run.id] = (mark, data)

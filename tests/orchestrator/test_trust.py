@@ -7,10 +7,13 @@ from __future__ import annotations
 import errno
 import json
 import os
+import signal
 import socket
 import sqlite3
 import subprocess
+import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -30,7 +33,7 @@ from revtree.orchestrator.trust import (
     rank_alarm,
 )
 from revtree.orchestrator.verify import FINAL_TRIES
-from tests.orchestrator.conftest import revtree, revtree_here
+from tests.orchestrator.conftest import cli_env, revtree, revtree_here, wait_for
 
 
 def show(home: Path) -> dict:
@@ -685,6 +688,61 @@ def test_the_end_verifies_the_baseline_beside_the_best_where_two_slots_fit(
     # the baseline's re-run took the slot the last but one candidate left (it used to wait
     # for the last one to end), unless the two ended at once
     assert a0 < ends[-1] or ends[-1] - ends[-2] < 0.05, spans
+
+
+# the baseline's re-run (its first run left a mark) takes 15 s: a stop must not wait for it
+RERUN_SLOW = """\
+import json, os, pathlib, time, solver
+marks = pathlib.Path(os.environ["QUAD_DATA"])
+if solver.X == 3.0:
+    if (marks / "once").exists():
+        (marks / "rerun").write_text("")
+        time.sleep(15)
+    else:
+        (marks / "once").write_text("")
+        time.sleep(0.5)
+else:
+    time.sleep(0.3)
+os.write(3, json.dumps({"f": 100.0 if solver.X == 3.0 else (solver.X - 1.3) ** 2}).encode())
+"""
+
+
+@pytest.mark.slow  # a whole run, stopped, then resumed: about 10 s
+def test_a_stop_during_the_final_checks_beside_the_last_candidates_stops_at_once(
+    tmp_path: Path, home: Path
+) -> None:
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    extra = "[search]\nseed = 0\nparallel = 2\n[trust]\nverify_share = 1.0\n"
+    task = quad_task(tmp_path / "q", RERUN_SLOW, extra=extra, budget=12)
+    env = cli_env(home, QUAD_DATA=str(marks))
+    cmd = [sys.executable, "-m", "revtree", "run", str(task), "--quiet"]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    db = home / "revtree.db"
+
+    def searched() -> bool:  # the re-run began, and every candidate is done
+        if not (marks / "rerun").exists():
+            return False
+        with sqlite3.connect(db) as conn:
+            done = "select count(*) from nodes where status in ('succeeded', 'failed')"
+            return conn.execute(done).fetchone()[0] >= 12
+
+    try:
+        wait_for(lambda: proc.poll() is not None or searched(), 60, "the candidates done")
+        assert proc.poll() is None, proc.communicate()[0]
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        out = proc.communicate(timeout=30)[0].decode()
+        took = time.monotonic() - t0
+    finally:
+        proc.kill()
+        proc.wait()
+    assert took < 8, (took, out)  # not the 15 s of the re-run it cancelled
+    assert show(home)["status"] == "stopped", out
+    (marks / "once").unlink()  # the resume's re-run is quick
+    revtree(home, "resume", "last", "--quiet", QUAD_DATA=str(marks))
+    s = show(home)
+    assert s["status"] == "completed" and s["best_node"] != 0, s["status"]
 
 
 EXACT_SLOW = "import time\ntime.sleep(0.05)\n" + EXACT
