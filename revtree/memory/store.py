@@ -63,12 +63,18 @@ _NEXT_SEQ = (
 _ADD = {table.name: insert(table) for table in (EVENTS, NODES, EVALS, CALLS)}
 
 
+def _columns(table: Table, values: dict[str, Any]) -> dict[str, Any]:
+    """``values``, each of them a column of ``table`` (an execute parameter that names no
+    column would be dropped unsaid: refused by name)."""
+    if not values or values.keys() - table.c.keys():
+        kind = table.name.removesuffix("s")
+        raise StoreError(f"a write needs {kind} columns, not {sorted(values)}")
+    return values
+
+
 def _add(conn: Connection, table: Table, values: dict[str, Any]) -> None:
-    """Insert one row of a record; a field that is no column of ``table`` is refused by
-    name (an execute parameter that names no column would be dropped unsaid)."""
-    if extra := values.keys() - table.c.keys():
-        raise StoreError(f"{table.name} has no column(s) {sorted(extra)}")
-    conn.execute(_ADD[table.name], values)
+    """Insert one row of a record."""
+    conn.execute(_ADD[table.name], _columns(table, values))
 
 
 @functools.cache
@@ -336,8 +342,7 @@ class Store(Decisions):
     ) -> Event | None:
         if "status" in values:
             values["status"] = NodeStatus(values["status"]).value
-        if not values or values.keys() - NODES.c.keys():
-            raise StoreError(f"a node update needs node columns, not {sorted(values)}")
+        _columns(NODES, values)
         with self._write() as conn:
             n = conn.execute(_NODE_SET, {**values, "_run": run_id, "_id": node_id}).rowcount
             if n != 1:

@@ -55,7 +55,6 @@ class Scheduler:
         self.infra_streak = 0
         self.same = SameFailures(parts.spec.trust.same_failures)
         self.waiting: dict[str, int] = {}  # ticket -> node, parked at approval
-        self.began: set[int] = set()  # nodes whose final verification began (``_early``)
         self.unpruned = 0  # candidates finished since their checkpoints were last pruned
         every = os.environ.get(PRUNE_ENV, "")
         self.prune_every = int(every) if every.strip().lstrip("-").isdigit() else PRUNE_EVERY
@@ -183,7 +182,7 @@ class Scheduler:
         if chain.on:  # resumed in the order they started
             resume.sort(key=lambda t: self.mirror.by_ticket.get(t, len(self.mirror.nodes)))
         size = p.width() + chain.on if p.auto is None else 2 * AUTO_MAX  # auto: width moves
-        early: list[Future[None]] = []  # the final checks begun (``_early``)
+        early: dict[int, Future[None]] = {}  # node -> its final check begun (``_early``)
         with ThreadPoolExecutor(size, thread_name_prefix="candidate") as pool:
             while not stop.is_set() and self.fatal is None:
                 resume += self._decided()
@@ -202,7 +201,7 @@ class Scheduler:
                     chain.started(ticket)
                     in_flight[pool.submit(self.candidate, ticket, new)] = ticket
                 if reason is not None:
-                    early += self._early(pool, in_flight, early)
+                    self._early(pool, in_flight, early)
                 if not in_flight and not self.waiting:
                     reason = reason or "search exhausted: the policy proposes nothing more"
                     break
@@ -232,15 +231,18 @@ class Scheduler:
             if stop.is_set() or self.fatal is not None:
                 p.cancel.set()
                 wait(in_flight)
-            while early and wait(early, timeout=POLL).not_done:  # a stop cancels them
+            while early and wait(early.values(), timeout=POLL).not_done:  # a stop cancels them
                 if stop.is_set():
                     p.cancel.set()
         self._prune([], at_end=True)
         return reason
 
     def _early(
-        self, pool: ThreadPoolExecutor, in_flight: dict[Future[str], str], began: list[Future[None]]
-    ) -> list[Future[None]]:
+        self,
+        pool: ThreadPoolExecutor,
+        in_flight: dict[Future[str], str],
+        began: dict[int, Future[None]],
+    ) -> None:
         """Once a budget lets no candidate start, at ``parallel`` > 1: the baseline's
         final verification begins in a slot that no candidate in flight will take
         (``Trust.early``), beside the last candidates rather than after them, with one
@@ -248,22 +250,20 @@ class Scheduler:
         one of them could displace it: a check spent for nothing), beside the baseline's
         if that still runs. ``finalize`` then waits for them and reuses their repeats.
         Where the task bounds the sandbox seconds, ``finalize`` does it all (the seconds
-        spent here could leave a candidate in flight none)."""
+        spent here could leave a candidate in flight none). ``began``: node -> its check's
+        future, added to here."""
         slots, spec = self.p.slots.limit, self.p.spec
         if slots < 2 or self.fatal is not None or self.waiting or not (in_flight or began):
-            return []
-        if spec.budget.max_sandbox_seconds is not None:
-            return []
-        busy = len(in_flight) + sum(not f.done() for f in began)
-        out: list[Future[None]] = []
+            return
+        if spec.budget.max_sandbox_seconds is not None or spec.trust.verify_repeats < 2:
+            return
         for node in (0, None if in_flight else self.mirror.best_id):
-            if node is None or node in self.began or busy + len(out) >= slots:
+            busy = len(in_flight) + sum(not f.done() for f in began.values())
+            if node is None or node in began or busy >= slots:
                 continue
             if self.mirror.get(node).status is not NodeStatus.SUCCEEDED:
                 continue  # (the baseline still at its first run: a later look)
-            self.began.add(node)
-            out.append(pool.submit(self.steps.trust.early, node))
-        return out
+            began[node] = pool.submit(self.steps.trust.early, node)
 
     def _prune(self, outcomes: list[str], at_end: bool = False) -> None:
         """Every ``PRUNE_EVERY`` finished candidates, and when scheduling ends, delete

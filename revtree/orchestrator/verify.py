@@ -150,14 +150,14 @@ class Trust:
         self.verify(0, self.spec.trust.verify_repeats, until=True)
 
     def early(self, node_id: int) -> None:
-        """``finalize``'s verification of the baseline or the best, begun in a slot the
-        last candidates leave free (``Scheduler._early``); a stop or a failure: its."""
-        repeats, node = self.spec.trust.verify_repeats, self.mirror.get(node_id)
+        """``finalize``'s verification of the baseline or the best (succeeded), begun in
+        a slot the last candidates leave free (``Scheduler._early``). A stop or a failure
+        here leaves it to ``finalize``."""
         with self.mirror.lock:  # (not while a policy's ticket verifies it: ``claim``)
-            if repeats < 2 or node.status is not NodeStatus.SUCCEEDED or not self.claim(node_id):
+            if not self.claim(node_id):
                 return
         with contextlib.suppress(Exception):  # (``Cancelled`` too)
-            self.verify(node_id, repeats, slot=True, until=True)
+            self.verify(node_id, self.spec.trust.verify_repeats, slot=True, until=True)
         with self.mirror.lock:
             self._verifying.discard(node_id)
 
