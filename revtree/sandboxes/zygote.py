@@ -5,7 +5,8 @@ a fresh process for each evaluation: the evaluation's supervisor (``supervise.py
 same code, in the forked child), which forks the command. Each evaluation is still a
 process of its own, started from the same clean image (this process has run no
 evaluation; it only forks), so nothing passes from one evaluation to the next; what is
-saved is the start of a supervisor, of a shell and of the command's Python.
+saved is the start of a supervisor, of a shell and of the command's Python (the
+supervisor forks the script's process itself and ends as the shell would, ``_as_shell``).
 
 Requests come on CONTROL_FD (an ``AF_UNIX`` ``SOCK_SEQPACKET`` socket): one JSON header
 (``cwd``, ``env``, ``memory``, ``cpu``, ``command``, ``script``) with four descriptors:
@@ -44,6 +45,7 @@ import importlib.machinery
 import io
 import json
 import os
+import resource  # noqa: F401  (the supervisor's limits: loaded once here, not per fork)
 import select
 import signal
 import socket
@@ -76,25 +78,18 @@ def _python_signals() -> None:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
-def _as_shell(argv: list[str], ready: tuple[bytes, types.CodeType] | None) -> None:  # never returns
-    """Run the script in a child and exit as ``/bin/sh -c "python FILE ..."`` does: the
-    script's exit code, or 128 + the signal that killed it, named on stderr."""
-    pid = os.fork()
-    if pid == 0:
-        _run_script(argv, ready)
-    while True:
-        try:
-            _, status = os.waitpid(pid, 0)
-            break
-        except InterruptedError:
-            continue
-    if os.WIFSIGNALED(status):
-        sig = os.WTERMSIG(status)
-        if sig not in (signal.SIGINT, signal.SIGPIPE):
-            core = " (core dumped)" if os.WCOREDUMP(status) else ""
-            os.write(2, f"{signal.strsignal(sig)}{core}\n".encode())
-        os._exit(128 + sig)
-    os._exit(os.WEXITSTATUS(status))
+def _as_shell(status: int) -> int:
+    """The wait status ``/bin/sh -c "python FILE ..."`` ends with where the script ended
+    with ``status``: the script's exit code, or 128 + the signal that killed it, named on
+    stderr as the shell names it. The supervisor says it for the script it forked, so
+    that no process stands between them as the shell would."""
+    if not os.WIFSIGNALED(status):
+        return status
+    sig = os.WTERMSIG(status)
+    if sig not in (signal.SIGINT, signal.SIGPIPE):
+        core = " (core dumped)" if os.WCOREDUMP(status) else ""
+        os.write(2, f"{signal.strsignal(sig)}{core}\n".encode())
+    return (128 + sig) << 8
 
 
 def _compiled(
@@ -258,12 +253,14 @@ def _serve(
         def start(command: str) -> None:
             os.close(status_fd)
             if script:
-                _as_shell(script, ready)
+                _run_script(script, ready)
             prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
 
         st = supervise.supervise(
             metrics_fd, header["memory"], header["cpu"], header["command"], start=start
         )
+        if script and st is not None:
+            st = _as_shell(st)
         if st is not None:
             os.write(status_fd, b"S%d\n" % st)
         supervise._exit_as(st)
