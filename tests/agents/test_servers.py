@@ -245,3 +245,50 @@ def test_a_key_cut_by_the_body_start_shown_is_hidden_too(
         with server as srv, notices(), pytest.raises(Exception) as err:
             ask(srv, api)
         assert key[:6] not in str(err.value), (pad, str(err.value))
+
+
+def test_a_stream_read_as_json_takes_usage_tool_calls_and_null_deltas() -> None:
+    """The chunks are read as the JSON they are, not as SDK objects: a tool call in
+    pieces, a chunk with a null delta, the usage with cached tokens in a last chunk."""
+    base = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "served-m"}
+    calls = [
+        {"index": 0, "id": "t", "type": "function", "function": {"name": "edit", "arguments": ""}},
+        {"index": 0, "function": {"arguments": '{"path": "a.py"'}},
+        {"index": 0, "function": {"arguments": ', "text": "x"}'}},
+    ]
+    chunks = [{"index": 0, "delta": {"tool_calls": [c]}, "finish_reason": None} for c in calls]
+    chunks.append({"index": 0, "delta": None, "finish_reason": "tool_calls"})
+    usage = {
+        "prompt_tokens": 11,
+        "completion_tokens": 7,
+        "prompt_tokens_details": {"cached_tokens": 5},
+    }
+    events = [f"data: {json.dumps({**base, 'choices': [c]})}\n\n" for c in chunks]
+    events.append(
+        f"data: {json.dumps({**base, 'choices': [], 'usage': usage})}\n\ndata: [DONE]\n\n"
+    )
+    with FakeLLMServer(lambda req: FakeReply(raw="".join(events).encode())) as srv:
+        (reply,) = ask(srv, "openai")
+    assert [(c.name, c.arguments) for c in reply.calls] == [("edit", {"path": "a.py", "text": "x"})]
+    assert reply.model == "served-m" and reply.finish_reason == "tool_calls"
+    assert (reply.usage.input_tokens, reply.usage.output_tokens) == (11, 7)
+    assert reply.usage.cached_tokens == 5
+
+
+@pytest.mark.parametrize(
+    ("events", "said"),
+    [
+        (b'data: {"error": {"message": "the model is overloaded"}}\n\n', "the model is overloaded"),
+        (b"data: [1, 2, 3]\n\n", "not valid JSON of the expected shape"),
+        (b'data: {"choices": "nope"}\n\n', "not valid JSON of the expected shape"),
+    ],
+    ids=["error event", "a list", "choices not a list"],
+)
+def test_an_odd_event_in_an_openai_stream_is_an_error_that_says_so(
+    events: bytes, said: str
+) -> None:
+    with (
+        FakeLLMServer(lambda req: FakeReply(raw=events)) as srv,
+        pytest.raises(LLMError, match=said),
+    ):
+        ask(srv, "openai")

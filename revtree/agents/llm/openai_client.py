@@ -147,8 +147,14 @@ class OpenAIChat:
         got, model, finish, usage = Streamed(), self.model, "", None
         first = ""  # the first chunk, for an error
         calls: dict[int, list[str]] = {}  # index -> [name, arguments so far]
-        stream = self.client.chat.completions.create(
-            **args, stream=True, stream_options={"include_usage": True}
+        # the SDK's request for any endpoint (its retries, errors and event decoding), its
+        # chunks kept as the JSON objects they are: no model object built per chunk
+        stream = self.client.post(
+            "/chat/completions",
+            body={**args, "stream": True, "stream_options": {"include_usage": True}},
+            cast_to=object,
+            stream=True,
+            stream_cls=openai.Stream[Any],  # what JSON the server sent
         )
         http = stream.response
         whole = whole_answer(http)
@@ -161,19 +167,20 @@ class OpenAIChat:
         chose = False  # a chunk with a choice came
         try:
             for chunk in stream:
-                first = first or chunk.to_json(indent=None)
-                model, usage = chunk.model or model, chunk.usage or usage
-                for choice in chunk.choices or []:
+                first = first or json.dumps(chunk)
+                model, usage = chunk.get("model") or model, chunk.get("usage") or usage
+                for choice in chunk.get("choices") or []:
                     chose = True
-                    if choice.delta is not None and choice.delta.content:
-                        got.add(choice.delta.content)
-                    for c in (choice.delta.tool_calls if choice.delta else None) or ():
-                        call = calls.setdefault(c.index, ["", ""])
-                        if c.function is not None:
-                            call[0] += c.function.name or ""
-                            call[1] += c.function.arguments or ""
-                            got.add(c.function.arguments or "", text=False)
-                    finish = choice.finish_reason or finish
+                    delta = choice.get("delta") or {}
+                    if delta.get("content"):
+                        got.add(delta["content"])
+                    for c in delta.get("tool_calls") or ():
+                        call = calls.setdefault(c.get("index"), ["", ""])
+                        if (function := c.get("function")) is not None:
+                            call[0] += function.get("name") or ""
+                            call[1] += function.get("arguments") or ""
+                            got.add(function.get("arguments") or "", text=False)
+                    finish = choice.get("finish_reason") or finish
         except Exception as e:
             if stream_timeout(openai, e):
                 raise got.stalled(self.model, self.url, self.timeout) from e
@@ -244,9 +251,14 @@ def _completion(
 
 
 def _usage(u: Any) -> Usage:
-    details = getattr(u, "prompt_tokens_details", None) if u else None
+    """The usage of a whole answer (the SDK's object) or of a stream (its JSON)."""
+    details = _field(u, "prompt_tokens_details") if u else None
     return Usage(
-        input_tokens=(u.prompt_tokens or 0) if u else 0,
-        output_tokens=(u.completion_tokens or 0) if u else 0,
-        cached_tokens=(getattr(details, "cached_tokens", 0) or 0) if details else 0,
+        input_tokens=(_field(u, "prompt_tokens") or 0) if u else 0,
+        output_tokens=(_field(u, "completion_tokens") or 0) if u else 0,
+        cached_tokens=(_field(details, "cached_tokens") or 0) if details else 0,
     )
+
+
+def _field(o: Any, name: str) -> Any:
+    return o.get(name) if isinstance(o, dict) else getattr(o, name, None)
