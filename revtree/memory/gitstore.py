@@ -5,7 +5,8 @@ Each node's commit has its parent node's commit as parent and is kept reachable 
 node can be forked later. Objects are written as loose objects through GitPython's
 object database (no working tree, no index, no subprocess per commit) and read back
 here (a packed object through git's ``cat-file``); refs are written as git writes a
-loose ref. ``diff`` is the one read that runs ``git``. Methods are thread-safe.
+loose ref. ``diff`` is the one read that may run ``git``: a diff of text files changed
+in place is made here (``textdiff``). Methods are thread-safe.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from git.objects.fun import tree_entries_from_data, tree_to_stream
 from gitdb import IStream, LooseObjectDB
 
 from revtree.errors import EditError, StoreError
+from revtree.memory.textdiff import file_diff, text_of
 
 TREE_MODE = 0o040000
 FILE_MODE = 0o100644
@@ -267,12 +269,33 @@ class GitStore:
             if (cached := self._diffs.get(key)) is not None:
                 self._diffs.move_to_end(key)
                 return cached
-            text = str(self.repo.git.diff(base, head, "--no-color", "--binary")) + "\n"
+            text = self._text_diff(base, head)
+            if text is None:
+                text = str(self.repo.git.diff(base, head, "--no-color", "--binary")) + "\n"
             if len(text) < DIFF_CACHE_MAX and all(len(x) == 40 and x.isalnum() for x in key):
                 self._diffs[key] = text
                 if len(self._diffs) > 64:
                     self._diffs.popitem(last=False)
             return text
+
+    def _text_diff(self, base: str, head: str) -> str | None:
+        """The diff made here (``textdiff``) where every change is a text file changed
+        in place, else None (git makes it)."""
+        a, b = self.list_files(base), self.list_files(head)
+        out = []
+        for path in sorted(p for p in a.keys() | b.keys() if a.get(p) != b.get(p)):
+            if path not in a or path not in b or a[path][1] != b[path][1]:
+                return None  # added, deleted or a mode changed
+            if a[path][1] not in (FILE_MODE, EXEC_MODE):
+                return None
+            old, new = text_of(self.blob(a[path][0])), text_of(self.blob(b[path][0]))
+            ids = (a[path][0].hex(), b[path][0].hex())
+            if old is None or new is None:
+                return None
+            if (one := file_diff(path, old, new, ids, a[path][1])) is None:
+                return None
+            out.append(one)
+        return "".join(out) or "\n"  # (git says nothing, and the caller's newline)
 
     def _resolve(self, ref: str) -> str:
         with self._lock:

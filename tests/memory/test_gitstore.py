@@ -224,7 +224,8 @@ def _extract(archive: bytes, dest: Path) -> None:
 
 
 def test_a_diff_between_two_commits_is_computed_once(store, root, monkeypatch):
-    child = store.commit(root, {"solver.py": b"X = 2.0\n"}, "one change")
+    # a file added: a diff that git makes (a change in place is made without it)
+    child = store.commit(root, {"solver.py": b"X = 2.0\n", "new.py": b"N = 1\n"}, "changes")
     first = store.diff(root, child)
     monkeypatch.setattr(store.repo, "git", None)  # a second `git diff` would raise here
     assert store.diff(root, child) == first and "X = 2.0" in first
