@@ -5,10 +5,10 @@ pay for the git reads. And a node's gain over the baseline, as the live log says
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Callable, Mapping
 
 from revtree.memory import GitStore, Node
+from revtree.memory.textdiff import opcodes
 from revtree.tasks import TaskSpec, matches
 
 
@@ -21,9 +21,6 @@ def gain(root: Node, node_id: int, score: float) -> str:
     return f", {delta:+.6g} vs baseline{pct}"
 
 
-MATCHED_MAX = 1_000_000  # line pairs difflib may weigh in one file; past it, git counts
-
-
 def changed_lines(git: GitStore, base: str, head: str) -> int:
     """Lines added plus lines removed from ``base`` to ``head``, as ``git diff
     --numstat`` counts them, mostly without a subprocess: a binary file (a NUL in its
@@ -31,8 +28,9 @@ def changed_lines(git: GitStore, base: str, head: str) -> int:
     exact renames; a moved and edited file counts as removed and added), lines end at
     ``\n`` only, and lines are matched by difflib, which on a large rewrite can pair
     them a little differently from git's Myers diff. A file whose changed middle would
-    cost difflib more than ``MATCHED_MAX`` comparisons (quadratic: a candidate could
-    make it minutes) sends the whole count to ``git diff --numstat``."""
+    cost difflib more than ``textdiff.MATCH_MAX`` comparisons (its worst case grows as
+    the cube: a candidate could make it minutes) sends the whole count to ``git diff
+    --numstat``."""
     a, b = git.list_files(base), git.list_files(head)
     moved: dict[bytes, list[str]] = {}
     for path in sorted(b.keys() - a.keys()):
@@ -65,23 +63,12 @@ def _lines(data: bytes) -> list[bytes]:
 
 
 def _line_changes(x: list[bytes], y: list[bytes]) -> int | None:
-    """Lines removed from ``x`` plus lines added in ``y``: the common head and tail
-    set aside first, the rest matched by difflib (None where that would cost more than
-    ``MATCHED_MAX`` comparisons)."""
-    head = 0
-    while head < min(len(x), len(y)) and x[head] == y[head]:
-        head += 1
-    tail = 0
-    while tail < min(len(x), len(y)) - head and x[-1 - tail] == y[-1 - tail]:
-        tail += 1
-    x, y = x[head : len(x) - tail], y[head : len(y) - tail]
-    if not x or not y:
-        return len(x) + len(y)
-    if len(x) * len(y) > MATCHED_MAX:
+    """Lines removed from ``x`` plus lines added in ``y`` (None where difflib would
+    weigh more than ``MATCH_MAX`` line pairs: ``textdiff.opcodes``)."""
+    codes = opcodes(x, y)
+    if codes is None:
         return None
-    blocks = difflib.SequenceMatcher(None, x, y, autojunk=False).get_matching_blocks()
-    same = sum(block.size for block in blocks)
-    return len(x) + len(y) - 2 * same
+    return sum(i2 - i1 + j2 - j1 for tag, i1, i2, j1, j2 in codes if tag != "equal")
 
 
 def _numstat(git: GitStore, base: str, head: str) -> int:

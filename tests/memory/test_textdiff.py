@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import json
 import json.decoder
 import random
 import subprocess
@@ -25,12 +26,14 @@ def git_diff(store: GitStore, base: str, head: str) -> str:
 
 
 def edited(text: str, rng: random.Random, unambiguous: bool) -> str:
-    """``text`` with one to four edits: a line changed, lines inserted or removed; the
-    last newline dropped now and then. ``unambiguous``: only changed lines, unique ones
-    (a diff of them has one alignment)."""
+    """``text`` with one to four edits within 30 lines (a function rewritten, as a model
+    edits): a line changed, lines inserted or removed. ``unambiguous``: only changed
+    lines, unique ones (a diff of them has one alignment). (A last newline dropped:
+    the markers test below.)"""
     lines = text.split("\n")
+    at = rng.randrange(len(lines))
     for _ in range(rng.randint(1, 4)):
-        i = rng.randrange(len(lines))
+        i = min(at + rng.randrange(30), len(lines) - 1)
         op = "change" if unambiguous else rng.choice(["change", "insert", "delete", "twin"])
         if op == "change":
             lines[i] = f"{lines[i]}  # changed at {i}: é"
@@ -40,8 +43,7 @@ def edited(text: str, rng: random.Random, unambiguous: bool) -> str:
             del lines[i : i + rng.randint(1, 5)]
         else:
             lines[i:i] = [lines[i]]
-    out = "\n".join(lines)
-    return out.rstrip("\n") if rng.random() < 0.2 else out
+    return "\n".join(lines)
 
 
 def changed(diff: str) -> tuple[list[str], list[str]]:
@@ -80,7 +82,11 @@ def test_the_diff_made_here_applies_and_is_gits_where_the_change_is_one(
         assert applied(tmp_path / str(n), files, ours) == changes
         theirs = git_diff(store, base, head)
         same += ours == theirs
-        assert changed(ours) == changed(theirs)  # the same lines added and removed
+        # as many lines removed and added as git's (as small a change); where a change
+        # can be aligned two ways, twins and blank lines may be others
+        assert [len(x) for x in changed(ours)] == [len(x) for x in changed(theirs)]
+        if unambiguous:
+            assert changed(ours) == changed(theirs)  # the very same lines
     # twins and blank lines can be aligned two ways: git slides them, difflib does not
     assert same == 40 if unambiguous else same > 0, same
 
@@ -120,6 +126,19 @@ def test_markers_function_lines_and_modes_are_gits(tmp_path: Path) -> None:
     )
     assert store._text_diff(base, other) is None
     assert store.diff(base, other) == git_diff(store, base, other)
+
+
+def test_a_large_changed_middle_is_left_to_git(tmp_path: Path) -> None:
+    """difflib's worst case grows as the cube of the lines it weighs (a data file whose
+    every other line changed): past ``MATCH_MAX`` pairs, git diffs it."""
+    store = GitStore(tmp_path / "r.git")
+    rows = [{"id": i, "w": i * 0.5} for i in range(200)]
+    before = json.dumps(rows, indent=2).encode()
+    after = json.dumps([{**r, "w": r["id"] * 0.7} for r in rows], indent=2).encode()
+    base = store.commit_files({"data.json": before}, "base")
+    head = store.commit(base, {"data.json": after}, "every weight changed")
+    assert store._text_diff(base, head) is None
+    assert store.diff(base, head) == git_diff(store, base, head)
 
 
 @pytest.mark.parametrize(

@@ -65,6 +65,7 @@ def test_renames_carriage_returns_and_large_rewrites_count_as_git_counts_them(
     """A file moved unchanged counts nothing (git's rename); a file whose lines end in
     a lone ``\\r`` is one line to git; a rewrite too large to match line by line here
     is counted by git itself (the limit lowered to make one)."""
+    import revtree.memory.textdiff as textdiff
     import revtree.orchestrator.measures as measures
 
     repo_path = tmp_path / "revs.git"
@@ -80,7 +81,7 @@ def test_renames_carriage_returns_and_large_rewrites_count_as_git_counts_them(
     )
     expected = _numstat(repo_path, root, rewrite)
     assert changed_lines(store, root, rewrite) == expected == 90
-    monkeypatch.setattr(measures, "MATCHED_MAX", 10)
+    monkeypatch.setattr(textdiff, "MATCH_MAX", 10)
     assert measures._line_changes([b"a\n"] * 20, [b"b\n"] * 20) is None  # too costly here
     assert changed_lines(store, root, rewrite) == expected  # so counted by git
     store.close()
