@@ -167,7 +167,7 @@ class OpenAIChat:
         chose = False  # a chunk with a choice came
         try:
             for chunk in stream:
-                first = first or json.dumps(chunk)
+                first = first or json.dumps(chunk, ensure_ascii=False, separators=(",", ":"))
                 model, usage = chunk.get("model") or model, chunk.get("usage") or usage
                 for choice in chunk.get("choices") or []:
                     chose = True
