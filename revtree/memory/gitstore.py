@@ -40,6 +40,7 @@ PROTECTED_REF = "refs/revtree/protected"  # a fork's own evaluator files (``fork
 
 Entry = tuple[bytes, int, str]  # (binsha, mode, name) as git stores a tree row
 Change = bytes | None  # new content, or None to delete
+Files = dict[str, tuple[bytes, int]]  # a commit's files: path -> (blob binsha, mode)
 
 
 DIFF_CACHE_MAX = 256 * 1024  # characters of one diff kept in the cache, at most
@@ -257,8 +258,7 @@ class GitStore:
         return {p: self.blob(b) for p, (b, _) in files.items() if paths is None or p in paths}
 
     def changed_paths(self, parent: str, child: str) -> list[str]:
-        a, b = self.list_files(parent), self.list_files(child)
-        return sorted(p for p in a.keys() | b.keys() if a.get(p) != b.get(p))
+        return _changed(self.list_files(parent), self.list_files(child))
 
     def diff(self, base: str, head: str) -> str:
         """A unified diff (``git diff`` format, applies with ``git apply``). Cached
@@ -283,7 +283,7 @@ class GitStore:
         in place, else None (git makes it)."""
         a, b = self.list_files(base), self.list_files(head)
         out = []
-        for path in sorted(p for p in a.keys() | b.keys() if a.get(p) != b.get(p)):
+        for path in _changed(a, b):
             if path not in a or path not in b or a[path][1] != b[path][1]:
                 return None  # added, deleted or a mode changed
             if a[path][1] not in (FILE_MODE, EXEC_MODE):
@@ -346,6 +346,11 @@ def _add(tar: tarfile.TarFile, path: str, data: bytes, mode: int) -> None:
         return
     info.size, info.mode = len(data), 0o755 if mode == EXEC_MODE else 0o644
     tar.addfile(info, io.BytesIO(data))
+
+
+def _changed(a: Files, b: Files) -> list[str]:
+    """The paths whose content or mode differ between two commits' files, sorted."""
+    return sorted(p for p in a.keys() | b.keys() if a.get(p) != b.get(p))
 
 
 def _hex(text: str) -> bool:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Iterator, Sequence
+from typing import AnyStr, cast
 
 CONTEXT = 3  # lines of context around a change, as git's default
 BINARY_PROBE = 8000  # bytes git looks at for a NUL to call a file binary
@@ -35,9 +36,22 @@ PLAIN_PATH = re.compile(r"[A-Za-z0-9._+/-]+")  # a path git never quotes
 NO_NEWLINE = "\\ No newline at end of file\n"
 
 
+def binary(data: bytes) -> bool:
+    """Whether git reads ``data`` as binary (a NUL in its first 8,000 bytes)."""
+    return b"\0" in data[:BINARY_PROBE]
+
+
+def git_lines(data: AnyStr) -> list[AnyStr]:
+    """``data``'s lines as git splits them: at ``\n`` only, the last kept without one."""
+    newline = cast(AnyStr, b"\n" if isinstance(data, bytes) else "\n")
+    parts = data.split(newline)
+    last = parts.pop()
+    return [p + newline for p in parts] + ([last] if last else [])
+
+
 def text_of(data: bytes) -> str | None:
     """``data`` as text where git reads it as text and it is UTF-8, else None."""
-    if b"\0" in data[:BINARY_PROBE]:
+    if binary(data):
         return None
     try:
         return data.decode("utf-8")
@@ -50,7 +64,7 @@ def file_diff(path: str, old: str, new: str, ids: tuple[str, str], mode: int) ->
     in hex), or None where this cannot say it as git would."""
     if not PLAIN_PATH.fullmatch(path) or path.startswith("/") or "//" in path:
         return None
-    a, b = _lines(old), _lines(new)
+    a, b = git_lines(old), git_lines(new)
     out = [
         f"diff --git a/{path} b/{path}\n",
         f"index {ids[0][:ABBREV]}..{ids[1][:ABBREV]} {mode:o}\n",
@@ -118,15 +132,6 @@ def _grouped(codes: list[Opcode], n: int) -> Iterator[list[Opcode]]:
             group.append((tag, i1, i2, j1, j2))
     if any(code[0] != "equal" for code in group):
         yield group
-
-
-def _lines(text: str) -> list[str]:
-    """The lines as git splits them: at ``\\n`` only, the last without one if so."""
-    parts = text.split("\n")
-    lines = [p + "\n" for p in parts[:-1]]
-    if parts[-1]:
-        lines.append(parts[-1])
-    return lines
 
 
 def _marked(sign: str, lines: list[str]) -> Iterator[str]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from revtree.memory import GitStore, Node
-from revtree.memory.textdiff import opcodes
+from revtree.memory.textdiff import binary, git_lines, opcodes
 from revtree.tasks import TaskSpec, matches
 
 
@@ -46,20 +46,13 @@ def changed_lines(git: GitStore, base: str, head: str) -> int:
             continue  # the same content (a mode change counts no lines)
         x = git.blob(old[0]) if old is not None else b""
         y = git.blob(new[0]) if new is not None else b""
-        if b"\0" in x[:8000] or b"\0" in y[:8000]:
+        if binary(x) or binary(y):
             continue
-        count = _line_changes(_lines(x), _lines(y))
+        count = _line_changes(git_lines(x), git_lines(y))
         if count is None:
             return _numstat(git, base, head)
         total += count
     return total
-
-
-def _lines(data: bytes) -> list[bytes]:
-    """``data``'s lines as git splits them: at ``\n`` only, the last kept without one."""
-    parts = data.split(b"\n")
-    last = parts.pop()
-    return [p + b"\n" for p in parts] + ([last] if last else [])
 
 
 def _line_changes(x: list[bytes], y: list[bytes]) -> int | None:
