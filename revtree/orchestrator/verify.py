@@ -50,7 +50,7 @@ class Trust:
     def __init__(self, parts: Parts) -> None:
         self.p, self.spec, self.mirror = parts, parts.spec, parts.mirror
         self.store, self.run_id = parts.store, parts.run_id
-        self._verifying: set[int] = set()  # nodes the policy asked to verify, in progress
+        self._verifying: set[int] = set()  # nodes a policy or an early final check verifies
         self.guarded = self._stored_guards()  # node -> the mean of its guard holdout runs
         self._guard_locks: dict[int, threading.Lock] = {}  # one guard run per node at once
         self.deferred = 0  # new bests this session left unverified until the end
