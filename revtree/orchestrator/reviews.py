@@ -10,8 +10,10 @@ recorded: a rejection still keeps the node out of the tree's scores, the prompts
 recommendation (it is recorded ``rejected``; its evaluation rows stay, as spent sandbox
 time). In the local sandbox, which contains nothing, and where a person approves each
 candidate (who should see the reviewer's verdict first), the review comes first, as
-before. A review started beside an evaluation lives in memory only: after a crash the
-evaluation step finds none and reviews before evaluating.
+before. A model's verdict is stored on the node as it is given (``Node.review``), a
+rejection beside an evaluation too: a process killed before the node is recorded loses
+no verdict, and ``resume`` asks no reviewer again; a review lost in flight (none
+stored) is asked again, before the evaluation.
 """
 
 from __future__ import annotations
@@ -26,6 +28,16 @@ from revtree.agents.base import Verdict
 from revtree.sandboxes.base import Contained, Sandbox
 
 Key = tuple[int, int]  # (node, attempt)
+BESIDE = "reviewer beside"  # the ``by`` of a rejection given beside an evaluation
+
+
+def rejection(review: dict[str, Any]) -> dict[str, Any] | None:
+    """A stored review as the graph state holds verdicts: its rejection, else None."""
+    if review.get("accepted"):
+        return None
+    return {"accepted": False, "reasons": list(review.get("reasons", ()))} | (
+        {"by": review["by"]} if "by" in review else {}
+    )
 
 
 def contains(sandbox: Sandbox) -> bool:
@@ -81,4 +93,4 @@ class Beside:
         verdict = future.result()
         if verdict is None or verdict.accepted:
             return None
-        return {"accepted": False, "reasons": list(verdict.reasons), "by": "reviewer beside"}
+        return {"accepted": False, "reasons": list(verdict.reasons), "by": BESIDE}

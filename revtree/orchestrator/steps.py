@@ -42,7 +42,7 @@ from revtree.memory.stages import GUARD, HOLDOUT
 from revtree.orchestrator.measures import gain, node_features
 from revtree.orchestrator.novelty import Novelty, change_embeddings
 from revtree.orchestrator.policies import Selection
-from revtree.orchestrator.reviews import Beside, contains
+from revtree.orchestrator.reviews import BESIDE, Beside, contains, rejection
 from revtree.orchestrator.tickets import Chain, Tickets
 from revtree.orchestrator.tree import Tree
 from revtree.orchestrator.trust import Failure, foreign_failure, infra_cause
@@ -287,12 +287,13 @@ class Steps:
     def review(self, state: State) -> State | None:
         """The near-twin check (``novelty``) and the pure checks, then the reviewers
         that may call a model, in turn, here or beside the evaluation (``reviews``); the
-        first rejection is the verdict. A rejection goes to ``record``; an acceptance a
-        model gave is stored on the node (a user's decision is an event: see
-        ``approve``). A replay after a crash reviews again (the checks are pure)."""
+        first rejection is the verdict, and goes to ``record``. A model's verdict is stored
+        on the node: a replay after a crash reads it, or runs the (pure) checks again."""
         node = self.mirror.get(state["node_id"])
         if node.status is not NodeStatus.CODED:
             return None
+        if node.review is not None:  # a model's verdict, stored: not asked again
+            return {"verdict": rejection(node.review)}
         if (twin := self.novelty.twin(node)) is not None:
             return {"verdict": {"accepted": False, "reasons": [twin.reason()], "by": "novelty"}}
         verdict = self._verdict(node, self.agents.checks)
@@ -303,9 +304,12 @@ class Steps:
         return {"verdict": verdict}
 
     def _model_verdict(self, node: Node) -> Verdict | None:
-        """The model reviewers' verdict, run beside the evaluation (None: no rejection)."""
-        rejected = self._verdict(node, self.agents.reviewers)
-        return None if rejected is None else Verdict(False, tuple(rejected["reasons"]))
+        """The model reviewers' verdict, run beside the evaluation (None: no rejection),
+        stored as it is given: a process that dies before the record loses nothing."""
+        if (rejected := self._verdict(node, self.agents.reviewers)) is None:
+            return None
+        self.mirror.set(node.id, None, review=rejected | {"by": BESIDE})
+        return Verdict(False, tuple(rejected["reasons"]))
 
     def _verdict(self, node: Node, reviewers: tuple[Reviewer, ...]) -> State | None:
         """The first rejection of ``reviewers`` (a graph-state verdict), else None, with
@@ -373,9 +377,10 @@ class Steps:
         assert node.commit is not None
         key = (node.id, node.attempt)
         if self.beside.enabled and node.id != 0 and not self.beside.started(key):
-            # a replay: the review that ran beside was lost with its process; review first
-            reviewed = self.guarded("review", lambda s: {"verdict": self._lost_review(node)})
-            if (verdict := reviewed({"node_id": node.id}).get("verdict")) is not None:
+            # a replay: the verdict given before the process died, else asked again
+            if node.review is None:
+                self.beside.start(key, lambda: self._model_verdict(node))
+            elif (verdict := rejection(node.review)) is not None:
                 return {"verdict": verdict}
         done = {}
         if node.id in self.resumed:  # only a resumed node can have stored evaluations
@@ -421,11 +426,6 @@ class Steps:
         if node.id == 0 and not outcome.ok:
             raise BaselineFailed(outcome.error or "no score")
         return self._reviewed_beside(node, outcome)
-
-    def _lost_review(self, node: Node) -> State | None:
-        if node.review is not None or node.status is not NodeStatus.CODED:
-            return None  # reviewed, or evaluating already: the verdict was given
-        return self._verdict(node, self.agents.reviewers)
 
     def analyse(self, state: State) -> State | None:
         """The analyst's reading of a failed evaluation; its own failure is only logged."""
