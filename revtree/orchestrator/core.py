@@ -36,6 +36,12 @@ from revtree.sandboxes import Sandbox
 
 EventSink = Callable[[Event], None]  # called after commit, in seq order
 
+# LangGraph writes a thread's checkpoint when the thread exits (done, stopped, parked
+# for approval, or failed), not after every step: the per-step writes were 5-6 ms of
+# CPU per candidate; a thread killed mid-way replays from its start, each step skipping
+# what SQL holds (docs/architecture.md). REVTREE_DURABILITY=async or sync: every step.
+DURABILITY = "exit"
+
 
 class Orchestrator:
     """Drives one run until its budget is spent or a stop is requested."""
@@ -59,7 +65,7 @@ class Orchestrator:
         self.steps = Steps(p, self.trust, tickets)
         self.checkpointer = make_checkpointer(store.url)
         self.graph = build_pipeline(self.steps, self.checkpointer)
-        durability = os.environ.get("REVTREE_DURABILITY", "async")
+        durability = os.environ.get("REVTREE_DURABILITY", DURABILITY)
         self.scheduler = Scheduler(p, self.steps, self.graph, durability, tickets)
 
     @property

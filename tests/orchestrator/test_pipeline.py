@@ -52,6 +52,7 @@ def test_a_new_best_is_verified_in_its_own_step(
     tmp_path: Path, home: Path, store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("REVTREE_PRUNE_EVERY", "0")  # keep the checkpoints to read them
+    monkeypatch.setenv("REVTREE_DURABILITY", "async")  # one per step, to read the path
     spec = load_task(make_task(tmp_path / "t", budget=6)).with_overrides(
         trust={"verify_repeats": 3, "verify_share": 1.0}
     )
@@ -77,6 +78,7 @@ def test_a_node_the_policy_asks_to_verify_goes_from_select_to_verify(
     tmp_path: Path, home: Path, store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("REVTREE_PRUNE_EVERY", "0")
+    monkeypatch.setenv("REVTREE_DURABILITY", "async")  # a checkpoint per step: the path
     task = make_task(tmp_path / "t", budget=10, policy="exts")
     spec = load_task(task).with_overrides(search={"verify_top_k": 1, "verify_repeats": 3})
     run = create_run(store, spec, home)

@@ -96,10 +96,38 @@ def _assert_healthy(st: Store, home: Path, run_id: str) -> None:
     assert seqs == list(range(1, len(seqs) + 1))
 
 
-@pytest.mark.slow  # 16 s of --quick under -n 2 (issue 24)
-def test_retry_from_evaluate_after_an_infrastructure_failure(
+@pytest.mark.slow  # a whole run and a retry in a subprocess
+def test_retry_where_the_thread_kept_one_checkpoint_starts_it_over(
     tmp_path: Path, home: Path, db_url: str, st: Store
 ) -> None:
+    """By default a thread's checkpoint is written as it exits, so there is none from
+    before the evaluation to fork at: the retry starts the thread over, and each step
+    skips what the node holds (the same proposal and commit, evaluated once more)."""
+    task, marker = _flaky_task(tmp_path / "t")
+    run_id = _failed_run(st, home, task)
+    before = st.node(run_id, 1)
+    orch = Orchestrator(st, run_id, home=home)
+    try:
+        config = {"configurable": {"thread_id": f"{run_id}:{before.thread_id}"}}
+        assert [s.next for s in orch.graph.get_state_history(config)] == [()]  # one, at the end
+    finally:
+        orch.close()
+    marker.touch()
+    assert "retry of node 1 from evaluate (attempt 2)" in _retry(home, db_url, run_id, "1").stdout
+    node = st.node(run_id, 1)
+    assert node.status is NodeStatus.SUCCEEDED and node.attempt == 2
+    assert node.commit == before.commit and node.proposal == before.proposal
+    assert [(e.attempt, e.ok) for e in st.evaluations(run_id, 1)] == [(1, False), (2, True)]
+    _assert_healthy(st, home, run_id)
+
+
+@pytest.mark.slow  # 16 s of --quick under -n 2 (issue 24)
+def test_retry_from_evaluate_after_an_infrastructure_failure(
+    tmp_path: Path, home: Path, db_url: str, st: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a checkpoint per step (not the default's one per thread): the retry forks the
+    # thread at the one before the evaluation, and the test reads the history below
+    monkeypatch.setenv("REVTREE_DURABILITY", "async")
     task, marker = _flaky_task(tmp_path / "t")
     run_id = _failed_run(st, home, task)
     before = st.node(run_id, 1)

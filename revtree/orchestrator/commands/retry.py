@@ -17,7 +17,10 @@ What is guaranteed:
   records its status, score, error, commit and proposal;
 - the reset of the node, the attempt number and that event are one SQL transaction;
   the candidate's LangGraph thread is then forked at the checkpoint before the chosen
-  step (``update_state`` on that checkpoint), so the thread resumes there. A retry that
+  step (``update_state`` on that checkpoint), so the thread resumes there, where its
+  history holds one (``REVTREE_DURABILITY=async`` or ``sync``: a checkpoint per step);
+  by default a thread keeps only the checkpoint written as it exited, and the retry
+  starts it over, each step skipping the work the node still holds. A retry that
   is killed leaves an unfinished node that ``revtree resume`` (or another retry of
   it, once it is finished) completes, like any candidate;
 - the policy and the knob study learn the new outcome (``policy.update``; policies
