@@ -51,6 +51,75 @@ def test_redaction_covers_keys_tokens_env_values_and_database_passwords(
     assert "Bearer ***" in out and "sk-***" in out
 
 
+def test_redaction_that_skips_a_pattern_whose_text_is_absent_redacts_as_every_pattern() -> None:
+    """``redact`` runs a pattern only where the casefolded text holds what its match
+    must; on random texts of secret-shaped pieces, case variants and the letters that
+    IGNORECASE matches beyond ASCII (long s, Kelvin sign, dotted and dotless i), it
+    gives what running every pattern gives."""
+    import random
+
+    from revtree.agents.llm.meter import SECRET_PATTERNS
+
+    def every(text: str) -> str:
+        for pattern, replacement, _ in SECRET_PATTERNS:
+            text = pattern.sub(replacement, text)
+        return text
+
+    pieces = [
+        "sk-",
+        "SK-",
+        "bearer ",
+        "BEARER\t",
+        "Bearer  ",
+        "AKIA",
+        "ASIA",
+        "akia",
+        "ghp_",
+        "gho_",
+        "github_pat_",
+        "xoxb-",
+        "xoxp-",
+        "AIza",
+        "aiza",
+        "api_key",
+        "API-KEY",
+        "apikey",
+        "access_token",
+        "auth-token",
+        "secret",
+        "SECRET",
+        "password",
+        "passwd",
+        "\u017fecret",
+        "pa\u017f\u017fword",
+        "api_\u212aey",
+        "to\u212aen",
+        "ap\u0131_key",
+        "ap\u0130_key",
+        "postgres://u:",
+        "HTTPS://me:",
+        "@",
+        ":",
+        "=",
+        " = ",
+        "'",
+        '"',
+        " ",
+        "\n",
+        ";",
+        ",",
+        "x",
+        "Z",
+        "0123456789abcdef",
+        "ABCDEFGHIJKLMNOP",
+        "-_.~+/=",
+    ]
+    rng = random.Random(20261206)
+    for _ in range(3000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(1, 14)))
+        assert redact(text) == every(text), text
+
+
 def test_cap_keeps_head_and_tail_and_pack_round_trips() -> None:
     text = "HEAD" + "x" * (CAP * 2) + "TAIL"
     capped = cap(text)
