@@ -56,6 +56,12 @@ STEPS = (
 )
 
 
+# what a step hands the next, cleared as a thread starts over (LangGraph keeps a thread's
+# channels from one run to the next: a node replayed or retried from its start must not
+# route on its last attempt's refused answer, rejection, outcome or analysis)
+HANDED_ON = {"verify": None, "refusal": None, "verdict": None, "outcome": None, "analysis": None}
+
+
 class CandidateState(TypedDict, total=False):
     ticket: str
     node_id: int | None
@@ -69,7 +75,7 @@ class CandidateState(TypedDict, total=False):
 def build_pipeline(steps: Steps, checkpointer: Any) -> Any:
     """Compile the pipeline graph over ``steps``. ``approve`` is a node only where the
     run asks for approval, ``analyse`` only where there is an analyst: a step that would
-    pass through still costs a checkpoint per candidate."""
+    pass through still costs LangGraph's work per candidate."""
     graph: StateGraph[CandidateState] = StateGraph(CandidateState)
     approval = steps.spec.search.approve == "evaluate"
     analyst = steps.agents.analyst is not None

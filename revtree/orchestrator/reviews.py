@@ -10,10 +10,11 @@ recorded: a rejection still keeps the node out of the tree's scores, the prompts
 recommendation (it is recorded ``rejected``; its evaluation rows stay, as spent sandbox
 time). In the local sandbox, which contains nothing, and where a person approves each
 candidate (who should see the reviewer's verdict first), the review comes first, as
-before. A model's verdict is stored on the node as it is given (``Node.review``), a
-rejection beside an evaluation too: a process killed before the node is recorded loses
-no verdict, and ``resume`` asks no reviewer again; a review lost in flight (none
-stored) is asked again, before the evaluation.
+before. A verdict is stored on the node as it is given (``Node.review``: a rejection,
+or a model's acceptance), beside an evaluation or before it: a process killed before
+the node is recorded loses no verdict, and ``resume`` asks no reviewer again, whatever
+the sandbox it resumes in; a review beside an evaluation lost in flight (none stored)
+is started again beside the evaluation.
 """
 
 from __future__ import annotations
@@ -31,9 +32,9 @@ Key = tuple[int, int]  # (node, attempt)
 BESIDE = "reviewer beside"  # the ``by`` of a rejection given beside an evaluation
 
 
-def rejection(review: dict[str, Any]) -> dict[str, Any] | None:
+def rejection(review: dict[str, Any] | None) -> dict[str, Any] | None:
     """A stored review as the graph state holds verdicts: its rejection, else None."""
-    if review.get("accepted"):
+    if review is None or review.get("accepted"):
         return None
     return {"accepted": False, "reasons": list(review.get("reasons", ()))} | (
         {"by": review["by"]} if "by" in review else {}

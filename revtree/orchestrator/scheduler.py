@@ -29,6 +29,7 @@ from revtree.agents.llm import BudgetExhausted
 from revtree.errors import BaselineFailed, Cancelled, InfraFailure
 from revtree.memory import NodeStatus
 from revtree.memory.checkpoints import checkpoint_tables, prune_run
+from revtree.orchestrator.pipeline import HANDED_ON
 from revtree.orchestrator.steps import Steps
 from revtree.orchestrator.tickets import Tickets
 from revtree.orchestrator.trust import SameFailures
@@ -65,7 +66,7 @@ class Scheduler:
         config = {"configurable": {"thread_id": f"{self.run_id}:{ticket}"}}
         try:
             fresh = new or not self.graph.get_state(config).next
-            start = {"ticket": ticket} if fresh else None
+            start = {"ticket": ticket, **HANDED_ON} if fresh else None
             result = self.graph.invoke(start, config, durability=self.durability)
             with self.mirror.lock:
                 self.infra_streak = 0

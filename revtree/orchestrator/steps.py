@@ -287,8 +287,8 @@ class Steps:
     def review(self, state: State) -> State | None:
         """The near-twin check (``novelty``) and the pure checks, then the reviewers
         that may call a model, in turn, here or beside the evaluation (``reviews``); the
-        first rejection is the verdict, and goes to ``record``. A model's verdict is stored
-        on the node: a replay after a crash reads it, or runs the (pure) checks again."""
+        first rejection is the verdict, and goes to ``record``. A replay after a crash
+        reads a stored verdict (``_verdict``), else runs the (pure) checks again."""
         node = self.mirror.get(state["node_id"])
         if node.status is not NodeStatus.CODED:
             return None
@@ -304,23 +304,25 @@ class Steps:
         return {"verdict": verdict}
 
     def _model_verdict(self, node: Node) -> Verdict | None:
-        """The model reviewers' verdict, run beside the evaluation (None: no rejection),
-        stored as it is given: a process that dies before the record loses nothing."""
-        if (rejected := self._verdict(node, self.agents.reviewers)) is None:
-            return None
-        self.mirror.set(node.id, None, review=rejected | {"by": BESIDE})
-        return Verdict(False, tuple(rejected["reasons"]))
+        """The model reviewers' verdict, run beside the evaluation (None: no rejection)."""
+        rejected = self._verdict(node, self.agents.reviewers, BESIDE)
+        return None if rejected is None else Verdict(False, tuple(rejected["reasons"]))
 
-    def _verdict(self, node: Node, reviewers: tuple[Reviewer, ...]) -> State | None:
-        """The first rejection of ``reviewers`` (a graph-state verdict), else None, with
-        an acceptance a model gave stored on the node."""
+    def _verdict(
+        self, node: Node, reviewers: tuple[Reviewer, ...], by: str | None = None
+    ) -> State | None:
+        """The first rejection of ``reviewers`` (a graph-state verdict), else None; it, or
+        a model's acceptance, is stored as given (a crash loses none: ``reviews``)."""
         assert node.proposal is not None
         job, proposal, change = self.job(node), Proposal(**node.proposal), self.change(node)
         verdict = Verdict(True, stored=False)
         for reviewer in reviewers:
             verdict = reviewer.review(job, proposal, change) or verdict
             if not verdict.accepted:
-                return {"accepted": False, "reasons": list(verdict.reasons)}
+                rejected = {"accepted": False, "reasons": list(verdict.reasons)}
+                rejected |= {"by": by} if by else {}
+                self.mirror.set(node.id, None, review=rejected)
+                return rejected
         if verdict.stored:
             review = {"accepted": True, "reasons": list(verdict.reasons)}
             self.mirror.set(node.id, None, review=review)
@@ -376,11 +378,10 @@ class Steps:
         node = self.mirror.get(state["node_id"])
         assert node.commit is not None
         key = (node.id, node.attempt)
-        if self.beside.enabled and node.id != 0 and not self.beside.started(key):
-            # a replay: the verdict given before the process died, else asked again
-            if node.review is None:
+        if node.id != 0 and not self.beside.started(key):  # a replay, or reviewed first
+            if node.review is None and self.beside.enabled:  # lost with its process
                 self.beside.start(key, lambda: self._model_verdict(node))
-            elif (verdict := rejection(node.review)) is not None:
+            elif (verdict := rejection(node.review)) is not None:  # given before a crash
                 return {"verdict": verdict}
         done = {}
         if node.id in self.resumed:  # only a resumed node can have stored evaluations
@@ -481,13 +482,11 @@ class Steps:
                 features=node_features(self.p.git, self.spec, node, self.mirror.get, o.metrics),
             )
         else:
-            kw: dict[str, Any] = {
-                "error": o.error,
-                "error_kind": o.error_kind,
-                "n_evals": o.n_evals,
-            }
+            kw: dict[str, Any] = {"error": o.error, "error_kind": o.error_kind}
             msg = f"node {node.id} failed: {o.error}"
-            self.mirror.finish(node.id, NodeStatus.FAILED, msg, state.get("analysis"), **kw)
+            self.mirror.finish(
+                node.id, NodeStatus.FAILED, msg, state.get("analysis"), n_evals=o.n_evals, **kw
+            )
 
     def verify(self, state: State) -> None:
         """The repeats a policy asked of a node (``verify``, from ``select``), or a new

@@ -37,7 +37,9 @@ if err == 0 and os.environ.get("HOLD"):
     time.sleep(float(os.environ["HOLD"]))
 os.write(3, json.dumps({"err": err}).encode())
 """
-SANDBOX = '[sandbox]\nbackend = "bwrap"\npass_env = ["HOLD"]\n'
+# "auto", which $REVTREE_SANDBOX forces: a run in bwrap may be resumed in the local
+# sandbox (on a machine without it), where no review runs beside an evaluation
+SANDBOX = '[sandbox]\nbackend = "auto"\npass_env = ["HOLD"]\n'
 
 
 @pytest.fixture(autouse=True)
@@ -97,6 +99,13 @@ def node(db: Path, node_id: int) -> tuple[str, str | None]:
     return ("", None) if row is None else (row[0], row[1])
 
 
+def evaluations(db: Path) -> list[tuple[int, int]]:
+    """(node, repeat) of each evaluation stored."""
+    with sqlite3.connect(db) as conn:
+        rows = conn.execute("select node_id, repeat from evaluations").fetchall()
+    return [(int(a), int(b)) for a, b in rows]
+
+
 def evaluating(db: Path) -> int | None:
     """The candidate being evaluated (one at a time: parallel 1), if any."""
     with sqlite3.connect(db) as conn:
@@ -107,9 +116,8 @@ def evaluating(db: Path) -> int | None:
 
 def started(home: Path, task: Path, url: str, **env: str) -> subprocess.Popen[bytes]:
     cmd = [sys.executable, "-m", "revtree", "run", str(task), "--base-url", url, "--quiet"]
-    return subprocess.Popen(
-        cmd, env=cli_env(home, **env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT
-    )
+    env = cli_env(home, REVTREE_SANDBOX="bwrap", **env)
+    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
 
 def kill(proc: subprocess.Popen[bytes]) -> None:
@@ -118,11 +126,15 @@ def kill(proc: subprocess.Popen[bytes]) -> None:
     proc.wait(timeout=30)
 
 
-def test_a_rejection_given_beside_an_evaluation_outlives_a_kill(tmp_path: Path, home: Path) -> None:
+@pytest.mark.parametrize("resumed_in", ["bwrap", "local"])
+def test_a_rejection_given_beside_an_evaluation_outlives_a_kill(
+    tmp_path: Path, home: Path, resumed_in: str
+) -> None:
     """Killed while the tampered node is still being evaluated, its reviewer's
     rejection given, and the next node's acceptance given while it waits its turn: the
-    resume records the tampered node rejected without evaluating or reviewing it again,
-    and does not ask the next one's reviewer again."""
+    resume (in bwrap, or in the local sandbox, where reviews come first) records the
+    tampered node rejected without evaluating or reviewing it again, and does not ask
+    the next one's reviewer again."""
     task, db = task_at(tmp_path), home / "revtree.db"
     model = Reviewed(hold=False)
     with FakeLLMServer(model) as srv:
@@ -141,16 +153,19 @@ def test_a_rejection_given_beside_an_evaluation_outlives_a_kill(tmp_path: Path, 
 
             wait_for(given, 90, "the rejection and the next node's review")
             time.sleep(0.5)  # (a process that kept the verdict in memory only: it is lost)
+            assert node(db, tampered[0])[0] == "evaluating"  # still: HOLD is 15 s
             kill(proc)
         finally:
             proc.kill()
-        out = revtree(home, "resume", "last", "--quiet", timeout=180)
+        out = revtree(home, "resume", "last", "--quiet", timeout=180, REVTREE_SANDBOX=resumed_in)
+    ran = [e for e in evaluations(db) if e[0] == tampered[0]]
     s = show(home)
     assert s["status"] == "completed", out.stdout + out.stderr
     bad = next(n for n in s["nodes"] if n["id"] == tampered[0])
     assert bad["status"] == "rejected" and bad["score"] is None, bad
     assert "hard-codes the target" in bad["error"]
     assert s["best_node"] != tampered[0]
+    assert not ran  # its evaluation was killed, and not run again
     assert "?" not in model.calls and model.calls[TAMPERED] == 1, model.calls  # stored
     assert max(model.calls.values()) == 1, model.calls  # no acceptance asked for twice
 
@@ -163,7 +178,7 @@ def test_a_review_lost_in_flight_is_asked_again_before_the_node_is_recorded(
     task, db = task_at(tmp_path), home / "revtree.db"
     model = Reviewed(hold=True)
     with FakeLLMServer(model) as srv:
-        proc = started(home, task, srv.openai_url)
+        proc = started(home, task, srv.openai_url)  # (no HOLD: it evaluates at once)
         try:
             wait_for(lambda: proc.poll() is not None or model.held.is_set(), 90, "the review")
             tampered = wait_for(
@@ -175,7 +190,7 @@ def test_a_review_lost_in_flight_is_asked_again_before_the_node_is_recorded(
         finally:
             proc.kill()
             model.release.set()
-        out = revtree(home, "resume", "last", "--quiet", timeout=180)
+        out = revtree(home, "resume", "last", "--quiet", timeout=180, REVTREE_SANDBOX="bwrap")
     s = show(home)
     assert s["status"] == "completed", out.stdout + out.stderr
     bad = next(n for n in s["nodes"] if n["id"] == tampered)

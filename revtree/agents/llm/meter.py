@@ -88,7 +88,7 @@ def _token_like(value: str) -> bool:
 def redact(text: str, secrets: tuple[str, ...] = ()) -> str:
     """``text`` with known secret values and secret-shaped strings replaced by ``***``.
     A pattern runs only where the text holds what its match must (casefolded, as the
-    patterns' IGNORECASE matches ``ſ`` and the Kelvin sign): a scan per pattern was a
+    patterns' IGNORECASE matches the long s and the Kelvin sign): a scan per pattern was a
     fifth of a model call's own CPU."""
     for value in secrets:
         text = text.replace(value, "***")

@@ -49,13 +49,11 @@ from revtree.errors import RevtreeError
 from revtree.memory import Event, Node, NodeStatus, RunInfo, RunStatus, Store
 from revtree.orchestrator.commands.fork import apply_sets
 from revtree.orchestrator.core import Orchestrator
+from revtree.orchestrator.pipeline import HANDED_ON
 from revtree.orchestrator.run import ROOT_TICKET, alive
 from revtree.tasks import TaskSpec
 
 RETRY_STEPS = ("propose", "code", "evaluate")
-# what the steps before the rewound one handed on: cleared, so the new attempt's edges
-# decide afresh (a rejection or a refused answer of the old attempt does not carry over)
-CLEAN = {"outcome": None, "verdict": None, "refusal": None, "analysis": None}
 ATTEMPT_REF = "refs/revtree/attempts/{}/{}"
 FIXED_KEYS = ("name", "source", "editable", "protected", "exclude", "search", "knobs")
 FIXED_PATHS = ("evaluate.metric", "evaluate.direction")
@@ -264,7 +262,9 @@ def rewind(orch: Orchestrator, ticket: str, step: str) -> bool:
     before = REWIND_AFTER[step]
     for snap in orch.graph.get_state_history(config):
         if snap.next == (step,):
-            orch.graph.update_state(snap.config, CLEAN, as_node=before)
+            # what the steps before it handed on, cleared: the new attempt's edges decide
+            # afresh (as where the thread starts over: ``pipeline.HANDED_ON``)
+            orch.graph.update_state(snap.config, HANDED_ON, as_node=before)
             return True
     return False
 
