@@ -38,8 +38,9 @@ EventSink = Callable[[Event], None]  # called after commit, in seq order
 
 # LangGraph writes a thread's checkpoint when the thread exits (done, stopped, parked
 # for approval, or failed), not after every step: the per-step writes were 5-6 ms of
-# CPU per candidate; a thread killed mid-way replays from its start, each step skipping
-# what SQL holds (docs/architecture.md). REVTREE_DURABILITY=async or sync: every step.
+# CPU per candidate; a thread killed mid-way replays from its last exit or its start,
+# each step skipping what SQL holds (docs/architecture.md). REVTREE_DURABILITY=async or
+# sync: every step.
 DURABILITY = "exit"
 
 

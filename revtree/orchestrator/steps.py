@@ -292,7 +292,7 @@ class Steps:
         node = self.mirror.get(state["node_id"])
         if node.status is not NodeStatus.CODED:
             return None
-        if node.review is not None:  # a model's verdict, stored: not asked again
+        if node.review is not None:  # a verdict stored as given: no reviewer asked again
             return {"verdict": rejection(node.review)}
         if (twin := self.novelty.twin(node)) is not None:
             return {"verdict": {"accepted": False, "reasons": [twin.reason()], "by": "novelty"}}
