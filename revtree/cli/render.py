@@ -38,6 +38,7 @@ STYLES = {
     "error": "bold red",
     "holdout": "yellow",
     "retry": "bold yellow",
+    "refused": "yellow",  # a coder's answer that could not be applied (a repair follows)
 }
 
 

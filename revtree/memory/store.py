@@ -181,6 +181,17 @@ class Store(Decisions):
             ).all()
         return [row_to_event(r) for r in rows]
 
+    def node_events(self, run_id: str, node_id: int, kind: str) -> list[Event]:
+        """A node's events of one kind, in order (what a replayed step said before)."""
+        with transaction(self.engine) as conn:
+            rows = conn.execute(
+                select(EVENTS)
+                .where(EVENTS.c.run_id == run_id, EVENTS.c.node_id == node_id)
+                .where(EVENTS.c.kind == kind)
+                .order_by(EVENTS.c.seq)
+            ).all()
+        return [row_to_event(r) for r in rows]
+
     # -- runs ---------------------------------------------------------------------
     def create_run(
         self,

@@ -41,6 +41,7 @@ from typing import Any, TypedDict
 from langgraph.graph import END, START, StateGraph
 
 from revtree.memory import NodeStatus
+from revtree.orchestrator import repairs
 from revtree.orchestrator.steps import Steps
 
 STEPS = (
@@ -89,8 +90,7 @@ def build_pipeline(steps: Steps, checkpointer: Any) -> Any:
         refusal = state.get("refusal")
         if refusal is None:
             return "review"
-        repair = refusal["repairable"] and refusal["round"] < steps.agents.coder.repairs
-        return "code" if repair else "record"
+        return "code" if repairs.due(refusal, steps.agents.coder.repairs) else "record"
 
     after_review = "approve" if approval else "evaluate"
 

@@ -23,7 +23,7 @@ from typing import Any
 from langgraph.errors import GraphBubbleUp
 from langgraph.types import interrupt
 
-from revtree.agents.base import Change, Job, Proposal, Refusal, Reviewer, Verdict
+from revtree.agents.base import Change, Job, Proposal, Reviewer, Verdict
 from revtree.agents.evaluator import Outcome
 from revtree.agents.llm import BudgetExhausted
 from revtree.errors import (
@@ -39,6 +39,7 @@ from revtree.errors import (
 from revtree.memory import Node, NodeStatus
 from revtree.memory.records import TWIN
 from revtree.memory.stages import GUARD, HOLDOUT
+from revtree.orchestrator import repairs
 from revtree.orchestrator.measures import gain, node_features
 from revtree.orchestrator.novelty import Novelty, change_embeddings
 from revtree.orchestrator.policies import Selection
@@ -225,27 +226,24 @@ class Steps:
 
     def code(self, state: State) -> State | None:
         """Commit the coder's changes. A refused answer goes back to the coder for a
-        repair round while it has rounds left (the graph's ``code -> code`` edge)."""
+        repair round while it has rounds left (the graph's ``code -> code`` edge); a
+        replay after a kill resumes the rounds where the live log left them (``repairs``)."""
         node = self.mirror.get(state["node_id"])
         if node.commit is not None:
             return {"refusal": None}
         assert node.proposal is not None
-        job, proposal = self.job(node), Proposal(**node.proposal)
-        last = state.get("refusal")
-        fields = ("error", "answer", "round", "first")
-        refusal = Refusal(**{k: last[k] for k in fields}) if last else None
+        last, rounds = state.get("refusal"), self.agents.coder.repairs
+        if last is None and node.id in self.resumed:  # a replay: the rounds SQL kept
+            last = repairs.stored(self.store, self.run_id, node)
+            if last is not None and not repairs.due(last, rounds):
+                return {"refusal": last}  # refused for good before the kill: to record
+        job, proposal, refusal = self.job(node), Proposal(**node.proposal), repairs.of_state(last)
         try:
             changes = self.agents.coder.code(job, proposal, refusal)
-        except EditError as e:  # only an answer that came back refused can be repaired
-            repairable = isinstance(e, EditRefused)
-            answer = e.answer[-6000:] if isinstance(e, EditRefused) else ""
-            rounds = refusal.round + 1 if refusal else 0
-            first = refusal.first if refusal else str(e)
-            unreadable = isinstance(e, EditUnreadable)
-            return {
-                "refusal": {"error": str(e), "answer": answer, "round": rounds, "first": first}
-                | {"detail": detail_of(e), "repairable": repairable, "unreadable": unreadable}
-            }
+        except EditError as e:
+            out = repairs.refused(e, refusal, detail_of(e))
+            repairs.say(self.store, self.run_id, node, out, rounds)
+            return {"refusal": out}
         self._commit(node, job.parent, proposal, changes)
         return {"refusal": None}
 
