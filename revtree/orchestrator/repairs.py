@@ -5,8 +5,11 @@ An answer whose edits cannot be applied goes back to the coder for a repair roun
 it has rounds left (the pipeline's ``code -> code`` edge, ``due``). Each refusal is also
 an event of the live log (kind ``refused``: the error, the round, the answer's tail),
 so that a person sees a repair happen, and so that a code step replayed after a kill
-(LangGraph's checkpoints are written as a thread exits) resumes the rounds where they
-stood (``stored``) instead of asking the coder afresh with all its rounds again.
+(LangGraph's checkpoints are written as a thread exits, so the state a replay starts
+from may be older than the rounds spent) resumes the rounds where they stood
+(``latest``) instead of asking the coder afresh with all its rounds again. The answer
+and the errors are redacted and capped in the event as in a transcript (``meter.clean``:
+the live log reaches the dashboard).
 """
 
 from __future__ import annotations
@@ -14,8 +17,10 @@ from __future__ import annotations
 from typing import Any
 
 from revtree.agents.base import Refusal
+from revtree.agents.llm.meter import cap, redact, run_secrets
 from revtree.errors import EditError, EditRefused, EditUnreadable
 from revtree.memory import Node, Store
+from revtree.tasks import TaskSpec
 
 ANSWER_KEPT = 6000  # characters of a refused answer handed back to the coder
 FIELDS = ("error", "answer", "round", "first")  # a ``Refusal``'s, of the state's dict
@@ -46,26 +51,34 @@ def refused(e: EditError, last: Refusal | None, detail: str) -> dict[str, Any]:
     }
 
 
-def say(store: Store, run_id: str, node: Node, refusal: dict[str, Any], repairs: int) -> None:
+def say(
+    store: Store, spec: TaskSpec, run_id: str, node: Node, refusal: dict[str, Any], repairs: int
+) -> None:
     """The refusal in the live log, with what a replay needs to resume the rounds."""
+    secrets = run_secrets(spec)
+    kept = {k: cap(redact(v, secrets)) if isinstance(v, str) else v for k, v in refusal.items()}
     then = "a repair round follows" if due(refusal, repairs) else "no repair round left"
     store.add_event(
         run_id,
         "refused",
         f"node {node.id}: the coder's answer could not be applied "
-        f"(round {refusal['round']}): {refusal['error'][:300]}; {then}",
+        f"(round {refusal['round']}): {kept['error'][:300]}; {then}",
         node.id,
-        {**refusal, "attempt": node.attempt},
+        {**kept, "attempt": node.attempt},
     )
 
 
-def stored(store: Store, run_id: str, node: Node) -> dict[str, Any] | None:
-    """The node's last refusal in this attempt, as the live log kept it (None: none)."""
+def latest(
+    store: Store, run_id: str, node: Node, state: dict[str, Any] | None
+) -> dict[str, Any] | None:
+    """Of the state's refusal and the node's last one in the live log (this attempt's),
+    the later round: a replay may start from a checkpoint older than the rounds spent."""
     said = [
         e.data
         for e in store.node_events(run_id, node.id, "refused")
         if e.data and e.data.get("attempt") == node.attempt
     ]
-    if not said:
-        return None
-    return {k: v for k, v in said[-1].items() if k != "attempt"}
+    kept = {k: v for k, v in said[-1].items() if k != "attempt"} if said else None
+    if kept is None or (state is not None and state["round"] >= kept["round"]):
+        return state
+    return kept

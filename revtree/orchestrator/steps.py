@@ -233,8 +233,8 @@ class Steps:
             return {"refusal": None}
         assert node.proposal is not None
         last, rounds = state.get("refusal"), self.agents.coder.repairs
-        if last is None and node.id in self.resumed:  # a replay: the rounds SQL kept
-            last = repairs.stored(self.store, self.run_id, node)
+        if node.id in self.resumed:  # a replay: the rounds SQL kept may be ahead of it
+            last = repairs.latest(self.store, self.run_id, node, last)
             if last is not None and not repairs.due(last, rounds):
                 return {"refusal": last}  # refused for good before the kill: to record
         job, proposal, refusal = self.job(node), Proposal(**node.proposal), repairs.of_state(last)
@@ -242,7 +242,7 @@ class Steps:
             changes = self.agents.coder.code(job, proposal, refusal)
         except EditError as e:
             out = repairs.refused(e, refusal, detail_of(e))
-            repairs.say(self.store, self.run_id, node, out, rounds)
+            repairs.say(self.store, self.spec, self.run_id, node, out, rounds)
             return {"refusal": out}
         self._commit(node, job.parent, proposal, changes)
         return {"refusal": None}

@@ -76,6 +76,13 @@ def secret_values(keys: tuple[str, ...] = (), env: dict[str, str] | None = None)
     return tuple(sorted(found, key=len, reverse=True))
 
 
+def run_secrets(spec: TaskSpec) -> tuple[str, ...]:
+    """What a run's stored model text is redacted of: its API keys' values, and those of
+    every secret-looking variable (``secret_values``)."""
+    keys = (spec.agents.api_key_env or "", *KEY_ENV.values())
+    return secret_values(tuple(k for k in keys if k))
+
+
 def _token_like(value: str) -> bool:
     return (
         len(value) >= 12
@@ -165,8 +172,7 @@ class Meter:
         self.usd, self.tokens = store.llm_totals(run_id)
         self.refused: str | None = None
         self.reserved_usd, self.reserved_tokens = 0.0, 0  # calls in flight, at worst
-        keys = (spec.agents.api_key_env or "", *KEY_ENV.values())
-        self.secrets = secret_values(tuple(k for k in keys if k))
+        self.secrets = run_secrets(spec)
         self._prefixes: set[str] = set()  # hashes of the prefixes stored in full
         self._noticed: set[str] = set()  # keys of the notices said
         self.by_node: dict[tuple[int, str], float] = {}  # (node, role) -> dollars, this process
