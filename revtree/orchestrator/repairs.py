@@ -58,7 +58,8 @@ def say(
     secrets = run_secrets(spec)
     kept = {k: cap(redact(v, secrets)) if isinstance(v, str) else v for k, v in refusal.items()}
     then = "a repair round follows" if due(refusal, repairs) else "no repair round left"
-    then = then if refusal["repairable"] else "it cannot be repaired"
+    if not refusal["repairable"]:
+        then = "it cannot be repaired"
     store.add_event(
         run_id,
         "refused",

@@ -25,7 +25,6 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from typing import Any
 
-from revtree.agents.base import Verdict
 from revtree.sandboxes.base import Contained, Sandbox
 
 Key = tuple[int, int]  # (node, attempt)
@@ -52,13 +51,14 @@ class Beside:
     def __init__(self, enabled: bool) -> None:
         self.enabled = enabled
         self.lock = threading.Lock()
-        self.running: dict[Key, Future[Verdict | None]] = {}
+        self.running: dict[Key, Future[dict[str, Any] | None]] = {}
 
-    def start(self, key: Key, review: Callable[[], Verdict | None]) -> bool:
-        """Start ``review`` in a thread of its own, if reviews run beside evaluations."""
+    def start(self, key: Key, review: Callable[[], dict[str, Any] | None]) -> bool:
+        """Start ``review`` in a thread of its own, if reviews run beside evaluations:
+        it gives its rejection as the graph state holds verdicts, or None."""
         if not self.enabled:
             return False
-        future: Future[Verdict | None] = Future()
+        future: Future[dict[str, Any] | None] = Future()
 
         def work() -> None:
             try:
@@ -91,7 +91,4 @@ class Beside:
         verdicts (None: accepted); the review's exception, raised."""
         with self.lock:
             future = self.running.pop(key)
-        verdict = future.result()
-        if verdict is None or verdict.accepted:
-            return None
-        return {"accepted": False, "reasons": list(verdict.reasons), "by": BESIDE}
+        return future.result()

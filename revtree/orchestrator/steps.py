@@ -301,10 +301,9 @@ class Steps:
             verdict = self._verdict(node, self.agents.reviewers)
         return {"verdict": verdict}
 
-    def _model_verdict(self, node: Node) -> Verdict | None:
-        """The model reviewers' verdict, run beside the evaluation (None: no rejection)."""
-        rejected = self._verdict(node, self.agents.reviewers, BESIDE)
-        return None if rejected is None else Verdict(False, tuple(rejected["reasons"]))
+    def _model_verdict(self, node: Node) -> State | None:
+        """The model reviewers' rejection, run beside the evaluation (None: accepted)."""
+        return self._verdict(node, self.agents.reviewers, BESIDE)
 
     def _verdict(
         self, node: Node, reviewers: tuple[Reviewer, ...], by: str | None = None

@@ -103,15 +103,15 @@ def test_in_the_local_sandbox_the_review_comes_first(
 
 
 def test_a_review_beside_an_evaluation_that_raises_is_forgotten() -> None:
-    from revtree.agents.base import Verdict
-    from revtree.orchestrator.reviews import Beside
+    from revtree.orchestrator.reviews import BESIDE, Beside
 
+    rejected = {"accepted": False, "reasons": ["hard-coded"], "by": BESIDE}
     beside = Beside(True)
-    assert beside.start((1, 1), lambda: Verdict(False, ("hard-coded",)))
+    assert beside.start((1, 1), lambda: rejected)
     with pytest.raises(RuntimeError), beside.dropped_on_error((1, 1)):
         raise RuntimeError("the sandbox broke")
     assert not beside.started((1, 1))  # nothing left waiting for a step
-    assert beside.start((2, 1), lambda: Verdict(False, ("hard-coded",)))
+    assert beside.start((2, 1), lambda: rejected)
     assert beside.verdict((2, 1)) == {
         "accepted": False,
         "reasons": ["hard-coded"],
