@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from revtree.agents.knobs import derive_seed
+from revtree.agents.knob_text import derive_seed
 from revtree.agents.llm import LLM, Ensemble, LLMError, detect_model, make_llm, split_model
 from revtree.agents.llm.meter import Meter
 from revtree.agents.structured import Structured, structured_kind

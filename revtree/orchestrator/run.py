@@ -12,6 +12,7 @@ import uuid
 from pathlib import Path
 
 from revtree.agents.base import Proposal
+from revtree.agents.knob_text import read_knobs
 from revtree.errors import TaskSpecError
 from revtree.memory import GitStore, Node, NodeStatus, RunInfo, Store
 from revtree.memory.gitstore import HOLDOUT_REF, file_mode
@@ -91,8 +92,6 @@ def create_run(
     store: Store, spec: TaskSpec, home: Path | None = None, run_id: str | None = None
 ) -> RunInfo:
     """Snapshot the task's code as the root commit and record a new run with its root node."""
-    from revtree.agents.knobs import read_knobs  # Optuna's module: only where a run is made
-
     home = home or revtree_home()
     run_id = run_id or f"{spec.name}-{uuid.uuid4().hex[:6]}"
     paths = RunPaths(home, run_id)

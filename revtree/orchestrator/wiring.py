@@ -21,7 +21,6 @@ from revtree.agents import Evaluator, StaticReviewer, read_knobs
 from revtree.agents.base import Agents, Reviewer
 from revtree.agents.driver import driver
 from revtree.agents.llm import BudgetExhausted
-from revtree.agents.mutate import offline_agents
 from revtree.errors import Cancelled
 from revtree.memory import GitStore, RunInfo, Store
 from revtree.memory.gitstore import PROTECTED_REF
@@ -338,6 +337,8 @@ def make_agents(
         assert root.commit is not None
         knob_files = sorted({k.file for k in spec.knobs})
         baseline = read_knobs(spec.knobs, git.read_files(root.commit, knob_files))
+    from revtree.agents.mutate import offline_agents  # Optuna: only where no model writes
+
     proposer, coder = offline_agents(spec, baseline)
     proposer.rebuild(mirror.nodes.values())
     return Agents(

@@ -7,6 +7,10 @@ it had loaded when it ended is checked.
   storage or pydantic, nor does ``X --help`` (typer coerces parameters with pydantic;
   ``cli/coercion.py`` passes on the values that need no coercion without it).
 - Every command makes its process non-dumpable without loading the sandboxes.
+- A run whose model writes the code (an OpenAI-compatible server) loads LangGraph and
+  the openai SDK, but neither Optuna (the offline proposer's: a third of a second of
+  each start) nor the anthropic SDK (two seconds) nor the Docker client; ``doctor``
+  loads no Optuna either.
 - The commands that read or decide (ls, show, watch, stop, approve, reject) load neither
   LangGraph, a model SDK, the Docker client, Optuna nor Ray, nor alembic where the
   schema is current. Those that only read (ls, show, watch, stop) load no SQLAlchemy
@@ -37,9 +41,11 @@ from typing import Any
 
 import pytest
 
+from revtree.agents.llm.fake_server import FakeLLMServer
 from revtree.cli.app import COMMAND_ORDER
 from revtree.memory import Store
 from revtree.memory.records import LLMCall
+from revtree.orchestrator.commands.scaffold import DemoResponder
 from tests.memory.test_sqlite_reads import downgrade_to
 from tests.orchestrator.conftest import loaded_modules_each, make_task, revtree, wait_for
 from tests.orchestrator.test_approval import start_waiting, waiting
@@ -234,3 +240,16 @@ def test_the_command_makes_itself_non_dumpable_without_the_sandboxes(tmp_path: P
         [sys.executable, "-c", DUMPABLE], capture_output=True, text=True, timeout=60
     )
     assert proc.stdout.split()[-2:] == ["0", "False"], proc.stdout + proc.stderr
+
+
+def test_a_model_driven_run_loads_no_optuna_nor_the_other_sdk(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    task = make_task(tmp_path / "task", budget=2)
+    with FakeLLMServer(DemoResponder()) as srv:
+        args = ("run", str(task), "--model", "openai-compatible:x", "--base-url", srv.openai_url)
+        commands = [(*args, "--sandbox", "local", "--quiet"), ("doctor",)]
+        (ran, loaded), (doctored, checked) = loaded_modules_each(home, commands)
+    assert ran == 0 and len(srv.requests) >= 2, srv.requests  # the check and a candidate
+    assert {"langgraph", "openai"} <= roots(loaded)
+    assert roots(loaded) & {"optuna", "anthropic", "docker", "ray"} == set()
+    assert doctored == 0 and "optuna" not in roots(checked)
