@@ -14,12 +14,14 @@ one-call mode: the whole file), moving ``A`` by the same seeded steps. Runs are
 interleaved (revtree, OpenEvolve, revtree, ...) for each S and K (candidates in flight),
 N candidates each. Per cell, means over the repetitions:
 
-- start-up: building the system before its loop (revtree: ``Orchestrator(...)``, which
-  wires the agents and imports the model SDK; OpenEvolve: importing ``openevolve`` and
-  ``OpenEvolve(...)``), both in the process that then runs the loop;
-- 1st call: from the start of that building to the first model request the server
-  gets (OpenEvolve evaluates its initial program first; revtree at K = 1 proposes one
-  candidate while the baseline is evaluated, K > 1 several);
+- start-up: from a fresh interpreter to the start of its loop, imports included (revtree:
+  importing it (LangGraph, SQLAlchemy), opening its store, making the run and
+  ``Orchestrator(...)``, which wires the agents and imports the model SDK; OpenEvolve:
+  importing ``openevolve`` and ``OpenEvolve(...)``), each in a process of its own that
+  then runs the loop;
+- 1st call: from the start of that start-up (before the imports) to the first model
+  request the server gets (OpenEvolve evaluates its initial program first; revtree at
+  K = 1 proposes one candidate while the baseline is evaluated, K > 1 several);
 - overhead per candidate: (wall of the candidate loop - N*S/K) / N, where the loop is
   ``Orchestrator.drive()`` (baseline, candidates, verification, final checks) for
   revtree and ``OpenEvolve.run()`` (initial evaluation and iterations) for OpenEvolve;
@@ -52,7 +54,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -61,9 +62,6 @@ from rich.console import Console
 from rich.table import Table
 
 from revtree.agents.llm.fake_server import FakeLLMServer, FakeRequest, current_file
-from revtree.memory import Store
-from revtree.orchestrator import Orchestrator, create_run
-from revtree.tasks import load_task
 
 OE_VERSION = "0.4.0"
 console = Console(width=160)
@@ -209,46 +207,71 @@ def oe_python(cache: Path) -> Path:
     return py
 
 
+REVTREE_DRIVER = """\
+import json, sys, time, warnings
+from pathlib import Path
+t0, t0_wall = time.monotonic(), time.time()
+from revtree.memory import Store
+from revtree.orchestrator import Orchestrator, create_run
+from revtree.tasks import load_task
+folder, home, n, k, url, lookahead = json.loads(sys.argv[1])
+home = Path(home)
+store = Store(f"sqlite:///{home}/revtree.db")
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", UserWarning)
+    spec = load_task(folder)
+spec = spec.with_overrides(
+    budget={"max_nodes": n + 1},  # the baseline and N candidates
+    search={"parallel": k, **({} if lookahead is None else {"lookahead": lookahead})},
+    sandbox={"backend": "local"},
+    agents={
+        "mode": "llm",
+        "model": "openai-compatible:fake-model",
+        "base_url": url,
+        "max_retries": 0,
+        "reviewer": {"enabled": False},
+    },
+)
+run = create_run(store, spec, home)
+orchestrator = Orchestrator(store, run.id, home=home)
+t1 = time.monotonic()
+orchestrator.drive()
+wall = time.monotonic() - t1
+kinds = store.evaluations_by_kind(run.id, spec.evaluate.repeats)
+best = max(x.score for x in store.nodes(run.id) if x.score is not None)
+store.close()
+print(json.dumps({"wall": wall, "start": t1 - t0, "best": best, "t0": t0_wall,
+                  "trust": kinds.get("verify", 0)}))
+"""
+
+
 def run_revtree(
     tmp: Path, folder: Path, n: int, k: int, url: str, count: Counted, lookahead: int | None
 ) -> dict[str, float]:
+    """One revtree run in a fresh interpreter, as OpenEvolve's: its start-up counts its
+    imports (LangGraph, SQLAlchemy, the model SDK) as OpenEvolve's counts its own."""
     home = tmp / "home"
-    store = Store(f"sqlite:///{home / 'revtree.db'}")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        spec = load_task(folder)
-    spec = spec.with_overrides(
-        budget={"max_nodes": n + 1},  # the baseline and N candidates
-        search={"parallel": k, **({} if lookahead is None else {"lookahead": lookahead})},
-        sandbox={"backend": "local"},
-        agents={
-            "mode": "llm",
-            "model": "openai-compatible:fake-model",
-            "base_url": url,
-            "max_retries": 0,
-            "reviewer": {"enabled": False},
-        },
-    )
-    run = create_run(store, spec, home)
+    home.mkdir(parents=True, exist_ok=True)
     before = count.count.value
-    t0, t0_wall = time.monotonic(), time.time()
-    orchestrator = Orchestrator(store, run.id, home=home)
-    t1 = time.monotonic()
-    orchestrator.drive()
-    wall = time.monotonic() - t1
-    calls = count.count.value - before
-    kinds = store.evaluations_by_kind(run.id, spec.evaluate.repeats)
-    best = max(x.score for x in store.nodes(run.id) if x.score is not None)
-    store.close()
-    trust, used = kinds.get("verify", 0), disk(home)
+    params = json.dumps([str(folder), str(home), n, k, url, lookahead])
+    out = subprocess.run(
+        [sys.executable, "-c", REVTREE_DRIVER, params],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(tmp)},
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"revtree failed:\n{out.stderr[-3000:]}")
+    r = json.loads(out.stdout.strip().splitlines()[-1])
     return {
-        "wall": wall,
-        "start": t1 - t0,
-        "first": count.first.value - t0_wall,
-        "calls": calls,
-        "trust": trust,
-        "best": best,
-        "disk": used,
+        "wall": r["wall"],
+        "start": r["start"],
+        "first": count.first.value - r["t0"],
+        "calls": count.count.value - before,
+        "trust": r["trust"],
+        "best": r["best"],
+        "disk": disk(home),
     }
 
 
