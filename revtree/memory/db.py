@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event, inspect
+from sqlalchemy import Engine, create_engine, event, inspect, text
 from sqlalchemy.engine import URL, Connection, make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError, OperationalError, SQLAlchemyError
 from sqlalchemy.pool import StaticPool
@@ -193,12 +193,14 @@ def transaction(engine: Engine, write: bool = False) -> Iterator[Connection]:
 
 def migrate(engine: Engine) -> None:
     """Bring the schema to the newest revision (cheap when it is already there: one read,
-    and alembic is imported only to upgrade)."""
+    and alembic is imported only to upgrade). An empty database is made at the newest
+    revision at once (``_create``)."""
     for attempt in range(MIGRATE_TRIES):
         try:
             with engine.connect() as conn:
-                if current_revision(conn) == HEAD:
-                    return
+                revision = current_revision(conn)
+            if revision == HEAD or (revision is None and _create(engine)):
+                return
             _upgrade(engine)
             return
         except (OperationalError, StoreError):  # another process migrated at the same time
@@ -217,17 +219,45 @@ def current_revision(conn: Connection) -> str | None:
     return None if revision is None else str(revision)
 
 
+def _create(engine: Engine) -> bool:
+    """The newest schema made from the models in an empty database, and stamped as alembic
+    stamps it, in one transaction; False where the database is not empty (another process
+    made it first, or tables without a revision: ``_upgrade`` decides). Replaying every
+    migration instead costs alembic's import and each step: 0.15 s of a first ``revtree
+    run`` in a new home. tests/memory/test_store.py holds the two to the same schema."""
+    from revtree.memory.models import Base
+
+    with _locked(engine) as conn:
+        if inspect(conn).get_table_names():
+            return False
+        Base.metadata.create_all(conn)
+        conn.exec_driver_sql(
+            "CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL, "
+            "CONSTRAINT alembic_version_pkc PRIMARY KEY (version_num))"
+        )
+        conn.execute(text("INSERT INTO alembic_version (version_num) VALUES (:v)"), {"v": HEAD})
+    return True
+
+
 def _upgrade(engine: Engine) -> None:
     from alembic import command
     from alembic.config import Config
 
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS))
-    with engine.execution_options(sqlite_immediate=True).begin() as conn:
-        if conn.dialect.name == "postgresql":  # another process may be migrating: queue
-            conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK})")
+    with _locked(engine) as conn:
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, "head")
+
+
+@contextmanager
+def _locked(engine: Engine) -> Iterator[Connection]:
+    """A write transaction that no other process migrates beside: SQLite's ``BEGIN
+    IMMEDIATE``, PostgreSQL's advisory lock (another process may be migrating: queue)."""
+    with engine.execution_options(sqlite_immediate=True).begin() as conn:
+        if conn.dialect.name == "postgresql":
+            conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK})")
+        yield conn
 
 
 def table_names(engine: Engine) -> list[str]:

@@ -18,6 +18,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from sqlalchemy import Engine, inspect
 
 from revtree.errors import RunNotFound, StoreError
 from revtree.memory import EvalResult, Node, NodeStatus, RunStatus, Store
@@ -257,11 +258,77 @@ def test_delete_run_removes_everything(store):
     assert seqs(store, keep) == [1]
 
 
-def test_migration_matches_the_models(store):
-    with store.engine.connect() as conn:
-        context = MigrationContext.configure(conn, opts={"compare_type": True})
-        diff = compare_metadata(context, Base.metadata)
-    assert diff == []
+def upgrade_to(engine: Engine, revision: str) -> None:
+    """The migrations replayed by alembic up to ``revision``, as an older revtree did."""
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, revision)
+
+
+def schema(engine: Engine) -> dict[str, object]:
+    """Every table as the database describes it: columns (type, null, default), keys,
+    indexes, unique, foreign and check constraints; names sorted."""
+    seen = inspect(engine)
+    return {
+        table: {
+            "columns": sorted(
+                (c["name"], str(c["type"]), c["nullable"], str(c.get("default")))
+                for c in seen.get_columns(table)
+            ),
+            "pk": seen.get_pk_constraint(table)["constrained_columns"],
+            "indexes": sorted(
+                (i["name"], tuple(i["column_names"]), bool(i["unique"]))
+                for i in seen.get_indexes(table)
+            ),
+            "unique": sorted(str(u) for u in seen.get_unique_constraints(table)),
+            "foreign": sorted(str(f) for f in seen.get_foreign_keys(table)),
+            "checks": sorted(str(c) for c in seen.get_check_constraints(table)),
+        }
+        for table in sorted(seen.get_table_names())
+    }
+
+
+def test_migration_matches_the_models(url):
+    """The migrations replayed one by one give what the models say."""
+    engine = make_engine(url)
+    try:
+        upgrade_to(engine, "head")
+        with engine.connect() as conn:
+            context = MigrationContext.configure(conn, opts={"compare_type": True})
+            diff = compare_metadata(context, Base.metadata)
+        assert diff == []
+    finally:
+        engine.dispose()
+
+
+def test_a_new_database_is_made_as_the_migrations_make_it(url, tmp_path):
+    """A Store on an empty database makes the newest schema from the models at once
+    (no alembic import, no replay): the same tables, columns, types, defaults, keys,
+    indexes and constraints as the migrations replayed one by one, stamped HEAD, and
+    an older revision still upgrades step by step."""
+    made = Store(url)
+    with made.engine.connect() as conn:
+        assert MigrationContext.configure(conn).get_current_revision() == HEAD
+    if url.startswith("sqlite"):
+        other = f"sqlite:///{tmp_path}/replayed.db"
+        replayed = make_engine(other)
+        upgrade_to(replayed, "head")
+        assert schema(made.engine) == schema(replayed)
+        replayed.dispose()
+        older = make_engine(f"sqlite:///{tmp_path}/older.db")
+        upgrade_to(older, "0005")
+        Store(f"sqlite:///{tmp_path}/older.db").close()  # upgrades it, keeps its tables
+        assert schema(older) == schema(made.engine)
+        older.dispose()
+    else:
+        with fresh_database() as other:
+            replayed = make_engine(other)
+            upgrade_to(replayed, "head")
+            assert schema(made.engine) == schema(replayed)
+            replayed.dispose()
+    made.close()
 
 
 def test_head_constant_is_the_newest_migration():
@@ -282,11 +349,7 @@ def test_current_revision_reads_what_alembic_reads(url):
     try:
         for stamp in (None, "0005", HEAD):
             if stamp is not None:
-                cfg = Config()
-                cfg.set_main_option("script_location", str(MIGRATIONS))
-                with engine.begin() as conn:
-                    cfg.attributes["connection"] = conn
-                    command.upgrade(cfg, stamp)
+                upgrade_to(engine, stamp)
             with engine.connect() as conn:
                 alembic = MigrationContext.configure(conn).get_current_revision()
                 assert current_revision(conn) == alembic == stamp
