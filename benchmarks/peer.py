@@ -46,6 +46,7 @@ import argparse
 import contextlib
 import json
 import multiprocessing
+import os
 import random
 import re
 import shutil
@@ -64,6 +65,7 @@ from rich.table import Table
 from revtree.agents.llm.fake_server import FakeLLMServer, FakeRequest, current_file
 
 OE_VERSION = "0.4.0"
+LIMIT = 600  # seconds a run may take beyond 4 N S (its sleeps, verification included)
 console = Console(width=160)
 
 PROGRAM = "# EVOLVE-BLOCK-START\nA = 0.0\n# EVOLVE-BLOCK-END\n\n\ndef value():\n    return A\n"
@@ -104,8 +106,9 @@ database:
   num_islands: 1
 """
 OE_DRIVER = """\
-import asyncio, json, sys, time
+import json, sys, time
 t0, t0_wall = time.monotonic(), time.time()
+import asyncio
 from openevolve import OpenEvolve
 from openevolve.config import load_config
 folder, out, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
@@ -245,8 +248,22 @@ print(json.dumps({"wall": wall, "start": t1 - t0, "best": best, "t0": t0_wall,
 """
 
 
+def child_env(tmp: Path, **extra: str) -> dict[str, str]:
+    """The environment of either system's process: HOME in ``tmp``, and PYTHONPATH kept
+    (where revtree is importable through it rather than installed)."""
+    kept = {k: v for k, v in os.environ.items() if k == "PYTHONPATH"}
+    return {**kept, "HOME": str(tmp), **extra}
+
+
 def run_revtree(
-    tmp: Path, folder: Path, n: int, k: int, url: str, count: Counted, lookahead: int | None
+    tmp: Path,
+    folder: Path,
+    n: int,
+    k: int,
+    sleep: float,
+    url: str,
+    count: Counted,
+    lookahead: int | None,
 ) -> dict[str, float]:
     """One revtree run in a fresh interpreter, as OpenEvolve's: its start-up counts its
     imports (LangGraph, SQLAlchemy, the model SDK) as OpenEvolve's counts its own."""
@@ -258,8 +275,8 @@ def run_revtree(
         [sys.executable, "-c", REVTREE_DRIVER, params],
         capture_output=True,
         text=True,
-        timeout=600,
-        env={"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(tmp)},
+        timeout=LIMIT + 4 * n * sleep,
+        env=child_env(tmp, PATH=f"{Path(sys.executable).parent}:/usr/bin:/bin"),
     )
     if out.returncode != 0:
         raise RuntimeError(f"revtree failed:\n{out.stderr[-3000:]}")
@@ -280,7 +297,9 @@ def disk(folder: Path) -> int:
     return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file() and not p.is_symlink())
 
 
-def run_openevolve(tmp: Path, folder: Path, n: int, py: Path, count: Counted) -> dict[str, float]:
+def run_openevolve(
+    tmp: Path, folder: Path, n: int, sleep: float, py: Path, count: Counted
+) -> dict[str, float]:
     driver = tmp / "oe_driver.py"
     driver.write_text(OE_DRIVER)
     before = count.count.value
@@ -288,8 +307,8 @@ def run_openevolve(tmp: Path, folder: Path, n: int, py: Path, count: Counted) ->
         [str(py), str(driver), str(folder), str(tmp / "oe-out"), str(n)],
         capture_output=True,
         text=True,
-        timeout=600,
-        env={"PATH": "/usr/bin:/bin", "OPENAI_API_KEY": "fake", "HOME": str(tmp)},
+        timeout=LIMIT + 4 * n * sleep,
+        env=child_env(tmp, PATH="/usr/bin:/bin", OPENAI_API_KEY="fake"),
     )
     if out.returncode != 0:
         raise RuntimeError(f"OpenEvolve failed:\n{out.stderr[-3000:]}")
@@ -378,10 +397,10 @@ def main() -> None:
                             folder = make_folder(where / "task", sleep, args.n, k, url, args.noise)
                             if system == "revtree":
                                 r = run_revtree(
-                                    where, folder, args.n, k, url, count, args.lookahead
+                                    where, folder, args.n, k, sleep, url, count, args.lookahead
                                 )
                             else:
-                                r = run_openevolve(where, folder, args.n, py, count)
+                                r = run_openevolve(where, folder, args.n, sleep, py, count)
                         rows[system].append(r)
                         shutil.rmtree(where, ignore_errors=True)
                 for system, rs in rows.items():

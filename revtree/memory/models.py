@@ -96,7 +96,6 @@ class EvaluationRow(Base):
     node_id: Mapped[int] = mapped_column(Integer)
     stage: Mapped[str] = mapped_column(String(64))
     repeat: Mapped[int] = mapped_column(Integer)
-    attempt: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
     ok: Mapped[bool] = mapped_column(Boolean)
     score: Mapped[float | None] = mapped_column(Float)
     metrics: Mapped[dict[str, Any] | None] = mapped_column(JSON)
@@ -108,6 +107,8 @@ class EvaluationRow(Base):
     error_kind: Mapped[str | None] = mapped_column(String(32))
     log_path: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[float] = mapped_column(Float)
+    # where migration 0003 added it, so that a new database has the columns in the same order
+    attempt: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
     host: Mapped[str | None] = mapped_column(String(255))
     gpus: Mapped[list[str] | None] = mapped_column(JSON)
 

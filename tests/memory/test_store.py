@@ -4,6 +4,7 @@ a fresh database per test): runs, nodes, evaluations, the event log, migrations.
 from __future__ import annotations
 
 import dataclasses
+import re
 import sqlite3
 import subprocess
 import sys
@@ -268,26 +269,47 @@ def upgrade_to(engine: Engine, revision: str) -> None:
 
 
 def schema(engine: Engine) -> dict[str, object]:
-    """Every table as the database describes it: columns (type, null, default), keys,
-    indexes, unique, foreign and check constraints; names sorted."""
+    """Every table as the database describes it: its columns in order (type, null,
+    default), keys, indexes, unique, foreign and check constraints, and its row count;
+    on SQLite also every object's normalised SQL (AUTOINCREMENT, COLLATE, partial and
+    expression indexes, triggers, views, constraint names), on PostgreSQL its views and
+    triggers."""
     seen = inspect(engine)
-    return {
-        table: {
-            "columns": sorted(
-                (c["name"], str(c["type"]), c["nullable"], str(c.get("default")))
-                for c in seen.get_columns(table)
-            ),
-            "pk": seen.get_pk_constraint(table)["constrained_columns"],
-            "indexes": sorted(
-                (i["name"], tuple(i["column_names"]), bool(i["unique"]))
-                for i in seen.get_indexes(table)
-            ),
-            "unique": sorted(str(u) for u in seen.get_unique_constraints(table)),
-            "foreign": sorted(str(f) for f in seen.get_foreign_keys(table)),
-            "checks": sorted(str(c) for c in seen.get_check_constraints(table)),
+    with engine.connect() as conn:
+        tables: dict[str, object] = {
+            table: {
+                "columns": [
+                    (c["name"], str(c["type"]), c["nullable"], str(c.get("default")))
+                    for c in seen.get_columns(table)
+                ],
+                "pk": seen.get_pk_constraint(table)["constrained_columns"],
+                "indexes": sorted(
+                    (i["name"], tuple(map(str, i["column_names"])), bool(i["unique"]))
+                    for i in seen.get_indexes(table)
+                ),
+                "unique": sorted(str(u) for u in seen.get_unique_constraints(table)),
+                "foreign": sorted(str(f) for f in seen.get_foreign_keys(table)),
+                "checks": sorted(str(c) for c in seen.get_check_constraints(table)),
+                "rows": conn.exec_driver_sql(f'SELECT count(*) FROM "{table}"').scalar(),
+            }
+            for table in sorted(seen.get_table_names())
         }
-        for table in sorted(seen.get_table_names())
-    }
+        if engine.dialect.name == "sqlite":
+            objects = conn.exec_driver_sql(
+                "SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY type, name"
+            )
+            tables["sqlite_master"] = [
+                (kind, name, table, re.sub(r"\s*([(),])\s*", r"\1", " ".join((sql or "").split())))
+                for kind, name, table, sql in objects
+            ]
+        else:
+            tables["views"] = sorted(seen.get_view_names())
+            tables["triggers"] = sorted(
+                conn.exec_driver_sql(
+                    "SELECT trigger_name, event_object_table FROM information_schema.triggers"
+                ).all()
+            )
+    return tables
 
 
 def test_migration_matches_the_models(url):
