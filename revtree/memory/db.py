@@ -242,13 +242,20 @@ def _create(engine: Engine) -> bool:
 
 def _upgrade(engine: Engine) -> None:
     from alembic import command
+
+    with _locked(engine) as conn:
+        command.upgrade(alembic_config(conn), "head")
+
+
+def alembic_config(conn: Connection) -> Any:
+    """alembic's configuration of our migrations, on ``conn`` (an ``alembic.config.Config``;
+    alembic is imported here, only where a schema moves)."""
     from alembic.config import Config
 
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS))
-    with _locked(engine) as conn:
-        cfg.attributes["connection"] = conn
-        command.upgrade(cfg, "head")
+    cfg.attributes["connection"] = conn
+    return cfg
 
 
 @contextmanager

@@ -14,12 +14,11 @@ from pathlib import Path
 
 import pytest
 from alembic import command
-from alembic.config import Config
 from sqlalchemy import JSON, Boolean, create_engine
 
 from revtree.errors import RunNotFound, StoreError
 from revtree.memory import NodeStatus, Store
-from revtree.memory.db import MIGRATIONS
+from revtree.memory.db import alembic_config
 from revtree.memory.models import Base
 from revtree.memory.reads import StoreReads
 from revtree.memory.records import EvalResult, LLMCall, Node, RunStatus
@@ -167,12 +166,9 @@ def downgrade_to(url: str, revision: str) -> None:
     ``foreign_keys=ON``: the downgrade copies ``nodes`` into a new table and drops the old,
     which with foreign keys on would cascade to every evaluation."""
     engine = create_engine(url)
-    cfg = Config()
-    cfg.set_main_option("script_location", str(MIGRATIONS))
     try:
         with engine.begin() as conn:
-            cfg.attributes["connection"] = conn
-            command.downgrade(cfg, revision)
+            command.downgrade(alembic_config(conn), revision)
     finally:
         engine.dispose()
 

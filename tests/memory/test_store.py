@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 from alembic import command
 from alembic.autogenerate import compare_metadata
-from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, inspect
@@ -26,6 +25,7 @@ from revtree.memory import EvalResult, Node, NodeStatus, RunStatus, Store
 from revtree.memory.db import (
     HEAD,
     MIGRATIONS,
+    alembic_config,
     current_revision,
     make_engine,
     normalize_url,
@@ -261,11 +261,8 @@ def test_delete_run_removes_everything(store):
 
 def upgrade_to(engine: Engine, revision: str) -> None:
     """The migrations replayed by alembic up to ``revision``, as an older revtree did."""
-    cfg = Config()
-    cfg.set_main_option("script_location", str(MIGRATIONS))
     with engine.begin() as conn:
-        cfg.attributes["connection"] = conn
-        command.upgrade(cfg, revision)
+        command.upgrade(alembic_config(conn), revision)
 
 
 def schema(engine: Engine) -> dict[str, object]:
