@@ -214,6 +214,8 @@ REVTREE_DRIVER = """\
 import json, sys, time, warnings
 from pathlib import Path
 t0, t0_wall = time.monotonic(), time.time()
+from revtree import collector
+collector.hold()  # as `revtree run`'s main() does first (revtree.collector)
 from revtree.memory import Store
 from revtree.orchestrator import Orchestrator, create_run
 from revtree.tasks import load_task

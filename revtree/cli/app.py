@@ -187,8 +187,10 @@ def protect() -> None:
 
 
 def main() -> None:
+    from revtree import collector
     from revtree.cli.coercion import install
 
+    collector.hold()  # no full collection over the imports (settled where a loop starts)
     protect()  # our /proc/PID/environ (API keys) out of the sandboxes' reach
     install()  # no pydantic to pass a string parameter on as the string it is
     try:
@@ -196,6 +198,8 @@ def main() -> None:
     except RevtreeError as e:
         err.print(f"[red]error:[/red] {escape(str(e))}", soft_wrap=True)
         raise SystemExit(2) from None
+    finally:
+        collector.leave()  # nothing for the interpreter's shutdown to collect
 
 
 def order_commands() -> None:

@@ -14,6 +14,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
+from revtree import collector
 from revtree.cli.app import DbOpt, app, err, open_store
 
 
@@ -56,6 +57,7 @@ def dashboard(
         """Re-raised by uvicorn after its graceful shutdown: nothing left to do."""
 
     signal.signal(signal.SIGTERM, ignore)
+    collector.settle()  # a long-lived server from here (revtree.collector)
     with contextlib.suppress(KeyboardInterrupt):  # uvicorn re-raises the Ctrl-C it handled
         dash.serve()
     sys.stdout.flush()

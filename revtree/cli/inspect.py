@@ -15,6 +15,7 @@ from rich import box
 from rich.markup import escape
 from rich.table import Table
 
+from revtree import collector
 from revtree.cli.app import (
     DbOpt,
     RunArg,
@@ -57,6 +58,7 @@ def watch(
     store = open_reads(db)
     found = store.get_run(run_id)
     last, start, checked = since, time.monotonic(), 0.0
+    collector.settle()  # a long poll from here (revtree.collector)
     while True:
         events = store.events_since(found.id, last)
         for ev in events:

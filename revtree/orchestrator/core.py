@@ -18,6 +18,7 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
+from revtree import collector
 from revtree.agents.driver import driver
 from revtree.errors import Cancelled
 from revtree.memory import Event, Node, RunInfo, RunStatus, Store
@@ -83,6 +84,7 @@ class Orchestrator:
     def drive(self, stop: threading.Event | None = None) -> RunInfo:
         """Run until the budget is spent, the search is exhausted or ``stop`` is set."""
         stop, p = stop or threading.Event(), self.parts
+        collector.settle()  # the imports are done (revtree.collector)
         p.claim()
         p.sandbox.reap()  # leftovers of a killed session of this run
         p.budget.restart_clock()

@@ -1,0 +1,58 @@
+"""Python's cycle collector around a command's imports and its exit (issue 24).
+
+A ``revtree run`` imports about 2,000 modules (LangGraph, SQLAlchemy, the model SDK,
+pydantic models by the thousand), and all they make lives as long as the process. With
+the collector's defaults every full collection walks all of it: three times over during
+the imports, and again while the interpreter shuts down. On the 2-core machine that was
+0.3-0.5 s of a run's start and about 0.6 s of every command's exit
+(``benchmarks/cli_start.py`` and ``docs/architecture.md`` have the figures).
+
+- :func:`hold` (``main()``, first thing): full collections wait. The young generations are
+  still collected, so a cycle made and dropped at once is freed as before; only what has
+  outlived two young collections waits. A command that never settles (``ls``, ``show``:
+  short) just runs with fewer full collections.
+- :func:`settle` (where a long-lived loop starts: ``Orchestrator.drive``, ``watch``, the
+  dashboard): what exists now moves out of the collector's view for good
+  (``gc.freeze``: the modules, classes and functions of the imports), and full
+  collections resume at the defaults. Only once, and only after :func:`hold`, so that a
+  library user (a test process driving runs in-process) keeps its collector as it was.
+- :func:`leave` (``main()``'s last step): the same move before the interpreter shuts
+  down, whose own collections would otherwise walk everything once more. Python runs no
+  collector at exit by promise, so nothing is lost: ``atexit`` handlers and
+  ``weakref.finalize`` still run, and the store closes its connections itself.
+"""
+
+from __future__ import annotations
+
+import gc
+
+DEFAULT = gc.get_threshold()  # (700, 10, 10) unless the embedding process changed it
+HELD = 1_000_000  # young (gen 1) collections before a full one while held: in effect never
+_held = False
+
+
+def hold() -> None:
+    """Full collections wait until :func:`settle` (the young ones go on)."""
+    global _held
+    if not _held:
+        _held = True
+        gc.set_threshold(DEFAULT[0], DEFAULT[1], HELD)
+
+
+def settle() -> None:
+    """The imports are done: freeze what they made and resume full collections (once,
+    after :func:`hold`; otherwise nothing)."""
+    global _held
+    if _held:
+        _held = False
+        gc.freeze()
+        gc.set_threshold(*DEFAULT)
+
+
+def leave() -> None:
+    """The process is about to exit: nothing left for the shutdown's collections to walk."""
+    gc.freeze()
+
+
+def held() -> bool:
+    return _held
