@@ -48,13 +48,16 @@ import threading
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from revtree.agents.retrieval import Embedder, unit
 from revtree.memory import GitStore, Node, NodeStatus
 from revtree.orchestrator.mirror import Mirror
 from revtree.tasks import TaskSpec, matches
+
+if TYPE_CHECKING:  # numpy is imported on the first comparison, not at start (issue 24:
+    # 50-150 ms of every run's start, before its first model request)
+    import numpy as np
 
 CHAR_MATCH_LIMIT = 4_000_000  # a replaced block larger (product of lengths): all differ
 CACHE = 4096  # normalised files kept, by blob, and commits' texts, by commit
@@ -117,6 +120,8 @@ def histogram(lines: list[str]) -> np.ndarray:
     histograms' L1 distance is a lower bound of ``distance``, as a match pairs only equal
     characters and equal lines match whole (counting several characters as one keeps it
     one). It rules out, all at once, the nodes too far apart to be twins."""
+    import numpy as np
+
     data = np.frombuffer("".join(lines).encode("latin-1", "replace"), np.uint8)
     return np.bincount(np.minimum(data, BINS - 1), minlength=BINS).astype(np.int32)
 
@@ -188,7 +193,7 @@ class Novelty:
         self._texts: dict[str, list[str]] = {}
         self._lock = threading.Lock()
         self._rows: dict[str, int] = {}  # commit -> its row of ``_counts``
-        self._counts = np.zeros((64, BINS), np.int32)  # each compared commit's ``histogram``
+        self._counts: np.ndarray | None = None  # each compared commit's ``histogram``
 
     def twin(self, node: Node) -> Twin | None:
         """The evaluated node ``node`` is a near twin of (by text: the most alike, then
@@ -222,14 +227,21 @@ class Novelty:
         """The ``others`` that may be within ``slack`` of ``mine``: those whose histogram
         is (``histogram``; one array operation over all, where ``distance`` over each
         made a run of thousands of candidates slower with each)."""
+        import numpy as np
+
         rows = self._rows_of(others)
+        if not rows:
+            return []
         with self._lock:
+            assert self._counts is not None  # made by _rows_of for the first row
             counts = self._counts[rows]
         bound = np.abs(counts - histogram(mine)).sum(axis=1)
         return [o for o, b in zip(others, bound.tolist(), strict=True) if b < slack]
 
     def _rows_of(self, nodes: list[Node]) -> list[int]:
         """Each node's row of the histograms (by commit), added where missing."""
+        import numpy as np
+
         commits = [n.commit or "" for n in nodes]
         with self._lock:
             missing = [c for c in dict.fromkeys(commits) if c not in self._rows]
@@ -238,7 +250,9 @@ class Novelty:
             with self._lock:
                 if commit in self._rows:
                     continue
-                if len(self._rows) == len(self._counts):
+                if self._counts is None:
+                    self._counts = np.zeros((64, BINS), np.int32)
+                elif len(self._rows) == len(self._counts):
                     self._counts = np.concatenate([self._counts, np.zeros_like(self._counts)])
                 self._rows[commit] = len(self._rows)
                 self._counts[self._rows[commit]] = counts
