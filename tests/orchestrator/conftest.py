@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
@@ -167,8 +168,9 @@ def revtree_here(
     prove nothing more and costs an interpreter start and the CLI's imports (issue 24).
     ``main()``'s one step, a :class:`RevtreeError` as ``error: ...`` and exit code 2, is
     taken here; ``main()`` itself (which also makes the process non-dumpable) runs only
-    in the subprocess tests. Not for commands that drive a run, record a pid or wait on
-    signals: those keep :func:`revtree`. stdin is empty, not a terminal."""
+    in the subprocess tests. A command that drives a run goes through :func:`drive_here`
+    (its signal handlers put back); one whose process is the point (a pid, a kill, a
+    signal) keeps :func:`revtree`. stdin is empty, not a terminal."""
     from typer.testing import CliRunner
 
     from revtree.cli import app  # the typer app, every command registered
@@ -176,7 +178,8 @@ def revtree_here(
 
     changes: dict[str, str | None] = {"REVTREE_DB": None, "REVTREE_HOME": str(home)}
     changes.update({"COLUMNS": "200", **env})  # as cli_env(home, **env) makes it (env wins)
-    result = CliRunner().invoke(app, list(args), env=changes, catch_exceptions=True)
+    with console_width(int(changes["COLUMNS"] or 80)):  # a new process reads COLUMNS
+        result = CliRunner().invoke(app, list(args), env=changes, catch_exceptions=True)
     code, stderr = result.exit_code, result.stderr
     if isinstance(result.exception, RevtreeError):
         code, stderr = 2, f"{stderr}error: {result.exception}\n"
@@ -186,6 +189,41 @@ def revtree_here(
     if check and code != 0:
         raise AssertionError(f"revtree {args} exited {code}:\n{proc.stdout}\n{proc.stderr}")
     return proc
+
+
+@contextlib.contextmanager
+def console_width(columns: int) -> Iterator[None]:
+    """The CLI's consoles ``columns`` wide for the block: they read COLUMNS when made,
+    at the import, where a subprocess of :func:`revtree` makes them with its own."""
+    from revtree.cli.app import console, err
+
+    saved = [(c, c.__dict__["_width"]) for c in (console, err)]
+    try:
+        for c, _ in saved:
+            c.width = columns
+        yield
+    finally:
+        for c, width in saved:
+            c.__dict__["_width"] = width
+
+
+def drive_here(
+    home: Path, *args: str, check: bool = True, **env: str
+) -> subprocess.CompletedProcess[str]:
+    """A command that drives a run (run, resume, retry...) in this process, as
+    :func:`revtree_here`: for a test of what the run does (its scores, its trust, its
+    records), where a subprocess proves nothing and costs 2 s of CPU (the interpreter and
+    LangGraph's, SQLAlchemy's and the SDK's imports; issue 24). The command's Ctrl-C and
+    SIGTERM handlers are put back after it. A test of the process itself (a kill, a
+    signal, a pid, a terminal, ``main()``) keeps :func:`revtree`."""
+    import signal
+
+    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        return revtree_here(home, *args, check=check, **env)
+    finally:
+        for signum, handler in saved.items():
+            signal.signal(signum, handler)
 
 
 def spawn(home: Path, *args: str, **env: str) -> subprocess.Popen[str]:

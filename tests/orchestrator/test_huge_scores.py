@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from revtree.memory.records import SCORE_LIMIT, finite_mean
 from revtree.orchestrator.trust import gain
 from tests.dashboard.conftest import Site, start_dashboard
-from tests.orchestrator.conftest import revtree, revtree_here
+from tests.orchestrator.conftest import drive_here, revtree_here
 
 # the score by the knob X: the baseline (X = 3) scores +/-1e300 by repeat (allowed, and its
 # noise would overflow a plain sum of squares); other candidates 1e308, -1e308, or 1e300
@@ -92,7 +92,7 @@ def test_huge_scores_are_refused_and_every_reader_survives_them(
     tmp_path: Path, home: Path, db_url: str
 ) -> None:
     task = huge_task(tmp_path / "task")
-    revtree(home, "run", str(task), "--quiet", "--db", db_url, REVTREE_SANDBOX="local")
+    drive_here(home, "run", str(task), "--quiet", "--db", db_url, REVTREE_SANDBOX="local")
     summary = readers_work(home, db_url, "last")
     run_id = str(summary["run_id"])
 

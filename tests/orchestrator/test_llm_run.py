@@ -306,7 +306,7 @@ def test_weighted_ensemble_picks_members_by_weight() -> None:
 
 @pytest.mark.slow
 def test_cli_run_with_model_and_base_url(tmp_path: Path, home: Path) -> None:
-    from .conftest import revtree
+    from .conftest import drive_here, revtree_here
 
     task = make_task(tmp_path / "t", budget=3)
     text = (task / "task.toml").read_text()
@@ -315,7 +315,7 @@ def test_cli_run_with_model_and_base_url(tmp_path: Path, home: Path) -> None:
         "fake-model = { input = 1000.0, output = 1000.0 }\n"
     )
     with FakeLLMServer(Scientist()) as srv:
-        out = revtree(
+        out = drive_here(
             home,
             "run",
             str(task),
@@ -327,7 +327,7 @@ def test_cli_run_with_model_and_base_url(tmp_path: Path, home: Path) -> None:
             "100",
         ).stdout
     assert "LLM" in out and "calls" in out and "$" in out
-    shown = revtree(home, "show", "last", "--json", "--nodes").stdout
+    shown = revtree_here(home, "show", "last", "--json", "--nodes").stdout
     import json
 
     data = json.loads(shown)

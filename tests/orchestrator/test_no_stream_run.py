@@ -52,7 +52,7 @@ def test_cli_the_fake_server_without_streams_and_a_run_that_says_so_once(
     import subprocess
     import sys
 
-    from .conftest import cli_env, revtree
+    from .conftest import cli_env, drive_here, revtree_here
 
     task = make_task(tmp_path / "t", budget=4)
     server = subprocess.Popen(
@@ -69,14 +69,14 @@ def test_cli_the_fake_server_without_streams_and_a_run_that_says_so_once(
         assert server.stdout is not None
         url = server.stdout.readline().split(" at ")[-1].strip()
         assert url.startswith("http://127.0.0.1:") and url.endswith("/v1"), url
-        out = revtree(home, "run", str(task), "--base-url", url).stdout
+        out = drive_here(home, "run", str(task), "--base-url", url).stdout
     finally:
         server.terminate()
         server.wait(timeout=30)
     said = [ln for ln in out.splitlines() if "not streamed for the rest of the run" in ln]
     assert len(said) == 1, out
     assert "fake-model at http://127.0.0.1:" in said[0] and "application/json" in said[0]
-    shown = revtree(home, "show", "last", "--json", "--nodes").stdout
+    shown = revtree_here(home, "show", "last", "--json", "--nodes").stdout
     import json
 
     data = json.loads(shown)

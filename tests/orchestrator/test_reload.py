@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from revtree.memory import Store
-from tests.orchestrator.conftest import EVALUATOR, make_task, revtree
+from tests.orchestrator.conftest import EVALUATOR, drive_here, make_task, revtree_here
 
 pytestmark = pytest.mark.slow
 
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.slow
 def _failed_with_hint(home: Path, task: Path) -> tuple[str, str]:
     """Run ``task``; it must fail at its baseline and print a resume command: the run
     id and that command."""
-    proc = revtree(home, "run", str(task), "--sandbox", "local", check=False)
+    proc = drive_here(home, "run", str(task), "--sandbox", "local", check=False)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1, out
     found = re.search(r"`(revtree resume (\S+) --reload)`", out)
@@ -29,7 +29,7 @@ def _failed_with_hint(home: Path, task: Path) -> tuple[str, str]:
 
 
 def _show(home: Path, run_id: str) -> dict:
-    return json.loads(revtree(home, "show", run_id, "--json").stdout)
+    return json.loads(revtree_here(home, "show", run_id, "--json").stdout)
 
 
 def test_an_evaluator_bug_fixed_then_the_printed_command_completes_the_run(
@@ -41,11 +41,11 @@ def test_an_evaluator_bug_fixed_then_the_printed_command_completes_the_run(
     run_id, command = _failed_with_hint(home, task)
     ev.write_text(EVALUATOR)  # the fix, in the task folder
 
-    plain = revtree(home, "resume", run_id, check=False)  # the stored copy: fails again
+    plain = drive_here(home, "resume", run_id, check=False)  # the stored copy: fails again
     assert plain.returncode == 1, plain.stdout + plain.stderr
     assert "sol.Y" in plain.stdout + plain.stderr or "AttributeError" in plain.stdout
 
-    done = revtree(home, *command.split()[1:])
+    done = drive_here(home, *command.split()[1:])
     assert "task reloaded from" in done.stdout and "ev.py" in done.stdout
     assert "-value = sol.Y" in done.stdout  # the diff of the protected file
     shown = _show(home, run_id)
@@ -70,7 +70,7 @@ def test_a_misspelt_metric_fixed_in_task_toml(tmp_path: Path, home: Path) -> Non
     toml.write_text(toml.read_text().replace('metric = "f"', 'metric = "ff"'))
     run_id, command = _failed_with_hint(home, task)
     toml.write_text(toml.read_text().replace('metric = "ff"', 'metric = "f"'))
-    done = revtree(home, *command.split()[1:])
+    done = drive_here(home, *command.split()[1:])
     assert 'evaluate.metric: "ff" -> "f"' in done.stdout, done.stdout
     shown = _show(home, run_id)
     assert shown["status"] == "completed" and shown["best_score"] is not None, shown
@@ -78,11 +78,11 @@ def test_a_misspelt_metric_fixed_in_task_toml(tmp_path: Path, home: Path) -> Non
 
 def test_a_changed_direction_is_refused_once_scored_naming_fork(tmp_path: Path, home: Path) -> None:
     task = make_task(tmp_path / "task", budget=2)
-    revtree(home, "run", str(task), "--sandbox", "local")
-    run_id = json.loads(revtree(home, "ls", "--json").stdout)[0]["run_id"]
+    drive_here(home, "run", str(task), "--sandbox", "local")
+    run_id = json.loads(revtree_here(home, "ls", "--json").stdout)[0]["run_id"]
     toml = task / "task.toml"
     toml.write_text(toml.read_text().replace('"minimize"', '"maximize"'))
-    proc = revtree(home, "resume", run_id, "--reload", check=False)
+    proc = drive_here(home, "resume", run_id, "--reload", check=False)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert f"revtree fork {run_id}" in proc.stderr and "would not compare" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr

@@ -23,7 +23,7 @@ from revtree.orchestrator.commands.doctor import doctor
 from revtree.orchestrator.run import alive
 from revtree.tasks import load_task
 
-from .conftest import make_task, revtree, revtree_here, spawn, wait_for
+from .conftest import drive_here, make_task, revtree, revtree_here, spawn, wait_for
 
 FLAKY = """\
 import os, sys
@@ -73,7 +73,7 @@ def _failed_run(st: Store, home: Path, task: Path) -> str:
 def _retry(
     home: Path, db_url: str, *args: str, check: bool = True
 ) -> subprocess.CompletedProcess[str]:
-    return revtree(home, "retry", *args, "--db", db_url, check=check)
+    return drive_here(home, "retry", *args, "--db", db_url, check=check)
 
 
 def _refused(home: Path, db_url: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -149,7 +149,7 @@ def test_retry_from_evaluate_after_an_infrastructure_failure(
     assert retry_ev.data["previous"]["error_kind"] == "crash"
     assert st.node(run_id, 2).status is NodeStatus.FAILED  # untouched
     _assert_healthy(st, home, run_id)
-    assert "no problems found" in revtree(home, "doctor", run_id, "--db", db_url).stdout
+    assert "no problems found" in revtree_here(home, "doctor", run_id, "--db", db_url).stdout
 
     # the knob study and the policy see the new outcome; the thread was forked (time
     # travel) at the checkpoint that was about to evaluate, replayed from the review
@@ -226,7 +226,7 @@ def test_retry_with_set_changes_the_run_config(
     marker.touch()
     # on SQLite, gc deletes the finished threads' checkpoints: the retry then starts the
     # thread over, each step skipping the work the node holds
-    pruned = revtree(home, "gc", "--db", db_url).stdout
+    pruned = revtree_here(home, "gc", "--db", db_url).stdout
     assert db_url.startswith("postgresql") or "removed 0 checkpoint" not in pruned
 
     _retry(home, db_url, run_id, "2", "--set", "sandbox.memory=8g", "--set", "evaluate.timeout=30")
@@ -263,7 +263,7 @@ def test_retry_refuses_what_it_cannot_do(
     st.update_node(run_id, 2, status=NodeStatus.FAILED)
     # a live process (this one) drives the run: the retry in a process of its own
     st.claim_run(run_id, os.getpid(), socket.gethostname(), alive)
-    driven = _retry(home, db_url, run_id, "1", check=False)
+    driven = revtree(home, "retry", run_id, "1", "--db", db_url, check=False)
     assert driven.returncode == 2 and "being driven by pid" in driven.stderr
     assert st.node(run_id, 1).attempt == 1  # nothing was changed
     assert all(e.kind != "retry" for e in st.events_since(run_id))
@@ -313,7 +313,7 @@ def test_a_killed_retry_is_finished_by_resume(
             proc.wait()
     refused = _refused(home, db_url, run_id, "1")
     assert refused.returncode == 2 and "still evaluating" in refused.stderr
-    revtree(home, "resume", run_id, "--db", db_url)
+    drive_here(home, "resume", run_id, "--db", db_url)
     node = st.node(run_id, 1)
     assert node.status is NodeStatus.SUCCEEDED and node.attempt == 2
     counts = st.evaluation_counts(run_id)

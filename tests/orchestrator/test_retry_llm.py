@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from revtree.agents.llm.fake_server import FakeLLMServer, FakeReply, FakeRequest
-from tests.orchestrator.conftest import revtree, revtree_here
+from tests.orchestrator.conftest import drive_here, revtree_here
 from tests.orchestrator.test_llm_run import make_task, role
 
 pytestmark = pytest.mark.slow(seconds=15)
@@ -50,13 +50,13 @@ def test_a_second_retry_starts_with_a_fresh_coder_call_not_the_last_refusal(
     task = make_task(tmp_path / "t", budget=2)
     model = Sloppy()
     with FakeLLMServer(model) as srv:
-        revtree(home, "run", str(task), "--base-url", srv.openai_url, "--quiet", check=False)
+        drive_here(home, "run", str(task), "--base-url", srv.openai_url, "--quiet", check=False)
         first = node_1(home)
         assert first["status"] == "failed" and first["error_kind"] == "code", first
         assert model.roles == ["proposer", "coder", "repair"]  # one repair round, refused
-        revtree(home, "retry", "last", "1", check=False)  # attempt 2: refused again
+        drive_here(home, "retry", "last", "1", check=False)  # attempt 2: refused again
         assert node_1(home)["status"] == "failed" and model.roles[3:] == ["coder", "repair"]
         model.fixed, model.roles = True, []
-        out = revtree(home, "retry", "last", "1")  # attempt 3: the coder now answers
+        out = drive_here(home, "retry", "last", "1")  # attempt 3: the coder now answers
     assert model.roles == ["coder"], (model.roles, out.stdout)  # not a repair of attempt 2
     assert node_1(home)["status"] == "succeeded" and "attempt 3: scored" in out.stdout

@@ -26,7 +26,7 @@ from revtree.memory import NodeStatus, RunStatus, Store
 from revtree.orchestrator import Orchestrator, create_run
 from revtree.orchestrator.trust import Failure, SameFailures, foreign_failure
 from revtree.tasks import load_task
-from tests.orchestrator.conftest import revtree
+from tests.orchestrator.conftest import drive_here, revtree_here
 
 EVALUATOR = """\
 import json, os, solver
@@ -117,11 +117,11 @@ class Model:
 
 
 def show(home: Path) -> dict:
-    return json.loads(revtree(home, "show", "last", "--json", "--nodes").stdout)
+    return json.loads(revtree_here(home, "show", "last", "--json", "--nodes").stdout)
 
 
 def failed_run(home: Path, task: Path, url: str) -> tuple[dict, str]:
-    out = revtree(home, "run", str(task), "--base-url", url, check=False)
+    out = drive_here(home, "run", str(task), "--base-url", url, check=False)
     assert out.returncode == 1, out.stdout + out.stderr
     return show(home), out.stdout + out.stderr
 
@@ -145,10 +145,10 @@ def test_a_model_that_fails_every_proposal_stops_the_run_after_k_and_resume_comp
         failed = [n for n in s["nodes"] if n["id"] != 0]
         assert [n["status"] for n in failed] == ["failed"] * 4  # K candidates, not the budget
         assert "stopping: 4 candidates in a row" in printed  # the live log said it
-        assert "LLMError" in revtree(home, "show", run_id).stdout  # and show says why
+        assert "LLMError" in revtree_here(home, "show", run_id).stdout  # and show says why
         # the streak starts anew on resume: one more failure does not stop it again
         model.propose_fails = 1
-        revtree(home, "resume", run_id, "--quiet")
+        drive_here(home, "resume", run_id, "--quiet")
     s = show(home)
     assert s["status"] == "completed", s["reason"]
     assert s["n_nodes"] == 8 and s["best_score"] < s["baseline_score"]
@@ -173,7 +173,7 @@ def test_a_reviewer_that_never_gives_a_verdict_is_reminded_then_stops_the_run(
         assert [n["status"] for n in failed] == ["failed"] * 4  # the reviewer's, not rejected
         assert all(n["error_kind"] == "review" for n in failed)
         model.reviewer_broken = False
-        revtree(home, "resume", "last", "--quiet")
+        drive_here(home, "resume", "last", "--quiet")
     s = show(home)
     assert s["status"] == "completed", s["reason"]
     assert s["n_nodes"] == 7 and s["best_score"] < s["baseline_score"]

@@ -33,7 +33,7 @@ from revtree.orchestrator.trust import (
     rank_alarm,
 )
 from revtree.orchestrator.verify import FINAL_TRIES
-from tests.orchestrator.conftest import cli_env, revtree, revtree_here, wait_for
+from tests.orchestrator.conftest import cli_env, drive_here, revtree, revtree_here, wait_for
 
 
 def show(home: Path) -> dict:
@@ -182,7 +182,7 @@ def test_a_baseline_that_cannot_be_scored_stops_the_run_failed_and_resumes_once_
 ) -> None:
     task = quad_task(tmp_path / "t", NEEDS_DATA)
     data = tmp_path / "target.txt"
-    first = revtree(home, "run", str(task), "--quiet", check=False, QUAD_DATA=str(data))
+    first = drive_here(home, "run", str(task), "--quiet", check=False, QUAD_DATA=str(data))
     assert first.returncode == 1, first.stdout + first.stderr
     s = show(home)
     assert s["status"] == "failed"
@@ -191,7 +191,7 @@ def test_a_baseline_that_cannot_be_scored_stops_the_run_failed_and_resumes_once_
     assert sum(n["status"] in ("succeeded", "failed", "rejected") for n in s["nodes"]) <= 2
     assert "revtree resume" in first.stdout
     data.write_text("1.5\n")  # the fix
-    again = revtree(home, "resume", "last", "--quiet", QUAD_DATA=str(data))
+    again = drive_here(home, "resume", "last", "--quiet", QUAD_DATA=str(data))
     assert "completed" in again.stdout
     s = show(home)
     assert s["status"] == "completed" and s["baseline_score"] == pytest.approx(2.25)
@@ -205,7 +205,7 @@ def test_a_wrong_metric_name_fails_fast_naming_the_metric(tmp_path: Path, home: 
         tmp_path / "t",
         "import json, os\nos.write(3, json.dumps({'loss': 1.0}).encode())\n",
     )
-    out = revtree(home, "run", str(task), "--quiet", check=False)
+    out = drive_here(home, "run", str(task), "--quiet", check=False)
     assert out.returncode == 1
     s = show(home)
     assert s["status"] == "failed" and "'f' missing" in s["reason"], s["reason"]
@@ -251,7 +251,7 @@ def test_an_unreachable_model_endpoint_stops_the_run_naming_it_and_resumes_once_
     port = _free_port()
     url = f"http://127.0.0.1:{port}/v1"
     with FakeLLMServer(_gone_after_the_ping, port=port):  # an outage once the run is on
-        out = revtree(home, "run", str(task), "--base-url", url, "--quiet", check=False)
+        out = drive_here(home, "run", str(task), "--base-url", url, "--quiet", check=False)
     assert out.returncode == 1, out.stdout + out.stderr
     s = show(home)
     assert s["status"] == "failed" and "infrastructure failures in a row" in s["reason"]
@@ -259,7 +259,7 @@ def test_an_unreachable_model_endpoint_stops_the_run_naming_it_and_resumes_once_
     finished = [n for n in s["nodes"] if n["status"] in ("succeeded", "failed", "rejected")]
     assert [n["id"] for n in finished] == [0]  # only the baseline: no candidate was blamed
     with FakeLLMServer(_coder, port=port):
-        revtree(home, "resume", "last", "--quiet")
+        drive_here(home, "resume", "last", "--quiet")
     s = show(home)
     assert s["status"] == "completed"
     assert s["best_score"] == pytest.approx(4.0) and s["baseline_score"] == pytest.approx(9.0)
@@ -395,7 +395,7 @@ def fit_task(root: Path, budget: int) -> Path:
 def test_a_hack_whose_holdout_crashes_gets_a_drift_alarm(tmp_path: Path, home: Path) -> None:
     task = fit_task(tmp_path / "t", budget=4)
     with FakeLLMServer(Hacker(crash=True)) as srv:
-        revtree(home, "run", str(task), "--base-url", srv.openai_url, "--quiet")
+        drive_here(home, "run", str(task), "--base-url", srv.openai_url, "--quiet")
     s = show(home)
     hacked = [n for n in s["nodes"] if n["score"] == 0.0]
     assert hacked and all(n["alarm"]["kind"] == "holdout-failed" for n in hacked), s["alarms"]
@@ -408,7 +408,7 @@ def test_a_coder_that_hard_codes_protected_data_gets_a_drift_alarm_and_is_not_ex
 ) -> None:
     task = fit_task(tmp_path / "t", budget=5)
     with FakeLLMServer(Hacker()) as srv:
-        out = revtree(home, "run", str(task), "--base-url", srv.openai_url)
+        out = drive_here(home, "run", str(task), "--base-url", srv.openai_url)
     s = show(home)
     guard_scores = [g["score"] for g in s["guard"]["nodes"] if g["score"]]
     prompts = [r.system + r.prefix + r.user for r in srv.requests]
@@ -472,7 +472,7 @@ def test_a_stochastic_evaluator_of_an_unchanged_program_is_never_reported_better
         file = "solver.py"
         """)
     )
-    out = revtree(home, "run", str(root), "--quiet")
+    out = drive_here(home, "run", str(root), "--quiet")
     s = show(home)
     assert s["gain"] is not None and s["gain"]["beyond_noise"] is False, s["gain"]
     assert s["gain"]["post_selection"] is True
@@ -491,7 +491,7 @@ def test_an_edit_that_changes_nothing_is_not_evaluated(tmp_path: Path, home: Pat
             else "solver.py\n```python\nX = 3.0\n```\n"
         )
     ) as srv:
-        revtree(home, "run", str(task), "--base-url", srv.openai_url, "--quiet")
+        drive_here(home, "run", str(task), "--base-url", srv.openai_url, "--quiet")
     s = show(home)
     others = [n for n in s["nodes"] if n["id"] != 0]
     assert others and all("change nothing" in (n["error"] or "") for n in others), [
@@ -517,7 +517,7 @@ def test_a_deterministic_evaluator_re_runs_only_the_baseline_and_the_final_best(
     # no share: every new best would be verified as it is found
     extra = "[search]\nseed = 0\n[trust]\nverify_share = 1.0\n"
     task = quad_task(tmp_path / "q", EXACT, extra=extra, budget=12)
-    revtree(home, "run", str(task), "--quiet")
+    drive_here(home, "run", str(task), "--quiet")
     s = show(home)
     counts = {n["id"]: n["n_evaluations"] for n in s["nodes"] if n["n_evaluations"] > 1}
     # the baseline's verification measures the noise (3 repeats); none is seen, so the
@@ -536,7 +536,7 @@ def test_a_candidate_good_on_its_first_run_only_is_never_the_best(
     tmp_path: Path, home: Path
 ) -> None:
     task = quad_task(tmp_path / "q", FIRST_RUN_ONLY, extra="[search]\nseed = 0\n", budget=8)
-    revtree(home, "run", str(task), "--quiet")
+    drive_here(home, "run", str(task), "--quiet")
     s = show(home)
     assert s["best_node"] == 0, [(n["id"], n["score"], n["n_evaluations"]) for n in s["nodes"]]
 
@@ -557,7 +557,7 @@ def test_a_late_candidate_good_on_its_first_run_only_is_never_the_best(
 ) -> None:
     extra = "[search]\nseed = 0\n[trust]\nverify_share = 1.0\n"
     task = quad_task(tmp_path / "q", LATE_FIRST_RUN_ONLY, extra=extra, budget=12)
-    revtree(home, "run", str(task), "--quiet")
+    drive_here(home, "run", str(task), "--quiet")
     s = show(home)
     nodes = {n["id"]: n for n in s["nodes"]}
     events = store.events_since(s["run_id"], limit=100_000)
@@ -610,7 +610,7 @@ def test_a_resumed_run_verifies_the_best_an_earlier_session_deferred(
     port = _free_port()
     url = f"http://127.0.0.1:{port}/v1"
     with FakeLLMServer(Writes(2.0, 1.0), port=port):  # an honest best, then a cheat
-        out = revtree(home, "run", str(task), "--base-url", url, "--quiet", check=False)
+        out = drive_here(home, "run", str(task), "--base-url", url, "--quiet", check=False)
     assert out.returncode == 1, out.stdout + out.stderr
     s = show(home)
     nodes = {n["id"]: n for n in s["nodes"] if n["score"] is not None}
@@ -620,7 +620,7 @@ def test_a_resumed_run_verifies_the_best_an_earlier_session_deferred(
     honest = next(i for i in nodes if i not in (0, cheat))
     assert nodes[honest]["n_evaluations"] == 1  # deferred too
     with FakeLLMServer(Writes(*[2.5] * 9), port=port):  # no new best: none deferred
-        revtree(home, "resume", "last", "--quiet")
+        drive_here(home, "resume", "last", "--quiet")
     s = show(home)
     nodes = {n["id"]: n for n in s["nodes"]}
     assert s["status"] == "completed" and s["best_node"] == honest, (s["best_node"], nodes)
@@ -646,7 +646,7 @@ def test_more_deferred_cheats_than_final_tries_are_all_found_out(
 ) -> None:
     extra = "[search]\nseed = 0\n[trust]\nverify_share = 1.0\n"
     task = quad_task(tmp_path / "q", EACH_BETTER_ONCE, extra=extra, budget=13)
-    revtree(home, "run", str(task), "--quiet")
+    drive_here(home, "run", str(task), "--quiet")
     s = show(home)
     nodes = {n["id"]: n for n in s["nodes"] if n["score"] is not None}
     cheats = [i for i in nodes if i >= 2]
@@ -670,7 +670,7 @@ def test_the_end_verifies_the_baseline_beside_the_best_where_two_slots_fit(
 ) -> None:
     extra = "[search]\nseed = 0\nparallel = 2\n[trust]\nverify_share = 1.0\n"
     task = quad_task(tmp_path / "q", BASELINE_LAST, extra=extra, budget=12)
-    revtree(home, "run", str(task), "--quiet")
+    drive_here(home, "run", str(task), "--quiet")
     best = show(home)["best_node"]
     with sqlite3.connect(home / "revtree.db") as db:  # when each ran: the stored times
         rows = db.execute(
@@ -740,7 +740,7 @@ def test_a_stop_during_the_final_checks_beside_the_last_candidates_stops_at_once
     assert took < 8, (took, out)  # not the 15 s of the re-run it cancelled
     assert show(home)["status"] == "stopped", out
     (marks / "once").unlink()  # the resume's re-run is quick
-    revtree(home, "resume", "last", "--quiet", QUAD_DATA=str(marks))
+    drive_here(home, "resume", "last", "--quiet", QUAD_DATA=str(marks))
     s = show(home)
     assert s["status"] == "completed" and s["best_node"] != 0, s["status"]
 
@@ -755,7 +755,7 @@ def test_at_parallel_4_bests_found_at_once_measure_the_noise_once(
     # no share: every new best is verified or deferred as it is found, four at a time
     extra = "[search]\nseed = 0\nparallel = 4\n[trust]\nverify_share = 1.0\n"
     task = quad_task(tmp_path / "q", EXACT_SLOW, extra=extra, budget=24)
-    revtree(home, "run", str(task), "--quiet")
+    drive_here(home, "run", str(task), "--quiet")
     s = show(home)
     counts = {n["id"]: n["n_evaluations"] for n in s["nodes"] if n["n_evaluations"] > 1}
     # one verification (the baseline's, or the first best's) measures the noise; the

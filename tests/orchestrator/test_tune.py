@@ -12,7 +12,7 @@ import pytest
 from revtree.orchestrator.tune import improvement, split
 from revtree.tasks.load import load_task
 from revtree.tasks.profiles import write_profile
-from tests.orchestrator.conftest import make_task, revtree
+from tests.orchestrator.conftest import drive_here, make_task, revtree, revtree_here
 
 
 def test_improvement_is_signed_by_direction() -> None:
@@ -61,7 +61,7 @@ def test_tune_writes_a_profile_a_task_applies(tmp_path: Path) -> None:
     home, suite = tmp_path / "home", tmp_path / "suite"
     for name in ("a", "b", "c"):
         make_task(suite / name, budget=20)
-    out = revtree(
+    out = drive_here(
         home, "tune", str(suite), "--name", "mine", "--budget", "4", "--trials", "2",
         "--holdout", "1", "--seeds", "1", "--policies", "mcts,evolution",
     )  # fmt: skip
@@ -69,7 +69,7 @@ def test_tune_writes_a_profile_a_task_applies(tmp_path: Path) -> None:
     profile = tomllib.loads((home / "profiles" / "mine.toml").read_text())
     assert profile["search"]["policy"] in ("mcts", "evolution")
     assert len(profile["tune"]["train"]) == 2 and len(profile["tune"]["held_out"]) == 1
-    ls = revtree(home, "ls", check=False)
+    ls = revtree_here(home, "ls", check=False)
     assert "quad" not in ls.stdout  # tune's runs went to a throwaway home
 
     task = make_task(tmp_path / "user", budget=3)
@@ -77,12 +77,12 @@ def test_tune_writes_a_profile_a_task_applies(tmp_path: Path) -> None:
     head, _, tail = text.partition("[search]")
     after = tail.split("\n[", 1)[1]  # drop the task's own [search] keys
     (task / "task.toml").write_text(f'{head}[search]\nprofile = "mine"\n\n[{after}')
-    revtree(home, "run", str(task), "--quiet")
-    shown = json.loads(revtree(home, "show", "last", "--json").stdout)
+    drive_here(home, "run", str(task), "--quiet")
+    shown = json.loads(revtree_here(home, "show", "last", "--json").stdout)
     assert shown["policy"] == profile["search"]["policy"] and shown["profile"] == "mine"
 
     (task / "task.toml").write_text(f'{head}[search]\nprofile = "mien"\n\n[{after}')
-    bad = revtree(home, "run", str(task), "--quiet", check=False)
+    bad = drive_here(home, "run", str(task), "--quiet", check=False)
     assert bad.returncode == 2
     lines = bad.stderr.strip().splitlines()
     assert len(lines) == 1 and "unknown profile 'mien'" in lines[0] and "'mine'" in lines[0]
@@ -115,7 +115,7 @@ def test_a_run_that_cannot_start_fails_its_trial_and_the_tune_goes_on(tmp_path: 
         text.replace("[sandbox]\n", '[sandbox]\nbackend = "flaky:build"\n')
     )
     (task / "flaky.py").write_text(FLAKY)
-    out = revtree(
+    out = revtree(  # a subprocess: PYTHONPATH finds the plugin sandbox
         home, "tune", str(suite), "--name", "t1", "--budget", "3", "--trials", "2",
         "--policies", "greedy", "--json", PYTHONPATH=str(task),
     )  # fmt: skip
@@ -133,7 +133,7 @@ def test_a_run_that_cannot_start_fails_its_trial_and_the_tune_goes_on(tmp_path: 
 def test_a_tune_whose_every_trial_fails_exits_1_and_says_why(tmp_path: Path) -> None:
     home, suite = tmp_path / "home", tmp_path / "suite"
     make_task(suite / "a", budget=20, modes=("crash", "ok"))  # the baseline crashes
-    out = revtree(
+    out = drive_here(
         home, "tune", str(suite), "--name", "t2", "--budget", "3", "--trials", "2",
         "--policies", "greedy,mcts", "--json", check=False,
     )  # fmt: skip
@@ -144,7 +144,7 @@ def test_a_tune_whose_every_trial_fails_exits_1_and_says_why(tmp_path: Path) -> 
     assert data["best"] is None and data["profile"] is None
     assert "every trial failed" in out.stderr
     assert not (home / "profiles" / "t2.toml").exists()
-    text = revtree(home, "tune", str(suite), "--budget", "3", "--trials", "1", check=False)
+    text = drive_here(home, "tune", str(suite), "--budget", "3", "--trials", "1", check=False)
     assert (
         text.returncode == 1 and "trial 0: " in text.stdout and "failed: a (seed 0)" in text.stdout
     )
