@@ -16,10 +16,13 @@ hidden (:func:`display_url`).
 
 from __future__ import annotations
 
+import atexit
 import itertools
+import os
 import re
 import sqlite3
 import time
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -95,9 +98,36 @@ def display_url(url: str) -> str:
     return hide(parsed.render_as_string(hide_password=True), parsed)
 
 
+# Every engine made here, disposed at exit if it still lives: its connections close, so a
+# SQLite file merges its write-ahead log and drops it (the last connection's close does)
+# and a PostgreSQL server sees its sessions end. The interpreter's collection at exit did
+# it for an engine in a reference cycle; ``revtree.collector`` freezes what a command
+# holds, which that collection then leaves alone. Only in the process that made it: a
+# forked child that exits normally must not close (and checkpoint) its parent's connections.
+_ENGINES: weakref.WeakKeyDictionary[Engine, int] = weakref.WeakKeyDictionary()
+
+
+@atexit.register
+def _dispose_all() -> None:
+    for engine, pid in list(_ENGINES.items()):
+        if pid != os.getpid():
+            continue
+        try:
+            engine.dispose()
+        except Exception:  # exiting: one engine's failure must not stop the rest
+            continue
+
+
 def make_engine(url: str, create: bool = True) -> Engine:
-    """An engine on ``url``. ``create``: a SQLite file (and its folder) is made if
-    missing; otherwise a missing file raises :class:`NoDatabase` and nothing is made."""
+    """An engine on ``url`` (disposed at exit, if it still lives then). ``create``: a
+    SQLite file (and its folder) is made if missing; otherwise a missing file raises
+    :class:`NoDatabase` and nothing is made."""
+    engine = _make_engine(url, create)
+    _ENGINES[engine] = os.getpid()
+    return engine
+
+
+def _make_engine(url: str, create: bool) -> Engine:
     parsed = normalize_url(url)
     if parsed.get_backend_name() != "sqlite":
         psycopg = parsed.get_driver_name() == "psycopg"

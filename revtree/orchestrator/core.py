@@ -79,6 +79,7 @@ class Orchestrator:
 
     def candidate(self, ticket: str) -> str:
         """Drive one candidate's pipeline thread (``revtree retry`` re-runs one)."""
+        collector.settle()  # the imports are done (revtree.collector)
         return self.scheduler.candidate(ticket)
 
     def drive(self, stop: threading.Event | None = None) -> RunInfo:

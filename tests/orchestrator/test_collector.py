@@ -4,7 +4,8 @@ stay as it was.
 
 - ``revtree run`` (through ``main()``, as ``python -m revtree`` runs it) makes no full
   collection before its loop starts, then runs with the default thresholds, everything
-  its imports made frozen; it leaves with everything frozen.
+  its imports made frozen as the loop begins; it leaves with everything frozen, and its
+  store closed all the same (no write-ahead log left beside the SQLite file).
 - ``revtree ls`` never settles: it ends still held, and frozen (its exit).
 - The library alone: ``settle()`` without ``hold()`` changes nothing; ``hold()`` then
   ``settle()`` freezes once and restores the thresholds; a second ``settle()`` is a no-op.
@@ -14,7 +15,9 @@ Speed is measured in ``benchmarks/peer.py`` and ``benchmarks/cli_start.py``.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -29,7 +32,12 @@ from tests.orchestrator.conftest import cli_env, make_task
 WATCHED = """\
 import atexit, gc, json, sys
 from revtree import collector
-full = []
+full, settled = [], []
+settle = collector.settle
+def settling():
+    settle()
+    settled.append(gc.get_freeze_count())  # what settle froze (0: it was not held)
+collector.settle = settling
 gc.callbacks.append(
     lambda phase, info: phase == "start" and info["generation"] == 2
     and full.append(collector.held())
@@ -37,7 +45,7 @@ gc.callbacks.append(
 def report():
     gc.callbacks.clear()
     print("COLLECTOR " + json.dumps(
-        [full, list(gc.get_threshold()), gc.get_freeze_count(), collector.held()]
+        [full, list(gc.get_threshold()), gc.get_freeze_count(), collector.held(), settled]
     ))
 atexit.register(report)
 sys.argv = ["revtree", *sys.argv[1:]]
@@ -62,7 +70,7 @@ print(json.dumps([list(before), alone, held, settled, again]))
 """
 
 
-def watched(home: Path, *args: str) -> tuple[int, list[bool], list[int], int, bool]:
+def watched(home: Path, *args: str) -> tuple[int, list[bool], list[int], int, bool, list[int]]:
     proc = subprocess.run(
         [sys.executable, "-c", WATCHED, *args],
         capture_output=True,
@@ -72,25 +80,33 @@ def watched(home: Path, *args: str) -> tuple[int, list[bool], list[int], int, bo
     )
     lines = [x for x in proc.stdout.splitlines() if x.startswith("COLLECTOR ")]
     assert lines, proc.stdout + proc.stderr
-    full, threshold, frozen, held = json.loads(lines[-1].removeprefix("COLLECTOR "))
-    return proc.returncode, full, threshold, frozen, held
+    full, threshold, frozen, held, settled = json.loads(lines[-1].removeprefix("COLLECTOR "))
+    return proc.returncode, full, threshold, frozen, held, settled
 
 
 @pytest.mark.slow(seconds=4)
 def test_a_run_makes_no_full_collection_before_its_loop(tmp_path: Path) -> None:
-    task = make_task(tmp_path / "task", budget=3)
-    code, full, threshold, frozen, held = watched(
-        tmp_path / "home", "run", str(task), "--sandbox", "local", "--quiet"
+    task, home = make_task(tmp_path / "task", budget=3), tmp_path / "home"
+    code, full, threshold, frozen, held, settled = watched(
+        home, "run", str(task), "--sandbox", "local", "--quiet"
     )
     assert code == 0
     assert True not in full, full  # no full collection while held (the imports)
     assert tuple(threshold) == collector.DEFAULT and not held  # settled by drive()
-    assert frozen > 10_000  # the imports' objects (LangGraph, SQLAlchemy...) and the exit's
+    assert settled[0] > 10_000, settled  # drive() froze the imports' objects as it began
+    assert frozen >= settled[0]  # and the exit what was made after
+    # the store's connections closed all the same (db._dispose_all): the write-ahead
+    # log merged into the file and gone, the file alone a whole copy of the run
+    assert not (home / "revtree.db-wal").exists()
+    copy = tmp_path / "copy.db"
+    copy.write_bytes((home / "revtree.db").read_bytes())
+    with contextlib.closing(sqlite3.connect(copy)) as conn:
+        assert conn.execute("SELECT count(*) FROM nodes").fetchone() == (3,)
 
 
 def test_a_short_command_stays_held_and_leaves_frozen(tmp_path: Path) -> None:
-    code, full, threshold, frozen, held = watched(tmp_path / "home", "ls")
-    assert code == 0 and full == [] and held
+    code, full, threshold, frozen, held, settled = watched(tmp_path / "home", "ls")
+    assert code == 0 and full == [] and held and settled == []
     assert threshold == [collector.DEFAULT[0], collector.DEFAULT[1], collector.HELD]
     assert frozen > 1_000  # leave(): typer's, rich's and the CLI's objects
 
