@@ -218,6 +218,9 @@ def drive_here(
     signal, a pid, a terminal, ``main()``) keeps :func:`revtree`."""
     import signal
 
+    import revtree.agents.knobs  # noqa: F401  (Optuna's log handler takes the real stderr
+    # when it is first imported, not the runner's, which is closed after the command)
+
     saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         return revtree_here(home, *args, check=check, **env)

@@ -1,7 +1,8 @@
 """A fixed task resumes: `revtree resume RUN --reload` reads task.toml and the protected
-files again. Each test drives the real CLI in a subprocess: a baseline fails (an
-evaluator bug, a misspelt metric), the failure prints the command that continues it,
-the fix is made in the task folder, and that command completes the run."""
+files again. Each test drives the CLI's commands in-process (``drive_here``: the
+process proves nothing here): a baseline fails (an evaluator bug, a misspelt metric),
+the failure prints the command that continues it, the fix is made in the task folder,
+and that command completes the run."""
 
 from __future__ import annotations
 

@@ -96,7 +96,7 @@ def _assert_healthy(st: Store, home: Path, run_id: str) -> None:
     assert seqs == list(range(1, len(seqs) + 1))
 
 
-@pytest.mark.slow  # a whole run and a retry in a subprocess
+@pytest.mark.slow  # a whole run and a retry
 def test_retry_where_the_thread_kept_one_checkpoint_starts_it_over(
     tmp_path: Path, home: Path, db_url: str, st: Store
 ) -> None:

@@ -3,7 +3,8 @@
 the candidates' own code never stop it.
 
 The model is the fake server on 127.0.0.1 behind the real openai SDK; the runs go
-through the real CLI in subprocesses, with real git, SQL and sandboxes."""
+through the CLI's commands in-process (``drive_here``), with real git, SQL and
+sandboxes."""
 
 from __future__ import annotations
 
