@@ -3,9 +3,9 @@
 A ``revtree run`` imports about 2,000 modules (LangGraph, SQLAlchemy, the model SDK,
 pydantic models by the thousand), and all they make lives as long as the process. With
 the collector's defaults every full collection walks all of it: three times over during
-the imports, and again while the interpreter shuts down. On the 2-core machine that was
-0.3-0.5 s of a run's start and about 0.6 s of every command's exit
-(``benchmarks/cli_start.py`` and ``docs/architecture.md`` have the figures).
+a model-driven run's imports, and again while the interpreter shuts down. Held and
+frozen as below, a whole ``revtree run`` took about a quarter less CPU on the 2-core
+machine (``docs/architecture.md`` has the figures).
 
 - :func:`hold` (``main()``, first thing): full collections wait. The young generations are
   still collected, so a cycle made and dropped at once is freed as before; only what has
