@@ -52,9 +52,9 @@ def test_approve_and_reject_from_a_second_process(tmp_path: Path, home: Path, st
         assert "waits for approval" in shown[0] and "sol.py" in shown[0]  # hypothesis + diff
         assert f"revtree approve {run_id} 1" in shown[0]
         # held is not in flight: show says it apart (issue 26)
-        held = json.loads(revtree(home, "show", run_id, "--json").stdout)
+        held = json.loads(revtree_here(home, "show", run_id, "--json").stdout)
         assert (held["waiting"], held["n_waiting"], held["n_in_flight"]) == ([1], 1, 0), held
-        assert re.search(r"n_waiting +│ 1 ", revtree(home, "show", run_id).stdout)
+        assert re.search(r"n_waiting +│ 1 ", revtree_here(home, "show", run_id).stdout)
 
         out = revtree(home, "approve", run_id, "1")
         assert "approved" in out.stdout

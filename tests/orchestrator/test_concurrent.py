@@ -18,7 +18,7 @@ import pytest
 
 from revtree.memory import NodeStatus, RunStatus, Store
 
-from .conftest import make_task, revtree, spawn, wait_for
+from .conftest import make_task, revtree_here, spawn, wait_for
 
 pytestmark = pytest.mark.slow
 RUNS = 3
@@ -63,7 +63,7 @@ def test_runs_and_watchers_at_once_into_one_database(
             seqs = _check_run(store, run_id)
             assert _watched_seqs(out) == seqs, out  # every event, in order, once
             assert out.rstrip().splitlines()[-1].startswith("run completed")
-        assert "no problems found" in revtree(home, "doctor", REVTREE_DB=db_url).stdout
+        assert "no problems found" in revtree_here(home, "doctor", REVTREE_DB=db_url).stdout
     finally:
         store.close()
 

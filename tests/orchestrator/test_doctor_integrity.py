@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from revtree.orchestrator.commands.doctor import check_database
-from tests.orchestrator.conftest import make_task, revtree
+from tests.orchestrator.conftest import make_task, revtree, revtree_here
 
 
 def assert_recovery_advice(out: str, db: Path) -> None:
@@ -36,9 +36,9 @@ def corrupt_a_page(db: Path, table: str = "nodes") -> None:
 def test_doctor_explains_a_corrupted_page_of_a_real_run(tmp_path: Path, home: Path) -> None:
     revtree(home, "run", str(make_task(tmp_path / "task", budget=3)), "--quiet")
     db = home / "revtree.db"
-    assert revtree(home, "doctor").stdout.strip() == "no problems found"
+    assert revtree_here(home, "doctor").stdout.strip() == "no problems found"
     corrupt_a_page(db)
-    proc = revtree(home, "doctor", check=False)
+    proc = revtree_here(home, "doctor", check=False)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert_recovery_advice(proc.stdout + proc.stderr, db)
     assert str(home / "runs") in proc.stdout  # where the commits are
@@ -49,7 +49,7 @@ def test_doctor_on_a_file_that_is_not_a_database(home: Path) -> None:
     home.mkdir(parents=True)
     db = home / "revtree.db"
     db.write_bytes(os.urandom(16384))
-    proc = revtree(home, "doctor", check=False)
+    proc = revtree_here(home, "doctor", check=False)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert_recovery_advice(proc.stdout + proc.stderr, db)
     assert "not an SQLite database at all" in proc.stdout

@@ -17,7 +17,7 @@ from revtree.orchestrator.commands.fork import apply_sets, fork_run, lineage
 from revtree.orchestrator.commands.report import COMPARE_KEYS, compare, summarize
 from revtree.tasks import load_task
 
-from .conftest import make_task, revtree, spawn, wait_for
+from .conftest import make_task, revtree, revtree_here, spawn, wait_for
 
 
 def _finished_run(store: Store, home: Path, task: Path) -> str:
@@ -127,7 +127,7 @@ def test_fork_ls_tree_and_rm_on_the_cli(tmp_path: Path, home: Path, store: Store
     child = next(r for r in store.list_runs() if r.parent_run == parent)
     assert len(store.nodes(child.id)) == 6
     assert all(n.status is NodeStatus.SUCCEEDED for n in store.nodes(child.id))
-    tree = revtree(home, "ls", "--tree").stdout
+    tree = revtree_here(home, "ls", "--tree").stdout
     assert tree.index(parent) < tree.index(child.id) and "from node 1" in tree
     revtree(home, "rm", parent, "--yes")
     assert [r.id for r in store.list_runs()] == [child.id]
@@ -205,8 +205,8 @@ def test_fork_with_a_changed_task_file(tmp_path: Path, home: Path, store: Store)
         assert 1.0 <= knobs["X"] <= 1.5
         assert n.score == pytest.approx(30 * _f(knobs))
     assert set(store.evaluation_counts(child.id).values()) == {1}
-    assert "no problems found" in revtree(home, "doctor").stdout
-    side = json.loads(revtree(home, "compare", parent, child.id, "--json").stdout)
+    assert "no problems found" in revtree_here(home, "doctor").stdout
+    side = json.loads(revtree_here(home, "compare", parent, child.id, "--json").stdout)
     assert side[child.id]["parent_run"] == parent and side[parent]["parent_run"] is None
     assert side[child.id]["n_inherited"] == len(chain)
     assert side[child.id]["n_new"] == 10 - len(chain)
@@ -266,7 +266,10 @@ def test_fork_while_the_parent_is_running(tmp_path: Path, home: Path, db_url: st
         after = {n.id: n for n in store.nodes(parent)}
         assert [_row(after[i]) for i in done] == [_row(n) for n in done.values()]
         for run_id in (parent, child.id):
-            assert "no problems found" in revtree(home, "doctor", run_id, REVTREE_DB=db_url).stdout
+            assert (
+                "no problems found"
+                in revtree_here(home, "doctor", run_id, REVTREE_DB=db_url).stdout
+            )
     finally:
         gate.unlink(missing_ok=True)
         if parent_proc.poll() is None:

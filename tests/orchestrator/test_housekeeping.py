@@ -28,7 +28,7 @@ from revtree.orchestrator.commands.retry import retry
 from revtree.tasks import TaskSpec, load_task
 
 from ..pg import fresh_database
-from .conftest import make_task, revtree, wait_for
+from .conftest import make_task, revtree, revtree_here, wait_for
 
 
 @pytest.fixture(autouse=True)
@@ -411,23 +411,25 @@ def test_cli_export_doctor_gc(tmp_path: Path, home: Path, store: Store) -> None:
     repo = _user_repo(tmp_path)
     revtree(home, "run", str(repo / "proj"), "--quiet")
     run_id = store.list_runs()[0].id
-    assert "no problems found" in revtree(home, "doctor").stdout
-    out = revtree(home, "export", run_id, "--branch", "best", "--repo", str(repo)).stdout
+    assert "no problems found" in revtree_here(home, "doctor").stdout
+    out = revtree_here(home, "export", run_id, "--branch", "best", "--repo", str(repo)).stdout
     assert "branch best" in out
     assert _git(repo, "rev-parse", "best^").strip() == _git(repo, "rev-parse", "HEAD").strip()
-    both = revtree(home, "export", run_id, "--branch", "b2", "--patch", "p", check=False)
+    both = revtree_here(home, "export", run_id, "--branch", "b2", "--patch", "p", check=False)
     assert both.returncode == 2 and "exactly one" in both.stderr
-    assert revtree(home, "export", run_id, check=False).returncode == 2
-    again = revtree(home, "export", run_id, "--branch", "best", "--repo", str(repo), check=False)
+    assert revtree_here(home, "export", run_id, check=False).returncode == 2
+    again = revtree_here(
+        home, "export", run_id, "--branch", "best", "--repo", str(repo), check=False
+    )
     assert again.returncode == 2 and "already exists" in again.stderr
 
     _git(RunPaths(home, run_id).repo, "update-ref", "-d", "refs/revtree/nodes/1")
-    found = revtree(home, "doctor", run_id[:8], check=False)
+    found = revtree_here(home, "doctor", run_id[:8], check=False)
     assert found.returncode == 1 and "missing-ref" in found.stdout
-    fixed = revtree(home, "doctor", "--repair")
+    fixed = revtree_here(home, "doctor", "--repair")
     assert "missing-ref" in fixed.stdout and "yes" in fixed.stdout
-    assert "no problems found" in revtree(home, "doctor").stdout
-    out = revtree(home, "gc").stdout
+    assert "no problems found" in revtree_here(home, "doctor").stdout
+    out = revtree_here(home, "gc").stdout
     assert "removed" in out and "checkpoint" in out
     assert "0 checkpoint(s)" not in out
-    assert "completed" in revtree(home, "show", run_id).stdout
+    assert "completed" in revtree_here(home, "show", run_id).stdout

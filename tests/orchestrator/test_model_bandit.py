@@ -82,7 +82,7 @@ def coder_share(store: Store, run_id: str) -> Counter[str]:
 def test_the_bandit_sends_most_calls_to_the_best_model_and_weights_do_not(
     tmp_path: Path, home: Path, store: Store
 ) -> None:
-    from .conftest import revtree
+    from .conftest import revtree_here
 
     shares = {}
     for selection in ("bandit", "weights"):
@@ -93,7 +93,7 @@ def test_the_bandit_sends_most_calls_to_the_best_model_and_weights_do_not(
         assert sum(calls.values()) == 30
         shares[selection] = calls["good"] / 30
         if selection == "bandit":
-            shown = json.loads(revtree(home, "show", run_id, "--json").stdout)
+            shown = json.loads(revtree_here(home, "show", run_id, "--json").stdout)
             arms = shown["models"]["coder"]["models"]
             assert sum(a["pulls"] for a in arms.values()) == 30
             best = max(arms, key=lambda m: arms[m]["mean_reward"] or 0)

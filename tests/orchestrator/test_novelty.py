@@ -85,7 +85,7 @@ def test_numbers_are_compared_by_value() -> None:
 def test_a_repeated_candidate_is_refused_unevaluated_naming_its_twin(
     tmp_path: Path, home: Path, store: Store
 ) -> None:
-    from .conftest import revtree
+    from .conftest import revtree_here
 
     task = one_model(climb_task(tmp_path / "t", selection="weights", budget=17, novelty=0.98))
     with FakeLLMServer(Climber({"one": 0.6}, seed=2, repeat=1 / 3)) as srv:
@@ -106,7 +106,7 @@ def test_a_repeated_candidate_is_refused_unevaluated_naming_its_twin(
     assert told and f"node {first.id} (" in told[0] and "near twin of node" in told[0]
     assert prompts[-len(told) :] == told  # every prompt after the first twin says it
     assert len(prompts) - len(told) >= first.id  # the prompts of nodes 1..first did not
-    shown = json.loads(revtree(home, "show", run_id, "--json").stdout)
+    shown = json.loads(revtree_here(home, "show", run_id, "--json").stdout)
     assert shown["novelty"] == {"threshold": 0.98, "evaluations_saved": len(twins)}
 
 
@@ -186,7 +186,7 @@ def _x(home: Path, run_id: str, commit: str | None) -> float:
 def test_a_repeat_written_otherwise_is_refused_by_embeddings_only(
     tmp_path: Path, home: Path, store: Store
 ) -> None:
-    from .conftest import revtree
+    from .conftest import revtree_here
 
     runs = {}
     for threshold in (0.99, 1.0):  # embeddings on, then off: the text check alone
@@ -214,7 +214,7 @@ def test_a_repeat_written_otherwise_is_refused_by_embeddings_only(
         if n.n_evals > 0 and n.parent_id is not None:
             seen[_x(home, runs[1.0], n.commit)] = seen.get(_x(home, runs[1.0], n.commit), 0) + 1
     assert max(seen.values()) > 1, seen
-    shown = json.loads(revtree(home, "show", runs[0.99], "--json").stdout)["novelty"]
+    shown = json.loads(revtree_here(home, "show", runs[0.99], "--json").stdout)["novelty"]
     assert shown["by_embeddings"] == shown["evaluations_saved"] == len(twins)
     assert shown["embeddings_threshold"] == 0.99
     from revtree.orchestrator.commands.report import summarize

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from revtree.memory import GitStore
-from tests.orchestrator.conftest import cli_env, make_task, revtree
+from tests.orchestrator.conftest import cli_env, make_task, revtree, revtree_here
 
 
 def _killed_mid_run(tmp_path: Path, home: Path, nodes: int = 4) -> None:
@@ -82,7 +82,7 @@ def test_a_damaged_wal_is_rebuilt_from_the_git_store(
     assert len(refs) >= 5 and (run_dir / "run.json").is_file()
     _damage(home, attack)
 
-    found = revtree(home, "doctor", check=False)
+    found = revtree_here(home, "doctor", check=False)
     out = found.stdout + found.stderr
     assert found.returncode == 1 and "no problems found" not in out, out
     # SQLite either reads the file as damaged, or reads an older state without the rows
@@ -90,12 +90,12 @@ def test_a_damaged_wal_is_rebuilt_from_the_git_store(
     print(f"{attack}: before --repair:", out.strip().splitlines()[:2])
     assert "Traceback" not in out, out
 
-    fixed = revtree(home, "doctor", "--repair", check=False)
+    fixed = revtree_here(home, "doctor", "--repair", check=False)
     assert "no problems found" not in fixed.stdout and "Traceback" not in fixed.stderr
     assert fixed.returncode == 0, fixed.stdout + fixed.stderr
-    assert revtree(home, "doctor").stdout.strip() == "no problems found"
+    assert revtree_here(home, "doctor").stdout.strip() == "no problems found"
 
-    shown = json.loads(revtree(home, "show", run_id, "--json", "--nodes").stdout)
+    shown = json.loads(revtree_here(home, "show", run_id, "--json", "--nodes").stdout)
     nodes = {n["id"]: n for n in shown["nodes"]}
     assert set(nodes) == set(refs), (set(nodes), set(refs))
     assert all(nodes[i]["commit"] == sha for i, sha in refs.items())
@@ -105,10 +105,10 @@ def test_a_damaged_wal_is_rebuilt_from_the_git_store(
     print(fixed.stdout.strip().splitlines()[-1][:200])
     last = max(refs)
     assert nodes[last]["parent"] is not None and nodes[last]["parent"] < last
-    assert revtree(home, "show", run_id).returncode == 0
+    assert revtree_here(home, "show", run_id).returncode == 0
 
     patch = tmp_path / "x.patch"
-    revtree(home, "export", run_id, "--node", str(last), "--patch", str(patch))
+    revtree_here(home, "export", run_id, "--node", str(last), "--patch", str(patch))
     text = patch.read_text()
     assert text.startswith("diff --git a/sol.py b/sol.py"), text
     src = tmp_path / "task"
@@ -128,13 +128,13 @@ def test_a_deleted_database_is_rebuilt_from_the_run_folders(tmp_path: Path, home
     for part in home.glob("revtree.db*"):
         part.unlink()
 
-    found = revtree(home, "doctor", check=False)
+    found = revtree_here(home, "doctor", check=False)
     assert found.returncode == 1, found.stdout + found.stderr
     assert "is missing" in found.stdout and "doctor --repair" in found.stdout, found.stdout
     assert not (home / "revtree.db").exists()  # the check creates nothing
 
-    revtree(home, "doctor", "--repair")
-    assert revtree(home, "doctor").stdout.strip() == "no problems found"
-    shown = json.loads(revtree(home, "show", run_dir.name, "--json", "--nodes").stdout)
+    revtree_here(home, "doctor", "--repair")
+    assert revtree_here(home, "doctor").stdout.strip() == "no problems found"
+    shown = json.loads(revtree_here(home, "show", run_dir.name, "--json", "--nodes").stdout)
     assert {n["id"]: n["commit"] for n in shown["nodes"]} == refs and len(refs) == 3
     assert shown["status"] == "failed"

@@ -20,7 +20,7 @@ from revtree.memory import NodeStatus, Store
 from revtree.orchestrator.commands.report import transcripts
 from revtree.tasks import load_task
 
-from .conftest import cli_env, revtree
+from .conftest import cli_env, revtree, revtree_here
 from .conftest import make_task as make_knob_task
 from .test_llm_run import Scientist, drive, make_task, role
 
@@ -177,7 +177,9 @@ def test_show_transcript_prints_the_refused_coder_reply(
     assert "I will change the [bold]harness[/bold]." in out  # raw, markup not read
     assert "proposer call 1" in out and "HYPOTHESIS: fit the slope" in out
     assert max(len(line) for line in out.splitlines()) <= 80
-    data = json.loads(revtree(home, "show", run_id, "--node", "1", "--json", "--transcript").stdout)
+    data = json.loads(
+        revtree_here(home, "show", run_id, "--node", "1", "--json", "--transcript").stdout
+    )
     calls = data["transcript"]["calls"]
     assert [c["role"] for c in calls] == ["proposer", "coder", "coder"]
     assert calls[1]["response"] == bad and "Write the edits now." in calls[1]["user"]

@@ -18,7 +18,7 @@ import pytest
 
 from revtree.agents.llm.fake_server import FakeLLMServer, FakeRequest, current_file
 from revtree.memory import Store
-from tests.orchestrator.conftest import revtree
+from tests.orchestrator.conftest import revtree, revtree_here
 
 from .conftest import write_folder
 
@@ -70,7 +70,7 @@ def run_id(output: str) -> str:
 
 def check_cells(home: Path, run: str, n_nodes: int) -> list[dict[str, object]]:
     """The islands of ``show --json``, checked against the run's nodes."""
-    summary = json.loads(revtree(home, "show", run, "--json").stdout)
+    summary = json.loads(revtree_here(home, "show", run, "--json").stdout)
     assert summary["status"] == "completed" and summary["n_nodes"] == n_nodes
     assert summary["n_succeeded"] == n_nodes, summary
     islands = summary["islands"]
