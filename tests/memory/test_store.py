@@ -331,11 +331,7 @@ def test_a_new_database_is_made_as_the_migrations_make_it(url, tmp_path):
     with made.engine.connect() as conn:
         assert MigrationContext.configure(conn).get_current_revision() == HEAD
     if url.startswith("sqlite"):
-        other = f"sqlite:///{tmp_path}/replayed.db"
-        replayed = make_engine(other)
-        upgrade_to(replayed, "head")
-        assert schema(made.engine) == schema(replayed)
-        replayed.dispose()
+        assert schema(made.engine) == replayed_schema(f"sqlite:///{tmp_path}/replayed.db")
         older = make_engine(f"sqlite:///{tmp_path}/older.db")
         upgrade_to(older, "0005")
         Store(f"sqlite:///{tmp_path}/older.db").close()  # upgrades it, keeps its tables
@@ -343,11 +339,19 @@ def test_a_new_database_is_made_as_the_migrations_make_it(url, tmp_path):
         older.dispose()
     else:
         with fresh_database() as other:
-            replayed = make_engine(other)
-            upgrade_to(replayed, "head")
-            assert schema(made.engine) == schema(replayed)
-            replayed.dispose()
+            assert schema(made.engine) == replayed_schema(other)
     made.close()
+
+
+def replayed_schema(url: str) -> dict[str, object]:
+    """The :func:`schema` of the empty database at ``url`` once alembic has replayed every
+    migration in it."""
+    engine = make_engine(url)
+    try:
+        upgrade_to(engine, "head")
+        return schema(engine)
+    finally:
+        engine.dispose()
 
 
 def test_head_constant_is_the_newest_migration():
