@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import warnings
+from importlib import import_module
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Annotated, Any
@@ -34,6 +35,7 @@ from revtree.errors import RevtreeError, RunBusy, SandboxError
 from revtree.memory.records import TWIN, RunInfo, RunStatus
 from revtree.tasks.names import POLICIES
 
+CORE = "revtree.orchestrator.core"  # what driving a run imports: LangGraph, the pipeline
 if TYPE_CHECKING:
     from revtree.memory.store import Store
     from revtree.tasks.spec import TaskSpec
@@ -101,15 +103,16 @@ def _failed_to_start(store: Store, run_id: str, e: Exception) -> None:
     )
 
 
-def check_models(spec: TaskSpec, then: str = "") -> None:
+def check_models(spec: TaskSpec, then: str = "", warm: bool = False) -> None:
     """Build the clients of the models a run's agents will call, as the run does, and make
     ``check``'s call of one token to each, so that a model that cannot be called (no key,
-    a server that does not answer) is refused before a run is created, changed or evaluated."""
+    a server that does not answer) is refused before a run is created, changed or evaluated.
+    ``warm``: import the orchestrator while the calls wait (``require_models``' beside)."""
     from revtree.agents.llm import LLMError
     from revtree.orchestrator.commands.check import require_models
 
     try:
-        require_models(spec)
+        require_models(spec, beside=(lambda: import_module(CORE)) if warm else None)
     except LLMError as e:  # ``then``: what the refusal left as it was
         raise LLMError(f"{e}; {then}" if then else str(e)) from None
 
@@ -117,9 +120,7 @@ def check_models(spec: TaskSpec, then: str = "") -> None:
 def _agents(model: str | None, base_url: str | None) -> dict[str, Any]:
     """The [agents] overrides of --model and --base-url (a model means LLM agents)."""
     agents: dict[str, Any] = {k: v for k, v in {"model": model, "base_url": base_url}.items() if v}
-    if model:
-        agents["mode"] = "llm"
-    return agents
+    return {**agents, "mode": "llm"} if model else agents
 
 
 def _reconfigure(store: Store, run: RunInfo, agents: dict[str, Any]) -> RunInfo:
@@ -154,7 +155,6 @@ def _detach(run: RunInfo, db: str | None, home: Path, parallel: str | None) -> N
         cmd += ["--db", db]
     if parallel:
         cmd += ["--parallel", str(parallel)]
-    env = {**os.environ, "REVTREE_HOME": str(home)}
     with open(log, "ab") as out:
         proc = subprocess.Popen(
             cmd,
@@ -162,7 +162,7 @@ def _detach(run: RunInfo, db: str | None, home: Path, parallel: str | None) -> N
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
-            env=env,
+            env={**os.environ, "REVTREE_HOME": str(home)},
         )
     console.print(
         f"run {run.id} detached (pid {proc.pid}), log {log}\nwatch it:  revtree watch {run.id}"
@@ -276,7 +276,7 @@ def run(
         )
     except ValueError as e:
         raise typer.BadParameter(str(e)) from e
-    check_models(spec, f"no run was created (`revtree check {task}` tells more)")
+    check_models(spec, f"no run was created (`revtree check {task}` tells more)", not detach)
     try:  # refused (code a model writes, no Docker) or the base image built: before a run
         sandbox_choice(spec)
     except SandboxError as e:
@@ -354,7 +354,7 @@ def resume(
         console.print(f"run [bold]{found.id}[/bold]: {escape(changed)} stored")
     elif not detach and found.status is not RunStatus.COMPLETED:
         try:
-            check_models(TaskSpec.stored(found.spec))
+            check_models(TaskSpec.stored(found.spec), warm=True)
         except LLMError as e:  # a run that never started is failed, not left `running`
             _failed_to_start(store, found.id, e)
             then = f"`revtree resume {found.id}` once it answers (or with --base-url/--model)"

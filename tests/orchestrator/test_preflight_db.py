@@ -1,5 +1,6 @@
 """Nothing is created that cannot be used: `run` and `resume` call each model once before
-anything is created or evaluated, and a mistyped `--db` is one line, creating nothing.
+anything is created or evaluated (while the orchestrator is imported beside the call),
+and a mistyped `--db` is one line, creating nothing.
 The real CLI in a subprocess (``revtree``), or in this process (``revtree_here``) where
 only what a command prints and exits with is asserted (issue 24); the model endpoint is a
 closed port on 127.0.0.1."""
@@ -7,12 +8,17 @@ closed port on 127.0.0.1."""
 from __future__ import annotations
 
 import json
+import re
 import socket
+import threading
 from pathlib import Path
 
 import pytest
 
-from revtree.agents.llm.fake_server import FakeLLMServer, FakeRequest
+from revtree.agents.llm import LLMError
+from revtree.agents.llm.fake_server import FakeLLMServer, FakeReply, FakeRequest
+from revtree.orchestrator.commands.check import require_models
+from revtree.tasks import TaskSpec, load_task
 from tests.orchestrator.conftest import make_task, revtree, revtree_here
 
 
@@ -135,3 +141,47 @@ def test_every_db_mistake_hides_the_password(home: Path, url: str) -> None:
     assert "S3CRET" not in proc.stdout + proc.stderr and "CRET" not in line, line
     assert "***" in line, line
     assert not home.exists()
+
+
+# -- the model check beside the work it waits with -----------------------------------
+def _llm_spec(tmp_path: Path, url: str) -> TaskSpec:
+    task = load_task(make_task(tmp_path / "task", budget=2))
+    agents = {"mode": "llm", "model": "openai-compatible:m", "base_url": url}
+    return task.with_overrides(agents=agents)
+
+
+def test_the_model_check_is_on_the_network_while_the_work_beside_it_runs(
+    tmp_path: Path,
+) -> None:
+    """``run`` and ``resume`` import the orchestrator while the check's call waits for
+    its answer. Here the model answers only once the work beside has begun, and that
+    work waits for the call to arrive: the call first, then the work (as before), and
+    the call times out; the work first, and it never sees the call."""
+    arrived, begun = threading.Event(), threading.Event()
+
+    def answer(req: FakeRequest) -> FakeReply | str:
+        arrived.set()
+        return "ok" if begun.wait(8) else FakeReply(status=500, message="nothing beside")
+
+    def beside() -> None:
+        if arrived.wait(8):
+            begun.set()
+
+    with FakeLLMServer(answer) as srv:
+        require_models(_llm_spec(tmp_path, srv.openai_url), timeout=4, beside=beside)
+        assert len(srv.requests) == 1 and srv.requests[0].body.get("max_tokens") == 1
+    assert begun.is_set()
+
+
+def test_a_failed_check_is_refused_after_the_work_beside_it(tmp_path: Path) -> None:
+    url, done = _closed_url(), threading.Event()
+    with pytest.raises(LLMError, match=re.escape(url)):
+        require_models(_llm_spec(tmp_path, url), timeout=4, beside=done.set)
+    assert done.is_set()  # (the import a run needs next: not cut short)
+
+
+def test_an_offline_run_makes_no_call_and_no_work_beside(tmp_path: Path) -> None:
+    offline = load_task(make_task(tmp_path / "task", budget=2))
+    called: list[bool] = []
+    require_models(offline, beside=lambda: called.append(True))
+    assert called == []

@@ -25,7 +25,9 @@ from __future__ import annotations
 import json
 import math
 import tempfile
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -280,18 +282,41 @@ def model_url(model: str, base_url: str | None) -> str:
     return (base_url or DEFAULT_URLS.get(provider, "(no base URL)")).rstrip("/")
 
 
-def require_models(spec: TaskSpec, timeout: float = START_TIMEOUT) -> None:
+def require_models(
+    spec: TaskSpec, timeout: float = START_TIMEOUT, beside: Callable[[], object] | None = None
+) -> None:
     """The model check of ``preflight`` (one call of one token to each model, no retry)
     for ``run`` and ``resume`` before they create or evaluate anything: raises
     ``LLMError`` naming each model and URL that did not answer. Nothing for an offline
-    run."""
+    run.
+
+    ``beside``: work for this thread while the calls wait on the network (where there
+    are calls), done before the verdict is given (``run`` and ``resume`` import the
+    orchestrator there: LangGraph and the pipeline take about 0.6 s of CPU, a hosted
+    model's one-token answer 0.3-2 s, which the command otherwise waited out one after
+    the other). The clients are built
+    first, here, as the run builds them: the calls' thread imports nothing."""
     from revtree.orchestrator.llm_models import role_models as clients
 
     if not driver(spec).llm:
         return
     clients(spec)  # built as the run builds them: LLMError for one that cannot be
     report = Report(spec)
-    _models(spec, report, timeout)
+    raised: list[BaseException] = []
+
+    def call() -> None:
+        try:
+            _models(spec, report, timeout)
+        except BaseException as e:  # a bug, not a model's failure: raised below
+            raised.append(e)
+
+    calls = threading.Thread(target=call, name="revtree-model-check", daemon=True)
+    calls.start()
+    if beside is not None:
+        beside()
+    calls.join()  # (each call is bounded by ``timeout``)
+    if raised:
+        raise raised[0]
     if failed := report.failures:
         raise LLMError("; ".join(f"model {i.message}" for i in failed))
 
