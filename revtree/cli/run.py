@@ -109,7 +109,7 @@ def check_models(spec: TaskSpec, then: str = "", warm: bool = False) -> None:
     a server that does not answer) is refused before a run is created, changed or evaluated.
     ``warm``: import the orchestrator while the calls wait (``require_models``' beside)."""
     from revtree.agents.llm import LLMError
-    from revtree.orchestrator.commands.check import require_models
+    from revtree.orchestrator.commands.models import require_models
 
     try:
         require_models(spec, beside=(lambda: import_module(CORE)) if warm else None)
@@ -232,10 +232,6 @@ def run(
     ] = 8765,
 ) -> None:
     """Start a run of TASK and show its live log."""
-    from revtree.memory.home import revtree_home
-    from revtree.orchestrator.run import create_run
-    from revtree.orchestrator.wiring import sandbox_choice
-
     if dashboard and detach:
         raise typer.BadParameter(
             "--dashboard serves from the run's own process; with --detach, start "
@@ -277,6 +273,10 @@ def run(
     except ValueError as e:
         raise typer.BadParameter(str(e)) from e
     check_models(spec, f"no run was created (`revtree check {task}` tells more)", not detach)
+    from revtree.memory.home import revtree_home  # (after the check's call: it goes out first)
+    from revtree.orchestrator.run import create_run
+    from revtree.orchestrator.wiring import sandbox_choice
+
     try:  # refused (code a model writes, no Docker) or the base image built: before a run
         sandbox_choice(spec)
     except SandboxError as e:

@@ -17,7 +17,7 @@ import pytest
 
 from revtree.agents.llm import LLMError
 from revtree.agents.llm.fake_server import FakeLLMServer, FakeReply, FakeRequest
-from revtree.orchestrator.commands.check import require_models
+from revtree.orchestrator.commands.models import require_models
 from revtree.tasks import TaskSpec, load_task
 from tests.orchestrator.conftest import make_task, revtree, revtree_here
 

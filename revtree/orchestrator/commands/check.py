@@ -25,9 +25,6 @@ from __future__ import annotations
 import json
 import math
 import tempfile
-import threading
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,36 +32,28 @@ from typing import Any
 from revtree.agents import Evaluator
 from revtree.agents.driver import driver
 from revtree.agents.evaluator import Outcome
-from revtree.agents.llm import LLMError, Prompt, Usage, detect_model, make_llm, split_model
+from revtree.agents.llm import Usage
 from revtree.agents.llm.pricing import Rate, cost, rate_for
 from revtree.agents.stage_inputs import labels_visible
 from revtree.errors import RevtreeError
 from revtree.memory import GitStore
 from revtree.memory.records import EvalResult
+from revtree.orchestrator.commands.models import (
+    FAIL,
+    OK,
+    SKIP,
+    WARN,
+    Item,
+    check_models,
+    role_models,
+)
 from revtree.orchestrator.run import read_source
 from revtree.orchestrator.wiring import writers
 from revtree.sandboxes import BackendChoice, Sandbox, choose_backend, make_sandbox
 from revtree.tasks import TaskSpec, code_files, load_task, matches
 from revtree.tasks.sandbox import without_pool
 
-OK, FAIL, SKIP, WARN = "ok", "fail", "skip", "warn"
-DEFAULT_URLS = {"openai": "https://api.openai.com/v1", "anthropic": "https://api.anthropic.com"}
-PING = Prompt(system="Answer with the one word: ok.", prefix="", user="ping")
-CHECK_TIMEOUT = 30.0  # seconds, at most, for one model's check call
-START_TIMEOUT = 15.0  # the same call before `run` / `resume` starts: kept short
 TAIL_LINES = 15
-
-
-@dataclass(frozen=True)
-class Item:
-    """One check: what (``task``, ``sandbox``, ``baseline``, ``model``, ``estimate``),
-    its status (``ok``, ``fail``, ``skip``, ``warn``), a one-line message, and a detail
-    (a stderr tail, a warning's whole text) for the reader who wants it."""
-
-    name: str
-    status: str
-    message: str
-    detail: str = ""
 
 
 @dataclass
@@ -146,7 +135,7 @@ def preflight(
                 if own:
                     sandbox.close()
     if models:
-        _models(spec, report)
+        check_models(spec, report.add)
     _estimate(spec, report)
     return report
 
@@ -258,109 +247,6 @@ def _tail(text: str) -> str:
 
 def _fmt(v: Any) -> str:
     return f"{v:.6g}" if isinstance(v, float) else str(v)
-
-
-def role_models(spec: TaskSpec) -> dict[str, list[str]]:
-    """The models each enabled LLM role calls (the proposer only with two calls)."""
-    a = spec.agents
-    names = ("proposer", "coder", "reviewer", "analyst")[1 if a.one_call else 0 :]
-    out = {}
-    for name in names:
-        role = getattr(a, name)
-        if not role.enabled:
-            continue
-        if role.ensemble:
-            out[name] = [m.model for m in role.ensemble]
-        else:
-            model = role.model or a.model or detect_model()
-            out[name] = [model] if model else []
-    return out
-
-
-def model_url(model: str, base_url: str | None) -> str:
-    provider, _ = split_model(model)
-    return (base_url or DEFAULT_URLS.get(provider, "(no base URL)")).rstrip("/")
-
-
-def require_models(
-    spec: TaskSpec, timeout: float = START_TIMEOUT, beside: Callable[[], object] | None = None
-) -> None:
-    """The model check of ``preflight`` (one call of one token to each model, no retry)
-    for ``run`` and ``resume`` before they create or evaluate anything: raises
-    ``LLMError`` naming each model and URL that did not answer. Nothing for an offline
-    run.
-
-    ``beside``: work for this thread while the calls wait on the network (where there
-    are calls), done before the verdict is given (``run`` and ``resume`` import the
-    orchestrator there: LangGraph and the pipeline take about 0.6 s of CPU, a hosted
-    model's one-token answer 0.3-2 s, which the command otherwise waited out one after
-    the other). The clients are built
-    first, here, as the run builds them: the calls' thread imports nothing."""
-    from revtree.orchestrator.llm_models import role_models as clients
-
-    if not driver(spec).llm:
-        return
-    clients(spec)  # built as the run builds them: LLMError for one that cannot be
-    report = Report(spec)
-    raised: list[BaseException] = []
-
-    def call() -> None:
-        try:
-            _models(spec, report, timeout)
-        except BaseException as e:  # a bug, not a model's failure: raised below
-            raised.append(e)
-
-    calls = threading.Thread(target=call, name="revtree-model-check", daemon=True)
-    calls.start()
-    if beside is not None:
-        beside()
-    calls.join()  # (each call is bounded by ``timeout``)
-    if raised:
-        raise raised[0]
-    if failed := report.failures:
-        raise LLMError("; ".join(f"model {i.message}" for i in failed))
-
-
-def _models(spec: TaskSpec, report: Report, timeout: float = CHECK_TIMEOUT) -> None:
-    chosen = driver(spec)
-    if not chosen.llm:
-        mode = spec.agents.mode
-        why = (
-            f"agents.mode = {mode!r}"
-            if mode != "auto"
-            else chosen.offline_reason or "no model set, no OPENAI_API_KEY / ANTHROPIC_API_KEY"
-        )
-        report.add("model", SKIP, f"offline run ({why}): no model to call")
-        return
-    a, by_model = spec.agents, dict[str, list[str]]()
-    for role, models in role_models(spec).items():
-        if not models:
-            report.add("model", FAIL, f"no model for the {role}: set agents.model or --model")
-        for model in models:
-            by_model.setdefault(model, []).append(role)
-    for model, roles in by_model.items():
-        url = model_url(model, a.base_url)
-        who = f"{model} at {url} ({', '.join(roles)})"
-        if model.startswith("scripted:"):
-            report.add("model", SKIP, f"{who}: a scripted model, nothing to call")
-            continue
-        t0 = time.monotonic()
-        try:
-            llm = make_llm(
-                model,
-                base_url=a.base_url,
-                api_key_env=a.api_key_env,
-                timeout=min(a.timeout, timeout),
-                max_retries=0,
-                stream=False,
-            )
-            url = str(getattr(llm, "url", url))
-            who = f"{model} at {url} ({', '.join(roles)})"
-            llm.complete(PING, max_tokens=1, temperature=0.0)
-        except Exception as e:  # a check reports what went wrong, whatever it was
-            report.add("model", FAIL, f"{who}: {type(e).__name__}: {e}")
-            continue
-        report.add("model", OK, f"{who}: ok in {time.monotonic() - t0:.2f} s")
 
 
 def _estimate(spec: TaskSpec, report: Report) -> None:
