@@ -212,11 +212,18 @@ def _sqlite_begin(conn: Connection) -> None:
 
 @contextmanager
 def transaction(engine: Engine, write: bool = False) -> Iterator[Connection]:
-    """One transaction: committed on success, rolled back and wrapped on error."""
-    bind = engine.execution_options(sqlite_immediate=True) if write else engine
+    """One transaction: committed on success, rolled back and wrapped on error. ``write``:
+    on SQLite it takes the write lock as it begins (``BEGIN IMMEDIATE``), so that two
+    writers wait on the busy handler rather than one failing at its first write. The
+    option is set on the connection, not through ``engine.execution_options``: an
+    option engine made per transaction cost 50 us of each write's 215 (a dozen writes
+    per candidate)."""
     try:
-        with bind.begin() as conn:
-            yield conn
+        with engine.connect() as conn:
+            if write:
+                conn.execution_options(sqlite_immediate=True)  # (in place, this one only)
+            with conn.begin():
+                yield conn
     except SQLAlchemyError as e:
         raise StoreError(f"database error on {engine.url.render_as_string()}: {e}") from e
 

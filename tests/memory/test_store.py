@@ -18,7 +18,7 @@ from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Engine, inspect
+from sqlalchemy import Engine, event, inspect, text
 
 from revtree.errors import RunNotFound, StoreError
 from revtree.memory import EvalResult, Node, NodeStatus, RunStatus, Store
@@ -30,6 +30,7 @@ from revtree.memory.db import (
     make_engine,
     normalize_url,
     table_names,
+    transaction,
 )
 from revtree.memory.models import Base
 
@@ -577,3 +578,38 @@ def test_a_failing_listener_is_dropped_and_the_write_stands(store):
     store.add_event(run, "note", "b")
     assert calls == [2] and store.listeners == []
     assert seqs(store, run) == [1, 2, 3]
+
+
+def test_a_write_transaction_takes_the_lock_as_it_begins_and_a_read_does_not(tmp_path):
+    """SQLite: ``transaction(write=True)`` begins with BEGIN IMMEDIATE (it waits for
+    another writer before its body runs), a read with a plain BEGIN (it runs beside one);
+    the option stays with its own connection."""
+    engine = make_engine(f"sqlite:///{tmp_path}/x.db")
+    said: list[str] = []
+    event.listen(engine, "before_cursor_execute", lambda _c, _u, sql, *_: said.append(sql))
+    with transaction(engine, write=True) as conn:
+        conn.execute(text("select 1"))
+    with transaction(engine) as conn:
+        conn.execute(text("select 2"))
+    assert said == ["BEGIN IMMEDIATE", "select 1", "BEGIN", "select 2"]
+
+    other = sqlite3.connect(tmp_path / "x.db", isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")  # another writer holds the lock
+    entered = {"read": threading.Event(), "write": threading.Event()}
+
+    def enter(kind: str) -> None:
+        with transaction(engine, write=kind == "write") as conn:
+            entered[kind].set()
+            conn.execute(text("select 3"))
+
+    threads = [threading.Thread(target=enter, args=(k,), daemon=True) for k in entered]
+    for t in threads:
+        t.start()
+    assert entered["read"].wait(10)
+    assert not entered["write"].wait(0.3)  # waits on the busy handler, at its BEGIN
+    other.execute("COMMIT")
+    assert entered["write"].wait(10)
+    for t in threads:
+        t.join(10)
+    other.close()
+    engine.dispose()
