@@ -2,15 +2,16 @@
 model that answers after a latency, against an earlier commit and OpenEvolve's
 ``openevolve-run``, back to back.
 
-    python benchmarks/run_start.py [--reps 5] [--latency 0 0.5 1] [--baseline HEAD~1]
+    python benchmarks/run_start.py [--reps 5] [--latency 0 0.5 1] [--baseline d7df1fe]
                                    [--cache ~/.cache/revtree-bench]
 
 One OpenEvolve-format folder (``benchmarks/peer.py``'s: S = 0, one candidate) and one
 fake OpenAI-compatible server in a process of its own that answers every request after
 ``--latency`` seconds, as a hosted model does. Per round, interleaved: ``python -m
 revtree run FOLDER --model ... --base-url ... --budget-nodes 2 --sandbox local
---quiet`` with this tree, the same with the tree of ``--baseline`` (a git worktree put
-first on PYTHONPATH), and ``openevolve-run`` where ``peer.py`` installed it under
+--quiet`` with this tree and with the tree of ``--baseline`` (a git worktree; each put
+first on PYTHONPATH; the default is the commit before the model check overlapped the
+imports), and ``openevolve-run`` where ``peer.py`` installed it under
 ``--cache``. Per latency, the median over the rounds of:
 
 - model check: from the command's start to revtree's call of one token that checks its
@@ -128,7 +129,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--latency", type=float, nargs="+", default=[0.0, 0.5, 1.0])
-    ap.add_argument("--baseline", default="HEAD~1")
+    ap.add_argument("--baseline", default="d7df1fe")
     ap.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "revtree-bench")
     args = ap.parse_args()
     oe_run = args.cache / f"openevolve-{peer.OE_VERSION}" / "bin" / "openevolve-run"
@@ -180,8 +181,7 @@ def measure(
                     cmd += [str(folder / "evaluator.py"), "--config", str(folder / "config.yaml")]
                     cmd += ["--iterations", "1", "--output", str(home / "out")]
                 else:
-                    if name == "BASELINE":
-                        env["PYTHONPATH"] = str(old)
+                    env["PYTHONPATH"] = str(old if name == "BASELINE" else ROOT)
                     cmd = [sys.executable, "-m", "revtree", "run", str(folder), *model]
                     cmd += ["--budget-nodes", "2", "--sandbox", "local", "--quiet"]
                 rows[name].append(run_one(cmd, env, tmp, responder))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import socket
 import threading
 from pathlib import Path
@@ -19,7 +20,7 @@ from revtree.agents.llm import LLMError
 from revtree.agents.llm.fake_server import FakeLLMServer, FakeReply, FakeRequest
 from revtree.orchestrator.commands.models import require_models
 from revtree.tasks import TaskSpec, load_task
-from tests.orchestrator.conftest import make_task, revtree, revtree_here
+from tests.orchestrator.conftest import make_task, revtree, revtree_here, spawn
 
 
 def _closed_url() -> str:
@@ -185,3 +186,34 @@ def test_an_offline_run_makes_no_call_and_no_work_beside(tmp_path: Path) -> None
     called: list[bool] = []
     require_models(offline, beside=lambda: called.append(True))
     assert called == []
+
+
+@pytest.mark.slow
+def test_ctrl_c_while_the_model_check_waits_ends_at_once_creating_nothing(
+    tmp_path: Path, home: Path
+) -> None:
+    """A model that never answers the check, and a user who gives up: Ctrl-C while the
+    call waits in its thread and the orchestrator is imported beside it ends the
+    command at once, with no traceback, and no run, database or repository is left."""
+    arrived, release = threading.Event(), threading.Event()
+
+    def answer(req: FakeRequest) -> str:
+        arrived.set()
+        release.wait(60)  # (bounded: the server's thread ends with the test)
+        return "ok"
+
+    task = make_task(tmp_path / "task", budget=2)
+    with FakeLLMServer(answer) as srv:
+        model = ("--model", "openai-compatible:m", "--base-url", srv.openai_url)
+        proc = spawn(home, "run", str(task), "--sandbox", "local", *model)
+        try:
+            assert arrived.wait(60), "the check's call never came"
+            proc.send_signal(signal.SIGINT)
+            out, _ = proc.communicate(timeout=20)
+        finally:
+            release.set()
+            if proc.poll() is None:
+                proc.kill()
+    assert proc.returncode == 130, out
+    assert "Traceback" not in out, out
+    assert not (home / "revtree.db").exists() and not (home / "runs").exists()

@@ -44,7 +44,7 @@ from revtree.orchestrator.commands.models import (
     SKIP,
     WARN,
     Item,
-    check_models,
+    ping_models,
     role_models,
 )
 from revtree.orchestrator.run import read_source
@@ -135,7 +135,7 @@ def preflight(
                 if own:
                     sandbox.close()
     if models:
-        check_models(spec, report.add)
+        ping_models(spec, report.add)
     _estimate(spec, report)
     return report
 

@@ -1,6 +1,6 @@
 """The model check: one call of one token to each model a run's roles call, no retry.
 
-``check`` reports it with the rest of its preflight (``check_models``); ``run`` and
+``check`` reports it with the rest of its preflight (``ping_models``); ``run`` and
 ``resume`` make it before they create or evaluate anything (``require_models``), and
 import only this much to do so (the task's models, the clients, the model SDK: not the
 store, the sandboxes or LangGraph), so the call goes out before those imports, and they
@@ -73,7 +73,9 @@ def require_models(
     orchestrator there: LangGraph and the pipeline take about 0.6 s of CPU, a hosted
     model's one-token answer 0.3-2 s, which the command otherwise waited out one after
     the other). The clients are built first, here, as the run builds them: the calls'
-    thread imports only what the SDK loads on its first call."""
+    thread imports only what the SDK loads on its first call. An exception of
+    ``beside`` (a broken install) is raised as it is, before any verdict; the calls'
+    thread, a daemon, is left to end on its own."""
     from revtree.orchestrator.llm_models import role_models as clients
 
     if not driver(spec).llm:
@@ -88,7 +90,7 @@ def require_models(
 
     def call() -> None:
         try:
-            check_models(spec, add, timeout)
+            ping_models(spec, add, timeout)
         except BaseException as e:  # a bug, not a model's failure: raised below
             raised.append(e)
 
@@ -96,14 +98,14 @@ def require_models(
     calls.start()
     if beside is not None:
         beside()
-    calls.join()  # (each call is bounded by ``timeout``)
+    calls.join()  # (each call has ``timeout``, for each phase of its HTTP exchange)
     if raised:
         raise raised[0]
     if failed:
         raise LLMError("; ".join(f"model {i.message}" for i in failed))
 
 
-def check_models(spec: TaskSpec, add: Add, timeout: float = CHECK_TIMEOUT) -> None:
+def ping_models(spec: TaskSpec, add: Add, timeout: float = CHECK_TIMEOUT) -> None:
     """``check``'s call of one token to each model the run's roles call, each reported
     through ``add`` (ok, failed, or skipped and why)."""
     chosen = driver(spec)
