@@ -123,9 +123,9 @@ def _agents(model: str | None, base_url: str | None) -> dict[str, Any]:
     return {**agents, "mode": "llm"} if model else agents
 
 
-def _reconfigure(store: Store, run: RunInfo, agents: dict[str, Any]) -> RunInfo:
-    """Store --model / --base-url into the run's spec before it is resumed (checked first;
-    refused while a live process drives the run)."""
+def _reconfigure(store: Store, run: RunInfo, agents: dict[str, Any], warm: bool) -> RunInfo:
+    """Store --model / --base-url into the run's spec before it is resumed (checked first,
+    ``warm`` as ``check_models`` takes it; refused while a live process drives the run)."""
     from revtree.orchestrator.run import alive
     from revtree.tasks.spec import TaskSpec
 
@@ -135,7 +135,7 @@ def _reconfigure(store: Store, run: RunInfo, agents: dict[str, Any]) -> RunInfo:
         spec = TaskSpec.stored(run.spec).with_overrides(agents=agents)
     except ValueError as e:
         raise typer.BadParameter(str(e)) from e
-    check_models(spec)
+    check_models(spec, warm=warm)
     sets = [f"agents.{k}={v}" for k, v in agents.items()]
     store.update_run(
         run.id,
@@ -349,7 +349,7 @@ def resume(
             console.print(line, markup=False, soft_wrap=True)
         found = store.get_run(found.id)
     if agents := _agents(model, base_url):
-        found = _reconfigure(store, found, agents)
+        found = _reconfigure(store, found, agents, not detach)
         changed = ", ".join(f"agents.{k}={v}" for k, v in agents.items())
         console.print(f"run [bold]{found.id}[/bold]: {escape(changed)} stored")
     elif not detach and found.status is not RunStatus.COMPLETED:
