@@ -55,7 +55,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -161,10 +161,28 @@ class Counted:
         return self.model(req)
 
 
-def _serve(responder: Counted, ready: Any, stop: Any) -> None:
+def _serve(responder: Callable[[FakeRequest], str], ready: Any, stop: Any) -> None:
     with FakeLLMServer(responder) as srv:
         ready.put(srv.openai_url)
         stop.wait(3600)
+
+
+@contextlib.contextmanager
+def forked_server(responder: Callable[[FakeRequest], str]) -> Iterator[str]:
+    """The fake server answering with ``responder`` in a forked process, so that neither
+    system shares an interpreter lock with it: its URL. What the responder notes must go
+    to memory shared before the fork (``multiprocessing``'s values and arrays)."""
+    ctx = multiprocessing.get_context("fork")
+    ready, stop = ctx.Queue(), ctx.Event()
+    proc = ctx.Process(target=_serve, args=(responder, ready, stop), daemon=True)
+    proc.start()
+    try:
+        yield ready.get(timeout=60)
+    finally:
+        stop.set()
+        proc.join(10)
+        if proc.is_alive():
+            proc.kill()
 
 
 @contextlib.contextmanager
@@ -172,17 +190,9 @@ def served(model: Model) -> Iterator[tuple[str, Counted]]:
     """The fake server in a forked process: its URL and its shared call counter (with
     the time of the first call, ``count.first``)."""
     ctx = multiprocessing.get_context("fork")
-    count, first, ready, stop = ctx.Value("i", 0), ctx.Value("d", 0.0), ctx.Queue(), ctx.Event()
-    responder = Counted(model, count, first)
-    proc = ctx.Process(target=_serve, args=(responder, ready, stop), daemon=True)
-    proc.start()
-    try:
-        yield ready.get(timeout=60), responder
-    finally:
-        stop.set()
-        proc.join(10)
-        if proc.is_alive():
-            proc.kill()
+    responder = Counted(model, ctx.Value("i", 0), ctx.Value("d", 0.0))
+    with forked_server(responder) as url:
+        yield url, responder
 
 
 def _a(text: str) -> float:

@@ -46,7 +46,7 @@ from rich.table import Table
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # peer.py, beside this file
 import peer
 
-from revtree.agents.llm.fake_server import FakeLLMServer, FakeRequest
+from revtree.agents.llm.fake_server import FakeRequest
 
 ROOT = Path(__file__).resolve().parent.parent
 SLOTS = 64  # requests whose arrival times a server keeps
@@ -72,27 +72,14 @@ class Timed:
         return self.model(req)
 
 
-def _serve(responder: Timed, ready: Any, stop: Any) -> None:
-    with FakeLLMServer(responder) as srv:
-        ready.put(srv.openai_url)
-        stop.wait(3600)
-
-
 @contextlib.contextmanager
 def served(latency: float) -> Iterator[tuple[str, Timed]]:
+    """The fake server (``peer.forked_server``) answering after ``latency``: its URL and
+    the responder, whose notes the benchmark reads."""
     ctx = multiprocessing.get_context("fork")
-    times, asks, n = ctx.Array("d", SLOTS), ctx.Array("i", SLOTS), ctx.Value("i", 0)
-    responder = Timed(latency, times, asks, n)
-    ready, stop = ctx.Queue(), ctx.Event()
-    proc = ctx.Process(target=_serve, args=(responder, ready, stop), daemon=True)
-    proc.start()
-    try:
-        yield ready.get(timeout=60), responder
-    finally:
-        stop.set()
-        proc.join(10)
-        if proc.is_alive():
-            proc.kill()
+    responder = Timed(latency, ctx.Array("d", SLOTS), ctx.Array("i", SLOTS), ctx.Value("i", 0))
+    with peer.forked_server(responder) as url:
+        yield url, responder
 
 
 def arrivals(responder: Timed, since: float) -> tuple[float, float]:
