@@ -261,8 +261,10 @@ def test_delete_run_removes_everything(store):
 
 
 def upgrade_to(engine: Engine, revision: str) -> None:
-    """The migrations replayed by alembic up to ``revision``, as an older revtree did."""
-    with engine.begin() as conn:
+    """The migrations replayed by alembic up to ``revision``, as an older revtree did, in
+    one transaction (``transaction``: on SQLite, ``engine.begin()`` would run each step in
+    the driver's autocommit mode)."""
+    with transaction(engine, write=True) as conn:
         command.upgrade(alembic_config(conn), revision)
 
 
