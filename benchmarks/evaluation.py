@@ -28,6 +28,7 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
+from worktree import worktree
 
 PROGRAM = "# EVOLVE-BLOCK-START\nA = 0.0\n# EVOLVE-BLOCK-END\n\n\ndef value():\n    return A\n"
 EVALUATOR = """\
@@ -101,23 +102,11 @@ def main() -> None:
     if args.child is not None:
         child(args.child)
         return
-    root = Path(__file__).resolve().parents[1]
-    with tempfile.TemporaryDirectory() as d:
-        tree = Path(d) / "baseline"
-        git = ["git", "-C", str(root)]
-        subprocess.run(
-            [*git, "worktree", "add", "-q", "--detach", str(tree), args.baseline], check=True
-        )
-        try:
-            subprocess.run(
-                [sys.executable, "-m", "compileall", "-q", str(tree / "revtree")], check=True
-            )
-            got: dict[str, list[float]] = {"baseline": [], "today": []}
-            for _ in range(args.rounds):
-                got["baseline"] += block(args.n, str(tree))
-                got["today"] += block(args.n, None)
-        finally:
-            subprocess.run([*git, "worktree", "remove", "--force", str(tree)], check=False)
+    with worktree(args.baseline, compiled=True) as tree:
+        got: dict[str, list[float]] = {"baseline": [], "today": []}
+        for _ in range(args.rounds):
+            got["baseline"] += block(args.n, str(tree))
+            got["today"] += block(args.n, None)
     table = Table(title=f"one evaluation, local sandbox, {args.rounds} x {args.n} each (ms)")
     for col in ("tree", "p50", "p95", "min"):
         table.add_column(col)

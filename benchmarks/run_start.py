@@ -45,10 +45,10 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # peer.py, beside this file
 import peer
+from worktree import ROOT, worktree
 
 from revtree.agents.llm.fake_server import FakeRequest
 
-ROOT = Path(__file__).resolve().parent.parent
 SLOTS = 64  # requests whose arrival times a server keeps
 
 
@@ -126,25 +126,18 @@ def main() -> None:
     table = Table(
         "latency (s)", "system", "model check (s)", "1st proposal (s)", title="revtree run: start"
     )
-    with tempfile.TemporaryDirectory() as tmp_name:
+    with tempfile.TemporaryDirectory() as tmp_name, worktree(rev) as old:
         tmp = Path(tmp_name)
-        old = tmp / "baseline"
-        subprocess.run(
-            ["git", "worktree", "add", "-q", "--detach", str(old), rev], cwd=ROOT, check=True
-        )
-        try:
-            for latency in args.latency:
-                rows = measure(tmp / f"l{latency}", latency, old, oe_run, args.reps)
-                for name, got in rows.items():
-                    checks, firsts = zip(*got, strict=True)
-                    table.add_row(
-                        f"{latency:g}",
-                        name.replace("BASELINE", rev),
-                        _secs(statistics.median(checks)),
-                        _secs(statistics.median(firsts)),
-                    )
-        finally:
-            subprocess.run(["git", "worktree", "remove", "--force", str(old)], cwd=ROOT)
+        for latency in args.latency:
+            rows = measure(tmp / f"l{latency}", latency, old, oe_run, args.reps)
+            for name, got in rows.items():
+                checks, firsts = zip(*got, strict=True)
+                table.add_row(
+                    f"{latency:g}",
+                    name.replace("BASELINE", rev),
+                    _secs(statistics.median(checks)),
+                    _secs(statistics.median(firsts)),
+                )
     load = os.getloadavg()[0]
     Console(width=120).print(table, f"reps {args.reps} per cell; 1-minute load {load:.2f}")
 
