@@ -585,7 +585,7 @@ def test_a_failing_listener_is_dropped_and_the_write_stands(store):
 def test_a_write_transaction_takes_the_lock_as_it_begins_and_a_read_does_not(tmp_path):
     """SQLite: ``transaction(write=True)`` begins with BEGIN IMMEDIATE (it waits for
     another writer before its body runs), a read with a plain BEGIN (it runs beside one);
-    the option stays with its own connection."""
+    a read after a write on the same pooled connection begins plainly."""
     engine = make_engine(f"sqlite:///{tmp_path}/x.db")
     said: list[str] = []
     event.listen(engine, "before_cursor_execute", lambda _c, _u, sql, *_: said.append(sql))

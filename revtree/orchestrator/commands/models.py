@@ -81,12 +81,12 @@ def require_models(
     if not driver(spec).llm:
         return
     clients(spec)  # built as the run builds them: LLMError for one that cannot be
-    failed: list[Item] = []
+    failed: list[str] = []  # what each model that failed said
     raised: list[BaseException] = []
 
-    def add(name: str, status: str, message: str, detail: str = "") -> None:
+    def add(name: str, status: str, message: str) -> None:
         if status == FAIL:
-            failed.append(Item(name, status, message, detail))
+            failed.append(message)
 
     def call() -> None:
         try:
@@ -102,7 +102,7 @@ def require_models(
     if raised:
         raise raised[0]
     if failed:
-        raise LLMError("; ".join(f"model {i.message}" for i in failed))
+        raise LLMError("; ".join(f"model {message}" for message in failed))
 
 
 def ping_models(spec: TaskSpec, add: Add, timeout: float = CHECK_TIMEOUT) -> None:
