@@ -3,12 +3,18 @@ policies, and the commands that act on runs (see docs/architecture.md).
 
 ``Orchestrator``, ``RunPaths`` and ``create_run`` are imported on first use (PEP 562):
 importing a submodule (``orchestrator.run``, ``orchestrator.commands.report``) does not
-load the pipeline, LangGraph or the agents."""
+load the pipeline, LangGraph or the agents. Importing the package installs
+``revtree.deferred``, so that LangGraph's and the SDKs' imports that follow skip the
+package ``__init__`` files they never use."""
 
 from __future__ import annotations
 
 import importlib
 from typing import TYPE_CHECKING, Any
+
+from revtree import deferred
+
+deferred.install()  # before LangGraph and the model SDK are imported (revtree.deferred)
 
 if TYPE_CHECKING:
     from revtree.orchestrator.core import Orchestrator

@@ -38,7 +38,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypedDict
 
-from langgraph.graph import END, START, StateGraph
+# from the modules, not langgraph.graph, whose __init__ is put off (revtree.deferred)
+from langgraph.constants import END, START
+from langgraph.graph.state import StateGraph
 
 from revtree.memory import NodeStatus
 from revtree.orchestrator import repairs

@@ -10,8 +10,9 @@ it had loaded when it ended is checked.
 - A run whose model writes the code (an OpenAI-compatible server), in a new home, loads
   LangGraph and the openai SDK, but neither Optuna (the offline proposer's: a third of a
   second of each start) nor the anthropic SDK (two seconds) nor the Docker client, nor
-  alembic (its new database is made from the models: ``memory.db._create``); ``doctor``
-  loads neither Optuna nor alembic.
+  alembic (its new database is made from the models: ``memory.db._create``), nor the
+  submodules that the package ``__init__`` files put off by ``revtree.deferred`` gather;
+  ``doctor`` loads neither Optuna nor alembic.
 - The commands that read or decide (ls, show, watch, stop, approve, reject) load neither
   LangGraph, a model SDK, the Docker client, Optuna nor Ray, nor alembic where the
   schema is current. Those that only read (ls, show, watch, stop) load no SQLAlchemy
@@ -253,4 +254,8 @@ def test_a_model_driven_run_loads_no_optuna_nor_the_other_sdk(tmp_path: Path) ->
     assert ran == 0 and len(srv.requests) >= 2, srv.requests  # the check and a candidate
     assert {"langgraph", "openai"} <= roots(loaded)
     assert roots(loaded) & {"optuna", "anthropic", "docker", "ray", "alembic"} == set()
+    # the package __init__ files put off (revtree.deferred): the run needed none of them
+    assert {"langsmith.types", "openai.types", "langgraph.graph"} <= loaded
+    unused = {"langsmith.types.run", "openai.types.graders", "langgraph_sdk.client"}
+    assert loaded & {*unused, "langgraph.graph.message", "openai.types.responses.response"} == set()
     assert doctored == 0 and roots(checked) & {"optuna", "alembic"} == set()

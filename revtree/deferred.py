@@ -1,0 +1,117 @@
+"""Package ``__init__`` files that revtree's imports never use, run only when something asks
+for them (issue 24).
+
+Importing LangGraph and the openai SDK runs a few package ``__init__`` files whose only job
+is to gather every name of every submodule: ``langsmith.types`` (about 160 modules of
+pydantic models, imported by ``langchain_core``'s tracers for one ``Literal``),
+``openai.types`` and ``openai.types.responses`` (the whole API's models, where a chat
+completion needs a few), ``langgraph_sdk`` (LangGraph's HTTP client, for one
+``TypedDict`` module of ``langgraph_sdk.auth``) and ``langgraph.graph`` (which imports
+the message graph, and with it ``langchain_core.messages``, beside ``StateGraph``). On 2
+cores they were about a third of a ``revtree run``'s imports (``docs/architecture.md``
+has the figures).
+
+:func:`install` puts a finder first on ``sys.meta_path`` that, for each of :data:`PACKAGES`
+not imported yet, lets the import system find the package as always and makes its module
+(``__path__``, ``__file__``, ``__spec__`` as always), but runs its ``__init__`` only on the
+first lookup of a name the module does not have yet (a module ``__getattr__``, PEP 562).
+Importing a submodule (``import langsmith.types.run_select_field``) needs only
+``__path__``, so it runs nothing more; ``from langsmith.types import Run``, or
+``langsmith.types.Run``, runs the ``__init__`` in full first, then answers as it always
+did. Nothing is skipped, only put off until asked for. The finder leaves once it has
+seen each package, and a package that is not a plain source package on disk (a
+namespace package, a zip) is imported as always.
+
+A lookup from another thread while the ``__init__`` runs waits for it to finish; within
+that ``__init__`` the module is partly made, as any module is while it is being imported.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from importlib.machinery import ModuleSpec
+from types import ModuleType
+from typing import Any
+
+PACKAGES = (
+    "langsmith.types",
+    "openai.types",
+    "openai.types.responses",
+    "langgraph_sdk",
+    "langgraph.graph",
+)
+
+
+class _Finder:
+    """First on ``sys.meta_path``: the spec the other finders give, with :class:`_Loader`."""
+
+    def __init__(self, names: set[str]) -> None:
+        self.names = names
+        self.lock = threading.Lock()
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> ModuleSpec | None:
+        with self.lock:
+            if fullname not in self.names:
+                return None
+            self.names.discard(fullname)
+            if not self.names and self in sys.meta_path:
+                sys.meta_path.remove(self)
+        for finder in list(sys.meta_path):
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec: ModuleSpec | None = finder.find_spec(fullname, path, target)
+            if spec is None:
+                continue
+            loader = spec.loader
+            if spec.submodule_search_locations is not None and hasattr(loader, "exec_module"):
+                spec.loader = _Loader(loader)  # type: ignore[assignment]  # a Loader by duck type
+            return spec
+        return None
+
+
+class _Loader:
+    """The real loader's module, with the real ``exec_module`` put off until a lookup."""
+
+    def __init__(self, real: Any) -> None:
+        self.real = real
+        self.lock = threading.RLock()
+        self.ran = False
+
+    def __getattr__(self, name: str) -> Any:  # get_resource_reader, is_package, ...
+        return getattr(self.real, name)
+
+    def create_module(self, spec: ModuleSpec) -> ModuleType | None:
+        made: ModuleType | None = self.real.create_module(spec)
+        return made
+
+    def exec_module(self, module: ModuleType) -> None:
+        def __getattr__(name: str) -> Any:
+            with self.lock:  # another thread's lookup waits here while the __init__ runs
+                if not self.ran:
+                    self.ran = True
+                    try:
+                        self.real.exec_module(module)
+                    finally:
+                        if module.__dict__.get("__getattr__") is __getattr__:
+                            del module.__dict__["__getattr__"]
+            try:
+                return module.__dict__[name]
+            except KeyError:  # within the __init__ (same thread): not made yet, as always
+                raise AttributeError(
+                    f"module {module.__name__!r} has no attribute {name!r}"
+                ) from None
+
+        module.__getattr__ = __getattr__  # type: ignore[method-assign]
+
+
+_asked: set[str] = set()
+
+
+def install(packages: tuple[str, ...] = PACKAGES) -> None:
+    """Put off the ``__init__`` of each of ``packages`` not imported yet and not asked for
+    before (the first call for a name decides it)."""
+    names = {name for name in packages if name not in _asked and name not in sys.modules}
+    _asked.update(packages)
+    if names:
+        sys.meta_path.insert(0, _Finder(names))

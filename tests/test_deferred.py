@@ -1,0 +1,173 @@
+"""``revtree.deferred``: a package's ``__init__`` put off until a name of it is asked for.
+
+Each case runs in a fresh interpreter (pytest's own has imported the real packages
+long ago) against packages written to ``tmp_path``, whose ``__init__`` notes each run in
+a file and, like ``langsmith.types``, gathers its submodules' names:
+
+- importing a submodule runs no ``__init__``; asking the package for a name runs it once,
+  then answers as an ordinary import would (``from pkg import name``, ``pkg.name``,
+  ``from pkg import *``, a missing name an ``AttributeError``);
+- eight threads asking at once see one run, and each gets the name;
+- a package imported before ``install`` and a namespace package are imported as always;
+- the real packages of :data:`revtree.deferred.PACKAGES` answer every name they export
+  after a ``revtree run``'s imports put them off.
+
+A whole ``revtree run`` with them put off: tests/orchestrator/test_light_imports.py.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from revtree.deferred import PACKAGES
+
+INIT = """\
+import time
+from pathlib import Path
+with open(Path(__file__).parent.parent / "ran.log", "a") as f:
+    f.write(__name__ + "\\n")
+time.sleep(float(Path(__file__).with_name("sleep").read_text() or 0))
+from .shapes import Square, Circle
+from . import extra
+__all__ = ["Square", "Circle", "extra"]
+"""
+
+
+def make_package(root: Path, name: str = "pkg", sleep: float = 0.0) -> None:
+    package = root / name
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text(INIT)
+    (package / "sleep").write_text(str(sleep))
+    (package / "shapes.py").write_text("class Square: sides = 4\nclass Circle: sides = 0\n")
+    (package / "extra.py").write_text("VALUE = 7\n")
+
+
+def run_python(root: Path, body: str) -> dict:
+    """``body`` in a fresh interpreter with ``root`` on its path, ``out`` its answer."""
+    code = "import json, sys\nsys.path.insert(0, sys.argv[1])\nout = {}\n"
+    code += textwrap.dedent(body) + "\nprint(json.dumps(out))\n"
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(root)], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.splitlines()[-1])
+
+
+def ran(root: Path) -> list[str]:
+    log = root / "ran.log"
+    return log.read_text().split() if log.exists() else []
+
+
+def test_a_submodule_import_runs_no_init_and_a_name_runs_it_once(tmp_path: Path) -> None:
+    make_package(tmp_path)
+    out = run_python(
+        tmp_path,
+        """
+        from pathlib import Path
+        from revtree import deferred
+        deferred.install(("pkg",))
+        import pkg.extra
+        from pkg.shapes import Square
+        out["after_submodules"] = Path(sys.argv[1], "ran.log").exists()
+        out["sides"] = pkg.Circle.sides  # a name of the __init__: it runs now
+        from pkg import Square as again
+        out["same_class"] = again is Square
+        namespace = {}
+        exec("from pkg import *", namespace)
+        out["star"] = sorted(k for k in namespace if not k.startswith("__"))
+        try:
+            pkg.nothing_here
+        except AttributeError as e:
+            out["missing"] = str(e)
+        out["value"] = pkg.extra.VALUE
+        """,
+    )
+    assert out["after_submodules"] is False
+    assert out["sides"] == 0 and out["same_class"] is True and out["value"] == 7
+    assert out["star"] == ["Circle", "Square", "extra"]
+    assert "has no attribute 'nothing_here'" in out["missing"]
+    assert ran(tmp_path) == ["pkg"]
+
+
+def test_threads_asking_at_once_see_one_run_and_each_gets_its_name(tmp_path: Path) -> None:
+    make_package(tmp_path, sleep=0.3)  # the __init__ runs long enough for all to ask
+    out = run_python(
+        tmp_path,
+        """
+        import threading
+        from revtree import deferred
+        deferred.install(("pkg",))
+        import pkg.shapes
+        got, start = [], threading.Barrier(8)
+        def ask():
+            start.wait()
+            got.append(pkg.Square.sides)
+        threads = [threading.Thread(target=ask) for _ in range(8)]
+        for t in threads: t.start()
+        for t in threads: t.join()
+        out["got"] = got
+        """,
+    )
+    assert out["got"] == [4] * 8
+    assert ran(tmp_path) == ["pkg"]
+
+
+def test_a_package_imported_before_and_a_namespace_package_are_left_alone(
+    tmp_path: Path,
+) -> None:
+    make_package(tmp_path, "early")
+    (tmp_path / "spaced").mkdir()  # no __init__.py: a namespace package
+    (tmp_path / "spaced" / "inside.py").write_text("X = 1\n")
+    out = run_python(
+        tmp_path,
+        """
+        import early
+        from revtree import deferred
+        deferred.install(("early", "spaced"))
+        import spaced.inside
+        out["x"] = spaced.inside.X
+        out["ns_path"] = len(list(spaced.__path__))
+        out["early"] = early.Square.sides
+        out["finders"] = sum(type(f).__module__ == "revtree.deferred" for f in sys.meta_path)
+        """,
+    )
+    assert out == {"x": 1, "ns_path": 1, "early": 4, "finders": 0}  # the finder has left
+    assert ran(tmp_path) == ["early"]  # imported as always, once
+
+
+NAMES = """
+import importlib
+def public(name):  # every name the package's module has once imported, and what it is
+    module = importlib.import_module(name)
+    getattr(module, "__all__", None)  # put off: its __init__ runs here
+    return {k: type(v).__name__ for k, v in vars(module).items() if not k.startswith("_")}
+"""
+
+
+def test_the_real_packages_answer_every_name_they_export(tmp_path: Path) -> None:
+    as_always = run_python(
+        tmp_path, NAMES + f"for name in {list(PACKAGES)!r}: out[name] = public(name)\n"
+    )
+    out = run_python(
+        tmp_path,
+        NAMES
+        + f"""
+import revtree.orchestrator.core, openai  # as a model-driven run imports them
+names = {list(PACKAGES)!r}
+out["put_off"] = [n for n in names if "__getattr__" in vars(sys.modules[n])]
+out["names"] = {{name: public(name) for name in names}}
+from langgraph.graph import MessagesState, StateGraph
+from langgraph.graph.state import StateGraph as Same
+out["same"] = StateGraph is Same
+from openai.types.chat import ChatCompletion
+out["model"] = openai.types.chat.ChatCompletion is ChatCompletion
+""",
+    )
+    assert sorted(out["put_off"]) == sorted(PACKAGES)  # put off until asked
+    assert out["names"] == as_always
+    assert sum(map(len, as_always.values())) > 500
+    assert out["same"] is True and out["model"] is True
