@@ -31,6 +31,8 @@ ALLOWED = {
     ("memory/checkpoints.py", "driver.autocommit"): "the DB-API connection's autocommit",
     ("agents/knobs.py", "self.study.sampler"): "Optuna's study: a sampler per trial",
     ("orchestrator/steps.py", "run.__name__"): "a function object's name (a graph node)",
+    ("deferred.py", "spec.loader"): "a found spec's loader, wrapped as importlib's docs do",
+    ("deferred.py", "module.__getattr__"): "the PEP 562 hook its loader gives a new module",
     ("agents/stage_inputs.py", "info.size"): TAR,
     ("agents/stage_inputs.py", "info.mode"): TAR,
     ("agents/tools.py", "info.size"): TAR,
