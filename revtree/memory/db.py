@@ -266,12 +266,12 @@ def _create(engine: Engine) -> bool:
     decides). Replaying every
     migration instead costs alembic's import and each step: 0.15 s of a first ``revtree
     run`` in a new home. tests/memory/test_store.py holds the two to the same schema."""
-    from revtree.memory.models import Base
+    from revtree.memory.models import METADATA
 
     with _locked(engine) as conn:
         if inspect(conn).get_table_names():  # made meanwhile: True spares alembic's import
             return current_revision(conn) == HEAD
-        Base.metadata.create_all(conn)
+        METADATA.create_all(conn)
         conn.exec_driver_sql(
             "CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL, "
             "CONSTRAINT alembic_version_pkc PRIMARY KEY (version_num))"

@@ -19,7 +19,7 @@ from sqlalchemy import JSON, Boolean, create_engine
 from revtree.errors import RunNotFound, StoreError
 from revtree.memory import NodeStatus, Store
 from revtree.memory.db import alembic_config
-from revtree.memory.models import Base
+from revtree.memory.models import METADATA
 from revtree.memory.reads import StoreReads
 from revtree.memory.records import EvalResult, LLMCall, Node, RunStatus
 from revtree.memory.sqlite_reads import BOOL_COLUMNS, JSON_COLUMNS, OFF_ENV, SqliteReads
@@ -152,7 +152,7 @@ def test_an_empty_home_reads_as_the_stores(url: str, store: Store) -> None:
 
 def test_the_converted_columns_are_the_models_json_and_boolean_ones() -> None:
     json_columns, bool_columns = set(), set()
-    for table in Base.metadata.tables.values():
+    for table in METADATA.tables.values():
         for column in table.columns:
             if isinstance(column.type, JSON):
                 json_columns.add(column.name)

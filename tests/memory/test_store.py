@@ -32,7 +32,7 @@ from revtree.memory.db import (
     table_names,
     transaction,
 )
-from revtree.memory.models import Base
+from revtree.memory.models import METADATA
 
 from ..pg import fresh_database
 
@@ -319,7 +319,7 @@ def test_migration_matches_the_models(url):
         upgrade_to(engine, "head")
         with engine.connect() as conn:
             context = MigrationContext.configure(conn, opts={"compare_type": True})
-            diff = compare_metadata(context, Base.metadata)
+            diff = compare_metadata(context, METADATA)
         assert diff == []
     finally:
         engine.dispose()

@@ -10,7 +10,8 @@ it had loaded when it ended is checked.
 - A run whose model writes the code (an OpenAI-compatible server), in a new home, loads
   LangGraph and the openai SDK, but neither Optuna (the offline proposer's: a third of a
   second of each start) nor the anthropic SDK (two seconds) nor the Docker client, nor
-  alembic (its new database is made from the models: ``memory.db._create``), nor the
+  alembic (its new database is made from the tables: ``memory.db._create``), nor
+  SQLAlchemy's ORM (the tables are Core), nor the
   submodules that the package ``__init__`` files put off by ``revtree.deferred`` gather;
   ``doctor`` loads neither Optuna nor alembic.
 - The commands that read or decide (ls, show, watch, stop, approve, reject) load neither
@@ -254,6 +255,7 @@ def test_a_model_driven_run_loads_no_optuna_nor_the_other_sdk(tmp_path: Path) ->
     assert ran == 0 and len(srv.requests) >= 2, srv.requests  # the check and a candidate
     assert {"langgraph", "openai"} <= roots(loaded)
     assert roots(loaded) & {"optuna", "anthropic", "docker", "ray", "alembic"} == set()
+    assert "sqlalchemy.orm" not in loaded  # the tables are Core (memory/models.py)
     # the package __init__ files put off (revtree.deferred): the run needed none of them
     assert {"langsmith.types", "openai.types", "langgraph.graph"} <= loaded
     unused = {"langsmith.types.run", "openai.types.graders", "langgraph_sdk.client"}
