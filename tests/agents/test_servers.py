@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import functools
 import json
+import multiprocessing
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import pytest
 
@@ -292,3 +294,45 @@ def test_an_odd_event_in_an_openai_stream_is_an_error_that_says_so(
         pytest.raises(LLMError, match=said),
     ):
         ask(srv, "openai")
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_clients_share_one_http_client_and_each_keeps_its_own_options(
+    api: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every SDK client a process makes after its first is the first's ``with_options``
+    (``base.shared_client``): one HTTP client, so one TLS context loaded, yet each sends
+    to its own server with its own key, timeout and retries."""
+    first_srv = FakeLLMServer(lambda req: "one")
+    other_srv = FakeLLMServer(lambda req: FakeReply("", status=500))
+    monkeypatch.setenv("KEY_A", "key-a")
+    monkeypatch.setenv("KEY_B", "key-b")
+    with first_srv, other_srv:
+        a = make_llm(f"{api}:m", url(first_srv, api), "KEY_A", max_retries=0)
+        b = make_llm(f"{api}:m", url(other_srv, api), "KEY_B", max_retries=1)
+        assert a.client._client is b.client._client  # type: ignore[attr-defined]
+        assert a.complete(PROMPT, max_tokens=20, temperature=0).text == "one"
+        with pytest.raises(LLMError):
+            b.complete(PROMPT, max_tokens=20, temperature=0)
+    assert [r.key for r in first_srv.requests] == ["key-a"]
+    assert [r.key for r in other_srv.requests] == ["key-b", "key-b"]  # its one retry
+    assert (a.client.max_retries, b.client.max_retries) == (0, 1)  # type: ignore[attr-defined]
+
+
+def _client_in_fork(api: str, base_url: str, out: Any) -> None:
+    llm = make_llm(f"{api}:m", base_url=base_url, max_retries=0)
+    out.put(id(llm.client._client))  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_a_forked_child_makes_an_http_client_of_its_own(api: str) -> None:
+    with FakeLLMServer(lambda req: "x") as srv:
+        mine = make_llm(f"{api}:m", base_url=url(srv, api), max_retries=0)
+        ctx = multiprocessing.get_context("fork")
+        out = ctx.Queue()
+        child = ctx.Process(target=_client_in_fork, args=(api, url(srv, api), out))
+        child.start()
+        theirs = out.get(timeout=60)
+        child.join(30)
+    assert child.exitcode == 0
+    assert theirs != id(mine.client._client)  # type: ignore[attr-defined]

@@ -40,6 +40,7 @@ from revtree.agents.llm.base import (
     notice,
     scrubbed,
     sdk_error,
+    shared_client,
     stream_timeout,
     streams_off,
     tool_call,
@@ -60,7 +61,8 @@ class AnthropicChat:
         stream: bool = False,
     ) -> None:
         self.model, self.key_env, self.timeout, self.stream = model, key_env, timeout, stream
-        self.client = anthropic.Anthropic(
+        self.client = shared_client(  # one HTTP client (TLS context, pool) for all
+            anthropic.Anthropic,
             api_key=api_key or "not-needed",
             base_url=base_url,
             timeout=timeout,

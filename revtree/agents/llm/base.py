@@ -19,13 +19,15 @@ structure (HTTP 400 naming tools or response_format) raises ``StructureRefused``
 from __future__ import annotations
 
 import json
+import os
 import re
+import threading
 import time
 import warnings
 from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar, cast
 
 from revtree.errors import LLMUnreachable, RevtreeError
 
@@ -181,6 +183,30 @@ def _said(e: Exception) -> str:
     """An SDK error's own text, cut to ``SAID_CHARS``."""
     text = str(e)
     return text if len(text) <= SAID_CHARS else text[:SAID_CHARS] + "…"
+
+
+SDK = TypeVar("SDK")
+_SHARED: dict[tuple[type, int], Any] = {}  # (SDK client class, pid) -> the first client made
+_SHARING = threading.Lock()
+
+
+def shared_client(sdk_class: type[SDK], **options: Any) -> SDK:
+    """An ``openai.OpenAI`` or ``anthropic.Anthropic`` with ``options`` (``api_key``,
+    ``base_url``, ``timeout``, ``max_retries``): the first one this process makes of that
+    class is made as always; every later one is that one's ``with_options(...)``, the
+    SDK's own copy with the options given, over the same HTTP client. Each SDK client
+    otherwise loads the system's certificates into a TLS context of its own (about 25 ms
+    on 2 cores; a `revtree run` with a reviewer made four clients, two for the model
+    check and two for the run) and keeps a connection pool of its own. Keyed by the
+    process too: a forked child makes its own (an HTTP client's connections are never
+    shared across a fork)."""
+    key = (sdk_class, os.getpid())
+    with _SHARING:
+        first = _SHARED.get(key)
+        if first is None:
+            made = _SHARED[key] = sdk_class(**options)
+            return made
+    return cast(SDK, first.with_options(**options))
 
 
 def sdk_error(

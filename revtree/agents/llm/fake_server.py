@@ -39,6 +39,7 @@ class FakeRequest:
     user: str
     prefix: str
     body: dict[str, Any]
+    key: str = ""  # the API key the request came with (a bearer token or x-api-key)
 
     @property
     def tools(self) -> list[str]:
@@ -146,6 +147,8 @@ class FakeLLMServer:
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))))
                 req = _parse(self.path, body)
+                bearer = self.headers.get("authorization", "").removeprefix("Bearer ")
+                req.key = bearer or self.headers.get("x-api-key", "")
                 with fake.lock:
                     fake.requests.append(req)
                 reply = fake.responder(req)
