@@ -18,12 +18,15 @@ first lookup of a name the module does not have yet (a module ``__getattr__``, P
 Importing a submodule (``import langsmith.types.run_select_field``) needs only
 ``__path__``, so it runs nothing more; ``from langsmith.types import Run``, or
 ``langsmith.types.Run``, runs the ``__init__`` in full first, then answers as it always
-did. Nothing is skipped, only put off until asked for. The finder leaves once it has
-seen each package, and a package that is not a plain source package on disk (a
-namespace package, a zip) is imported as always.
+did. Nothing is skipped, only put off until asked for. A namespace package (no
+``__init__``) is imported as always.
 
 A lookup from another thread while the ``__init__`` runs waits for it to finish; within
 that ``__init__`` the module is partly made, as any module is while it is being imported.
+An ``__init__`` that fails raises from the lookup that ran it (an ``AttributeError`` of
+its own as ``ImportError``, so that ``hasattr`` and ``from pkg import name`` do not take
+it for a missing name) and runs again on the next lookup; one that defines its own
+module ``__getattr__`` has it answer the names it does not hold.
 """
 
 from __future__ import annotations
@@ -51,12 +54,10 @@ class _Finder:
         self.lock = threading.Lock()
 
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> ModuleSpec | None:
-        with self.lock:
-            if fullname not in self.names:
+        with self.lock:  # (it stays on the list once done: a finder that removed itself
+            if fullname not in self.names:  # could make another thread's walk skip one)
                 return None
             self.names.discard(fullname)
-            if not self.names and self in sys.meta_path:
-                sys.meta_path.remove(self)
         for finder in list(sys.meta_path):
             if finder is self or not hasattr(finder, "find_spec"):
                 continue
@@ -92,15 +93,23 @@ class _Loader:
                     self.ran = True
                     try:
                         self.real.exec_module(module)
-                    finally:
-                        if module.__dict__.get("__getattr__") is __getattr__:
-                            del module.__dict__["__getattr__"]
+                    except AttributeError as e:  # not "no such name": hasattr() would hide it
+                        self.ran = False  # asked again, it runs again, as a new import would
+                        raise ImportError(f"the __init__ of {module.__name__} failed: {e}") from e
+                    except BaseException:
+                        self.ran = False
+                        raise
+                    if module.__dict__.get("__getattr__") is __getattr__:
+                        del module.__dict__["__getattr__"]
             try:
                 return module.__dict__[name]
-            except KeyError:  # within the __init__ (same thread): not made yet, as always
-                raise AttributeError(
-                    f"module {module.__name__!r} has no attribute {name!r}"
-                ) from None
+            except KeyError:
+                pass
+            own = module.__dict__.get("__getattr__")
+            if own is not None and own is not __getattr__:  # the package's own (PEP 562)
+                return own(name)
+            # within the __init__ (same thread): not made yet, as in any import
+            raise AttributeError(f"module {module.__name__!r} has no attribute {name!r}")
 
         module.__getattr__ = __getattr__  # type: ignore[method-assign]
 

@@ -300,23 +300,44 @@ def test_an_odd_event_in_an_openai_stream_is_an_error_that_says_so(
 def test_clients_share_one_http_client_and_each_keeps_its_own_options(
     api: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Every SDK client a process makes after its first is the first's ``with_options``
-    (``base.shared_client``): one HTTP client, so one TLS context loaded, yet each sends
-    to its own server with its own key, timeout and retries."""
-    first_srv = FakeLLMServer(lambda req: "one")
-    other_srv = FakeLLMServer(lambda req: FakeReply("", status=500))
+    """Every SDK client a process makes for a URL after its first is the first's
+    ``with_options`` (``base.shared_client``): one HTTP client, so one TLS context
+    loaded, yet each sends its own key with its own retries; another URL has its own."""
     monkeypatch.setenv("KEY_A", "key-a")
     monkeypatch.setenv("KEY_B", "key-b")
-    with first_srv, other_srv:
-        a = make_llm(f"{api}:m", url(first_srv, api), "KEY_A", max_retries=0)
-        b = make_llm(f"{api}:m", url(other_srv, api), "KEY_B", max_retries=1)
+    srv = FakeLLMServer(lambda req: "one" if req.key == "key-a" else FakeReply("", status=500))
+    with srv, FakeLLMServer(lambda req: "other") as elsewhere:
+        a = make_llm(f"{api}:m", url(srv, api), "KEY_A", max_retries=0)
+        b = make_llm(f"{api}:m", url(srv, api), "KEY_B", max_retries=1)
+        c = make_llm(f"{api}:m", url(elsewhere, api), "KEY_A", max_retries=0)
         assert a.client._client is b.client._client  # type: ignore[attr-defined]
+        assert c.client._client is not a.client._client  # type: ignore[attr-defined]
         assert a.complete(PROMPT, max_tokens=20, temperature=0).text == "one"
         with pytest.raises(LLMError):
             b.complete(PROMPT, max_tokens=20, temperature=0)
-    assert [r.key for r in first_srv.requests] == ["key-a"]
-    assert [r.key for r in other_srv.requests] == ["key-b", "key-b"]  # its one retry
+        assert c.complete(PROMPT, max_tokens=20, temperature=0).text == "other"
+    assert [r.key for r in srv.requests] == ["key-a", "key-b", "key-b"]  # b's one retry
     assert (a.client.max_retries, b.client.max_retries) == (0, 1)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_a_client_given_no_url_reads_the_sdks_default_not_an_earlier_clients(
+    api: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A copy keeps its original's URL where given none: a client with no base URL must
+    go where a new one would (the SDK's variable here), never to an earlier client's
+    server with its key."""
+    local, default = FakeLLMServer(lambda req: "local"), FakeLLMServer(lambda req: "default")
+    with local, default:
+        monkeypatch.setenv(f"{api.upper()}_BASE_URL", url(default, api))
+        monkeypatch.setenv("KEY_A", "key-local")
+        monkeypatch.setenv("KEY_B", "key-real")
+        first = make_llm(f"{api}:m", url(local, api), "KEY_A", max_retries=0)
+        later = make_llm(f"{api}:m", None, "KEY_B", max_retries=0)
+        assert later.complete(PROMPT, max_tokens=20, temperature=0).text == "default"
+        assert first.complete(PROMPT, max_tokens=20, temperature=0).text == "local"
+    assert [r.key for r in default.requests] == ["key-real"]
+    assert [r.key for r in local.requests] == ["key-local"]
 
 
 def _client_in_fork(api: str, base_url: str, out: Any) -> None:

@@ -186,25 +186,29 @@ def _said(e: Exception) -> str:
 
 
 SDK = TypeVar("SDK")
-_SHARED: dict[tuple[type, int], Any] = {}  # (SDK client class, pid) -> the first client made
+_SHARED: dict[tuple[type, int, str | None], Any] = {}  # (class, pid, base_url) -> first made
 _SHARING = threading.Lock()
 
 
 def shared_client(sdk_class: type[SDK], **options: Any) -> SDK:
     """An ``openai.OpenAI`` or ``anthropic.Anthropic`` with ``options`` (``api_key``,
     ``base_url``, ``timeout``, ``max_retries``): the first one this process makes of that
-    class is made as always; every later one is that one's ``with_options(...)``, the
-    SDK's own copy with the options given, over the same HTTP client. Each SDK client
-    otherwise loads the system's certificates into a TLS context of its own (about 25 ms
-    on 2 cores; a `revtree run` with a reviewer made four clients, two for the model
-    check and two for the run) and keeps a connection pool of its own. Keyed by the
-    process too: a forked child makes its own (an HTTP client's connections are never
-    shared across a fork)."""
-    key = (sdk_class, os.getpid())
+    class for that ``base_url`` is made as always; every later one is that one's
+    ``with_options(...)``, the SDK's own copy with the options given, over the same HTTP
+    client. Each SDK client otherwise loads the system's certificates into a TLS context
+    of its own (about 25 ms on 2 cores; a `revtree run` with a reviewer made four
+    clients, two for the model check and two for the run) and keeps a connection pool
+    of its own. Keyed by the URL (a copy keeps its original's URL where given none, where
+    a new client would read the SDK's default) and by the process (a forked child makes
+    its own: an HTTP client's connections are never shared across a fork)."""
+    key = (sdk_class, os.getpid(), options.get("base_url"))
     with _SHARING:
         first = _SHARED.get(key)
-        if first is None:
-            made = _SHARED[key] = sdk_class(**options)
+    if first is None:  # made outside the lock (a fork meanwhile finds it free)
+        made = sdk_class(**options)
+        with _SHARING:
+            first = _SHARED.setdefault(key, made)
+        if first is made:
             return made
     return cast(SDK, first.with_options(**options))
 
