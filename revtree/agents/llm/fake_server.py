@@ -146,9 +146,8 @@ class FakeLLMServer:
 
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))))
-                req = _parse(self.path, body)
                 bearer = self.headers.get("authorization", "").removeprefix("Bearer ")
-                req.key = bearer or self.headers.get("x-api-key", "")
+                req = _parse(self.path, body, bearer or self.headers.get("x-api-key", ""))
                 with fake.lock:
                     fake.requests.append(req)
                 reply = fake.responder(req)
@@ -322,7 +321,7 @@ def _text(content: Any) -> list[str]:
     return [c.get("text", "") for c in content or [] if isinstance(c, dict)]
 
 
-def _parse(path: str, body: dict[str, Any]) -> FakeRequest:
+def _parse(path: str, body: dict[str, Any], key: str = "") -> FakeRequest:
     messages = body.get("messages") or []
     if path.endswith("/chat/completions"):
         system = "".join(
@@ -332,7 +331,7 @@ def _parse(path: str, body: dict[str, Any]) -> FakeRequest:
             t for m in messages if m.get("role") == "user" for t in _text(m.get("content"))
         )
         prefix = user.split("\n\n", 1)[0] if "\n\n" in user else ""
-        return FakeRequest("openai", body.get("model", ""), system, user, prefix, body)
+        return FakeRequest("openai", body.get("model", ""), system, user, prefix, body, key)
     system_blocks = body.get("system")
     system = "".join(_text(system_blocks))
     blocks = [
@@ -341,7 +340,7 @@ def _parse(path: str, body: dict[str, Any]) -> FakeRequest:
     blocks += [c for m in messages for c in (m.get("content") or []) if isinstance(c, dict)]
     prefix = "".join(c.get("text", "") for c in blocks if c.get("cache_control"))
     user = "".join(t for m in messages for t in _text(m.get("content")))
-    return FakeRequest("anthropic", body.get("model", ""), system, user, prefix, body)
+    return FakeRequest("anthropic", body.get("model", ""), system, user, prefix, body, key)
 
 
 #: the edit dialects real models write, in the order ``DialectCycle`` rotates through them
