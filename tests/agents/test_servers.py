@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from revtree.agents.llm import LLMError, Prompt, make_llm
+from revtree.agents.llm import LLMError, Prompt, base, make_llm
 from revtree.agents.llm.base import NOTICE, Completion
 from revtree.agents.llm.fake_server import FakeLLMServer, FakeReply, FakeRequest
 
@@ -303,6 +303,7 @@ def test_clients_share_one_http_client_and_each_keeps_its_own_options(
     """Every SDK client a process makes for a URL after its first is the first's
     ``with_options`` (``base.shared_client``): one HTTP client, so one TLS context
     loaded, yet each sends its own key with its own retries; another URL has its own."""
+    monkeypatch.setattr(base, "_SHARED", {})  # no client an earlier test made
     monkeypatch.setenv("KEY_A", "key-a")
     monkeypatch.setenv("KEY_B", "key-b")
     srv = FakeLLMServer(lambda req: "one" if req.key == "key-a" else FakeReply("", status=500))
@@ -325,13 +326,16 @@ def test_a_client_given_no_url_reads_the_sdks_default_not_an_earlier_clients(
     api: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A copy keeps its original's URL where given none: a client with no base URL must
-    go where a new one would (the SDK's variable here), never to an earlier client's
-    server with its key."""
+    go where a new one would (the SDK's variable here, set after a client was made
+    without it), never to an earlier client's server with its key."""
+    monkeypatch.setattr(base, "_SHARED", {})  # no client an earlier test made
+    monkeypatch.setenv("KEY_A", "key-local")
+    monkeypatch.setenv("KEY_B", "key-real")
     local, default = FakeLLMServer(lambda req: "local"), FakeLLMServer(lambda req: "default")
-    with local, default:
+    with local, default, FakeLLMServer(lambda req: "stale") as stale:
+        monkeypatch.setenv(f"{api.upper()}_BASE_URL", url(stale, api))
+        make_llm(f"{api}:m", None, "KEY_B", max_retries=0)  # made before the variable moved
         monkeypatch.setenv(f"{api.upper()}_BASE_URL", url(default, api))
-        monkeypatch.setenv("KEY_A", "key-local")
-        monkeypatch.setenv("KEY_B", "key-real")
         first = make_llm(f"{api}:m", url(local, api), "KEY_A", max_retries=0)
         later = make_llm(f"{api}:m", None, "KEY_B", max_retries=0)
         assert later.complete(PROMPT, max_tokens=20, temperature=0).text == "default"

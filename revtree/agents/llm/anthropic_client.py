@@ -63,6 +63,7 @@ class AnthropicChat:
         self.model, self.key_env, self.timeout, self.stream = model, key_env, timeout, stream
         self.client = shared_client(  # one HTTP client (TLS context, pool) for all
             anthropic.Anthropic,
+            "ANTHROPIC_BASE_URL",
             api_key=api_key or "not-needed",
             base_url=base_url,
             timeout=timeout,

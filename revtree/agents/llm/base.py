@@ -190,7 +190,7 @@ _SHARED: dict[tuple[type, int, str | None], Any] = {}  # (class, pid, base_url) 
 _SHARING = threading.Lock()
 
 
-def shared_client(sdk_class: type[SDK], **options: Any) -> SDK:
+def shared_client(sdk_class: type[SDK], url_env: str, **options: Any) -> SDK:
     """An ``openai.OpenAI`` or ``anthropic.Anthropic`` with ``options`` (``api_key``,
     ``base_url``, ``timeout``, ``max_retries``): the first one this process makes of that
     class for that ``base_url`` is made as always; every later one is that one's
@@ -198,10 +198,12 @@ def shared_client(sdk_class: type[SDK], **options: Any) -> SDK:
     client. Each SDK client otherwise loads the system's certificates into a TLS context
     of its own (about 25 ms on 2 cores; a `revtree run` with a reviewer made four
     clients, two for the model check and two for the run) and keeps a connection pool
-    of its own. Keyed by the URL (a copy keeps its original's URL where given none, where
-    a new client would read the SDK's default) and by the process (a forked child makes
-    its own: an HTTP client's connections are never shared across a fork)."""
-    key = (sdk_class, os.getpid(), options.get("base_url"))
+    of its own. Keyed by the URL the new client would use (a copy keeps its original's
+    URL where given none, where a new client reads the SDK's variable ``url_env``, e.g.
+    ``OPENAI_BASE_URL``, then its default) and by the process (a forked child makes its
+    own: an HTTP client's connections are never shared across a fork)."""
+    url = options.get("base_url") or os.environ.get(url_env) or None
+    key = (sdk_class, os.getpid(), url)
     with _SHARING:
         first = _SHARED.get(key)
     if first is None:  # made outside the lock (a fork meanwhile finds it free)

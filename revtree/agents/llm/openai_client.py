@@ -66,6 +66,7 @@ class OpenAIChat:
         self.model, self.key_env, self.timeout, self.stream = model, key_env, timeout, stream
         self.client = shared_client(  # one HTTP client (TLS context, pool) for all
             openai.OpenAI,
+            "OPENAI_BASE_URL",
             api_key=api_key or "not-needed",
             base_url=base_url,
             timeout=timeout,
