@@ -35,14 +35,26 @@ R = TypeVar("R")
 Say = Callable[[str, str, "int | None", "dict[str, Any] | None"], object]  # kind, message, …
 
 
-def role_models(spec: TaskSpec) -> dict[str, LLM]:
-    """The model client of each enabled role (not the proposer in one-call mode), as a
-    run builds them: raises ``LLMError`` for a model that cannot be called (no key, no
-    base URL, an unknown provider), before any call is made."""
+def enabled_roles(spec: TaskSpec) -> list[str]:
+    """The roles a run calls a model for: each enabled one (not the proposer in one-call
+    mode, where the coder proposes)."""
     a = spec.agents
-    roles = ("coder", "reviewer", "analyst") if a.one_call else ROLES
+    roles = ROLES[1:] if a.one_call else ROLES
+    return [name for name in roles if getattr(a, name).enabled]
+
+
+def model_name(spec: TaskSpec, role: Role) -> str | None:
+    """The model a role without an ensemble calls: its own, the run's, or the one the
+    environment's key suggests."""
+    return role.model or spec.agents.model or detect_model()
+
+
+def role_models(spec: TaskSpec) -> dict[str, LLM]:
+    """The model client of each enabled role (``enabled_roles``), as a run builds them:
+    raises ``LLMError`` for a model that cannot be called (no key, no base URL, an
+    unknown provider), before any call is made."""
     return {
-        name: role_model(spec, name, getattr(a, name)) for name in roles if getattr(a, name).enabled
+        name: role_model(spec, name, getattr(spec.agents, name)) for name in enabled_roles(spec)
     }
 
 
@@ -59,7 +71,7 @@ def role_model(spec: TaskSpec, name: str, role: Role) -> LLM:
         members = [make_llm(m.model, **kw) for m in role.ensemble]
         seed = derive_seed(spec.search.seed, "ensemble", name)
         return Ensemble(members, [m.weight for m in role.ensemble], seed)
-    model = role.model or a.model or detect_model()
+    model = model_name(spec, role)
     if model is None:
         raise LLMError(
             f"no model for the {name}: set agents.model, agents.{name}.model, "

@@ -15,7 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from revtree.agents.driver import driver
-from revtree.agents.llm import LLMError, Prompt, detect_model, make_llm, split_model
+from revtree.agents.llm import LLMError, Prompt, make_llm, split_model
+from revtree.orchestrator.llm_models import enabled_roles, model_name
+from revtree.orchestrator.llm_models import role_models as clients
 from revtree.tasks import TaskSpec
 
 OK, FAIL, SKIP, WARN = "ok", "fail", "skip", "warn"
@@ -39,19 +41,13 @@ class Item:
 
 
 def role_models(spec: TaskSpec) -> dict[str, list[str]]:
-    """The models each enabled LLM role calls (the proposer only with two calls)."""
-    a = spec.agents
-    names = ("proposer", "coder", "reviewer", "analyst")[1 if a.one_call else 0 :]
+    """The model names each role a run calls (``llm_models.enabled_roles``) calls, as
+    ``llm_models.role_models`` resolves them (an empty list: no model for it)."""
     out = {}
-    for name in names:
-        role = getattr(a, name)
-        if not role.enabled:
-            continue
-        if role.ensemble:
-            out[name] = [m.model for m in role.ensemble]
-        else:
-            model = role.model or a.model or detect_model()
-            out[name] = [model] if model else []
+    for name in enabled_roles(spec):
+        role = getattr(spec.agents, name)
+        model = model_name(spec, role)
+        out[name] = [m.model for m in role.ensemble] if role.ensemble else [model] if model else []
     return out
 
 
@@ -76,8 +72,6 @@ def require_models(
     thread imports only what the SDK loads on its first call. An exception of
     ``beside`` (a broken install) is raised as it is, before any verdict; the calls'
     thread, a daemon, is left to end on its own."""
-    from revtree.orchestrator.llm_models import role_models as clients
-
     if not driver(spec).llm:
         return
     clients(spec)  # built as the run builds them: LLMError for one that cannot be
