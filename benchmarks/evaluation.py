@@ -102,7 +102,7 @@ def main() -> None:
     if args.child is not None:
         child(args.child)
         return
-    with worktree(args.baseline, compiled=True) as tree:
+    with worktree(args.baseline) as tree:
         got: dict[str, list[float]] = {"baseline": [], "today": []}
         for _ in range(args.rounds):
             got["baseline"] += block(args.n, str(tree))

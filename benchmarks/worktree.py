@@ -15,18 +15,17 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 @contextlib.contextmanager
-def worktree(revision: str, compiled: bool = False) -> Iterator[Path]:
+def worktree(revision: str) -> Iterator[Path]:
     """``revision`` in a detached git worktree in a temporary folder, removed after the
-    block; ``compiled``: its package's bytecode written first, so that no run of it pays
-    the compilation."""
+    block, its package's bytecode written first, so that no run of it pays the
+    compilation (this tree's is written as it runs, once)."""
     git = ["git", "-C", str(ROOT), "worktree"]
     with tempfile.TemporaryDirectory() as folder:
         tree = Path(folder) / "baseline"
         subprocess.run([*git, "add", "-q", "--detach", str(tree), revision], check=True)
         try:
-            if compiled:
-                compile_all = [sys.executable, "-m", "compileall", "-q", str(tree / "revtree")]
-                subprocess.run(compile_all, check=True)
+            compile_all = [sys.executable, "-m", "compileall", "-q", str(tree / "revtree")]
+            subprocess.run(compile_all, check=True)
             yield tree
         finally:
             subprocess.run([*git, "remove", "--force", str(tree)], check=False)
