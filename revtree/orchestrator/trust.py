@@ -23,12 +23,13 @@ recommended or exported by default, and no policy exploits it; its descendants i
 the alarm (kind ``subtree``).
 
 Improvement beyond noise: the best and the baseline are re-evaluated (up to
-``verify_repeats``, fewer where more would decide nothing: ``decided``; a new best
-found while the evaluator has reproduced every repeat bit for bit is re-run at the end
-of the run only, ``defer_verification``); the best's
-first evaluation, the one that made it the best, is left out of the comparison (the
-winner's curse) unless every repeat of both reproduced it bit for bit, and the gain is
-reported with its standard error and called real only when a t-test at 95%
+``verify_repeats``, fewer where more would decide nothing: ``decided``; while no noise
+is measured, the baseline's second run comes before a new best's re-run, so that one
+re-run of each measures it; a new best found while the evaluator has reproduced every
+repeat bit for bit is re-run at the end of the run only, ``defer_verification``); the
+best's first evaluation, the one that made it the best, is left out of the comparison
+(the winner's curse) unless every repeat of both reproduced it bit for bit, and the gain
+is reported with its standard error and called real only when a t-test at 95%
 (two-sided) says so.
 """
 
@@ -50,7 +51,8 @@ from revtree.errors import (
     StoreError,
     TaskSpecError,
 )
-from revtree.memory.records import Score, directed, finite_mean
+from revtree.memory.records import EvalResult, Score, directed, finite_mean
+from revtree.memory.stages import GUARD, HOLDOUT
 
 DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS}
 DISK_TEXTS = ("No space left on device", "database or disk is full", "Disk quota exceeded")
@@ -406,3 +408,27 @@ def decided(
     se = noise.sigma * math.sqrt(1 / n + 1 / max(1, n_ref))
     wide = max(WIDE, t_critical(noise.dof))
     return math.isfinite(mean - ref) and abs(mean - ref) >= wide * se
+
+
+def eval_event(result: EvalResult) -> tuple[str, str, dict[str, Any]]:
+    """The live log's line for an evaluation stored: ``eval``, or ``holdout`` for a
+    holdout's (the guard split or the final judge)."""
+    if result.stage in (GUARD, HOLDOUT):
+        what = f"{result.score:.6g}" if result.ok else f"failed: {result.error}"
+        label = "guard holdout" if result.stage == GUARD else "holdout"
+        message = f"{label} of node {result.node_id}: {what}"
+        return "holdout", message, {"score": result.score, "ok": result.ok}
+    what = (
+        f"{result.score:.6g}"
+        if result.ok and result.score is not None
+        else (f"failed ({result.error_kind}): {result.error}")
+    )
+    data: dict[str, Any] = {
+        "stage": result.stage,
+        "repeat": result.repeat,
+        "score": result.score,
+        "ok": result.ok,
+        "duration": result.duration,
+    }
+    where = f"node {result.node_id} {result.stage}#{result.repeat}"
+    return "eval", f"{where}: {what} in {result.duration:.2f}s", data

@@ -35,6 +35,7 @@ from revtree.orchestrator.trust import (
     decided,
     defer_verification,
     dev_only_alarm,
+    eval_event,
     holdout_alarm,
     pooled_noise,
     rank_alarm,
@@ -66,7 +67,7 @@ class Trust:
         once) is neither stored nor spent: the session's budget stays what SQL holds, which
         is what a resumed run counts. Returns the evaluation."""
         result = dataclasses.replace(result, attempt=self.mirror.get(result.node_id).attempt)
-        if self.store.record_evaluation(self.run_id, result, _event(result)) is not None:
+        if self.store.record_evaluation(self.run_id, result, eval_event(result)) is not None:
             self.p.budget.spend(result.duration, kind, counted)
         return result
 
@@ -94,6 +95,8 @@ class Trust:
             final or budget.share_ok("verify", t.verify_share, t.verify_repeats - 1)
         ):
             with self._measuring(final, node_id) as others:
+                if others is not None and pooled_noise(others) is None:
+                    others = self._baseline_first(node_id, others)
                 if not always and self.mirror.best_id != node_id:
                     return  # another became the best while this one waited its turn
                 verified = others is None or not self._defer(node_id, others)
@@ -179,6 +182,19 @@ class Trust:
                 if pooled_noise(others) is not None:
                     held.close()  # measured meanwhile: no need to run alone
             yield None if node_id == 0 else others
+
+    def _baseline_first(self, node_id: int, others: list[list[float]]) -> list[list[float]]:
+        """While the noise is unmeasured, before a new best's re-runs: the baseline's second
+        run (``finalize`` needs it, and reuses it), so that one re-run of the best measures
+        the noise over two degrees of freedom (two nodes each reproduced bit for bit are
+        as unlikely by chance as one node three times). The other nodes' repeats, again."""
+        root = self.mirror.get(0)
+        if node_id == 0 or root.status is not NodeStatus.SUCCEEDED or root.commit is None:
+            return others
+        if len(self._full(root)) >= 2:
+            return others
+        self.verify(0, 2, slot=True)
+        return self._others(node_id)
 
     def _defer(self, node_id: int, others: list[list[float]]) -> bool:
         """Whether a new best's verification waits for the end of the run
@@ -474,27 +490,3 @@ class Trust:
             return None
         guard = split == GUARD
         return self.record(result, GUARD if guard else None, counted=guard and node_id != 0)
-
-
-def _event(result: EvalResult) -> tuple[str, str, dict[str, Any]]:
-    """The live log's line for an evaluation stored: ``eval``, or ``holdout`` for a
-    holdout's (the guard split or the final judge)."""
-    if result.stage in (GUARD, HOLDOUT):
-        what = f"{result.score:.6g}" if result.ok else f"failed: {result.error}"
-        label = "guard holdout" if result.stage == GUARD else "holdout"
-        message = f"{label} of node {result.node_id}: {what}"
-        return "holdout", message, {"score": result.score, "ok": result.ok}
-    what = (
-        f"{result.score:.6g}"
-        if result.ok and result.score is not None
-        else (f"failed ({result.error_kind}): {result.error}")
-    )
-    data: dict[str, Any] = {
-        "stage": result.stage,
-        "repeat": result.repeat,
-        "score": result.score,
-        "ok": result.ok,
-        "duration": result.duration,
-    }
-    where = f"node {result.node_id} {result.stage}#{result.repeat}"
-    return "eval", f"{where}: {what} in {result.duration:.2f}s", data

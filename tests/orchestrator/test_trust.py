@@ -531,6 +531,27 @@ def test_a_deterministic_evaluator_re_runs_only_the_baseline_and_the_final_best(
     assert len(deferred) == 1, deferred  # the live log says why, once
 
 
+@pytest.mark.slow  # a whole run, 4 s (issue 24)
+def test_the_first_best_measures_the_noise_with_the_baselines_repeat(
+    tmp_path: Path, home: Path, store: Store
+) -> None:
+    # the default share: the baseline, the first best, is not verified as it is found
+    task = quad_task(tmp_path / "q", EXACT, extra="[search]\nseed = 0\n", budget=12)
+    drive_here(home, "run", str(task), "--quiet")
+    s = show(home)
+    events = store.events_since(s["run_id"], limit=100_000)
+    reruns = [(e.node_id, e.data["repeat"]) for e in events if e.kind == "eval"]
+    reruns = [r for r in reruns if r[1] > 0]
+    bests = [e.node_id for e in events if e.kind == "best" and e.node_id != 0]
+    # the first best verified: the baseline's second run first, then the best's (two
+    # nodes reproduced bit for bit: the noise is nil); no node runs a third time, and
+    # the final best is re-run once at the end (the baseline's repeat is reused there)
+    assert reruns[0] == (0, 1) and reruns[1][0] in bests, reruns
+    assert all(r == 1 for _, r in reruns) and len(reruns) == len(set(reruns)), reruns
+    assert (s["best_node"], 1) in reruns and len(reruns) <= 3, reruns
+    assert s["gain"]["beyond_noise"] is True
+
+
 @pytest.mark.slow  # a whole run, 7 s (issue 24)
 def test_a_candidate_good_on_its_first_run_only_is_never_the_best(
     tmp_path: Path, home: Path
