@@ -779,11 +779,16 @@ def test_at_parallel_4_bests_found_at_once_measure_the_noise_once(
     drive_here(home, "run", str(task), "--quiet")
     s = show(home)
     counts = {n["id"]: n["n_evaluations"] for n in s["nodes"] if n["n_evaluations"] > 1}
-    # one verification (the baseline's, or the first best's) measures the noise; the
-    # bests found while it runs wait for it, see none, and wait for the end, where the
-    # final best and the baseline are re-run once
+    # one verification measures the noise: the baseline's (three runs), or the first
+    # best's (the baseline's second run, then one of the best's); the bests found while
+    # it runs wait for it, see none, and wait for the end, where the final best and the
+    # baseline are re-run once (the baseline's run made before is reused)
     measured = [i for i, n in counts.items() if n == 3]
-    assert len(measured) == 1, counts
+    if measured:
+        assert measured == [0], counts
+    else:
+        assert len(counts) <= 3 and set(counts.values()) == {2}, counts
+    assert {0, s["best_node"]} <= set(counts), counts
     assert {i: n for i, n in counts.items() if i not in measured} == {
-        i: 2 for i in {0, s["best_node"]} - set(measured)
+        i: 2 for i in set(counts) - set(measured)
     }, counts
