@@ -463,6 +463,9 @@ class Steps:
             )
         else:
             self._outcome(node, state)
+        node = self.mirror.get(node.id)
+        if self.mirror.best_id != node.id or node.status is not NodeStatus.SUCCEEDED:
+            self.chain.through(state["ticket"])  # no ``verify`` after: the next may start
 
     def _outcome(self, node: Node, state: State) -> None:
         o = Outcome(**(state.get("outcome") or {}))

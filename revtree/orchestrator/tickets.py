@@ -80,8 +80,10 @@ class Chain:
       learners that proposers and prompts read, learn an outcome as it is recorded);
       where none will start (``release``: the budget or the search ends), it is
       recorded at once;
-    - a ticket evaluates only once every ticket started before it ended (``wait_turn``),
-      verification included, so the trust sees what a run one at a time sees.
+    - a ticket evaluates only once every ticket started before it ended, verification
+      included, or was recorded with nothing to verify (``through``: the rest of its
+      thread is LangGraph's end), so the trust sees what a run one at a time sees
+      (``wait_turn``).
 
     Off, nothing waits and no ticket starts ahead."""
 
@@ -95,6 +97,7 @@ class Chain:
         self._beside: set[str] = set()  # started while another was in flight
         self._settled = -1  # the latest start (seq) whose ticket is prepared or ended
         self._released = False
+        self._through: set[str] = set()  # recorded, with nothing left for the trust
         self._wake: Future[None] = Future()
 
     def wake(self) -> Future[None]:
@@ -147,7 +150,16 @@ class Chain:
             self._ready.discard(ticket)
             self._followed.discard(ticket)
             self._beside.discard(ticket)
+            self._through.discard(ticket)
             return beside
+
+    def through(self, ticket: str) -> None:
+        """``ticket``'s outcome is recorded and it verifies nothing: what is left of it
+        (its thread's end) no longer holds back the evaluation of the next."""
+        with self._cond:
+            if ticket in self._seq:
+                self._through.add(ticket)
+                self._cond.notify_all()
 
     def release(self) -> None:
         """No ticket starts now: outcomes held for one are recorded."""
@@ -161,9 +173,14 @@ class Chain:
             self._cond.notify_all()
 
     def wait_turn(self, ticket: str, cancel: threading.Event) -> None:
-        """Until every ticket started before ``ticket`` ended."""
+        """Until every ticket started before ``ticket`` ended or is ``through``."""
         seq = self._seq.get(ticket)
-        self._wait(lambda: seq is None or min(self._seq.values()) >= seq, cancel)
+        self._wait(
+            lambda: (
+                seq is None or all(s >= seq or t in self._through for t, s in self._seq.items())
+            ),
+            cancel,
+        )
 
     def wait_next(self, ticket: str | None, cancel: threading.Event) -> None:
         """Until a ticket started after ``ticket`` (ready) is prepared or ended, or none

@@ -50,6 +50,27 @@ def test_the_next_starts_once_the_one_in_flight_is_at_its_evaluation() -> None:
     assert chain.may_start()  # b is alone and at its evaluation: c may start
 
 
+def test_the_next_evaluates_once_the_one_before_is_recorded_with_nothing_to_verify() -> None:
+    chain, cancel = Chain(True), threading.Event()
+    for ticket in ("a", "b", "c"):
+        chain.started(ticket)
+    _, c_turn = waiter(chain.wait_turn, "c", cancel)
+    chain.through("b")  # b is recorded, a is not: c still waits for a
+    time.sleep(0.2)
+    assert not c_turn.is_set()
+    chain.through("a")  # a recorded and not a new best: its thread's end is not waited for
+    assert c_turn.wait(5)
+    chain.ended("a")
+    chain.ended("b")
+    chain.started("d")  # a ticket that verifies (a new best) is never through: d waits
+    _, d_turn = waiter(chain.wait_turn, "d", cancel)
+    time.sleep(0.2)
+    assert not d_turn.is_set()
+    chain.through("gone")  # a ticket no longer in flight changes nothing
+    chain.ended("c")
+    assert d_turn.wait(5)
+
+
 def test_after_an_idle_or_a_verification_beside_it_the_next_waits_for_its_end() -> None:
     chain = Chain(True)
     chain.started("a")
