@@ -331,8 +331,10 @@ class Evaluator:
         steps: list[_Step],
         error: str | None,
     ) -> str | None:
-        """The whole captured output in a file (the database keeps only tails)."""
-        if self.log_dir is None:
+        """The whole captured output in a file, where the database's tails lose some of
+        it (a longer output, or a grade step's two); None where they hold it all (most
+        evaluations: a file each was an inode and a write on the evaluation's path)."""
+        if self.log_dir is None or _whole_in_tails(steps):
             return None
         self.log_dir.mkdir(parents=True, exist_ok=True)
         path = self.log_dir / f"node{node_id}-{stage}-{repeat}.log"
@@ -448,6 +450,16 @@ class Evaluator:
         return self.run_one(
             node_id, archive, split, repeat, h.command, metric, timeout, cancel, protected=protected
         )
+
+
+def _whole_in_tails(steps: list[_Step]) -> bool:
+    """Whether the stored row says all the log would: one step, each stream within its
+    tail and not cut at the cap, no output refused."""
+    if len(steps) != 1 or steps[0].label:
+        return False
+    r = steps[0].result
+    short = len(r.stdout) <= TAIL and len(r.stderr) <= TAIL
+    return short and not r.truncated and not r.refused
 
 
 def _tails(steps: list[_Step], stream: str) -> str:

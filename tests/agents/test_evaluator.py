@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from revtree.agents import Evaluator, parse_metrics
+from revtree.agents.evaluator import TAIL
 from revtree.memory.records import EvalResult
 from revtree.sandboxes.base import ExecResult
 from revtree.sandboxes.local import LocalSandbox
@@ -285,15 +286,27 @@ def test_no_holdout_means_none(tmp_path):
     assert Evaluator(spec, LocalSandbox()).holdout(1, archive_of(spec)) is None
 
 
-def test_full_output_goes_to_the_log_file(tmp_path):
+def test_full_output_goes_to_the_log_file_where_the_tails_lose_some(tmp_path):
     spec = make_task(tmp_path / "t", "crash")
+    loud = "import sys\nsys.stderr.write('noise line\\n' * 2000)\n"
+    evaluate = tmp_path / "t" / "evaluate.py"
+    evaluate.write_text(loud + evaluate.read_text())
     _outcome, [rec] = run_eval(spec, log_dir=tmp_path / "logs")
     assert rec.log_path == str(tmp_path / "logs" / "node5-full-0.log")
     log = Path(rec.log_path).read_text()
     assert "$ python evaluate.py" in log and "exit code: 1" in log
+    assert log.count("noise line") == 2000 and len(rec.stderr_tail) == TAIL  # cut
     assert "starting" in log and "ValueError: bad input in row 7" in log
     assert f"error: {rec.error}" in log
     assert run_eval(make_task(tmp_path / "u", "ok"))[1][0].log_path is None
+
+
+def test_an_output_the_tails_hold_whole_makes_no_log_file(tmp_path):
+    spec = make_task(tmp_path / "t", "crash")
+    _outcome, [rec] = run_eval(spec, log_dir=tmp_path / "logs")
+    assert rec.log_path is None and not (tmp_path / "logs").exists()
+    assert "starting" in rec.stdout_tail + rec.stderr_tail
+    assert "ValueError: bad input in row 7" in rec.stderr_tail and rec.exit_code == 1
 
 
 # -- the grade step -------------------------------------------------------------------
