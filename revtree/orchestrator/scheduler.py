@@ -211,7 +211,9 @@ class Scheduler:
                     break
                 if not in_flight:  # every candidate waits for a decision
                     stop.wait(POLL)
-                looked: list[Future[Any]] = [*in_flight, woke]
+                # an early check that ends frees a slot for the next (``_early``)
+                checks = [f for f in early.values() if not f.done()]
+                looked: list[Future[Any]] = [*in_flight, woke, *checks]
                 done, _ = wait(looked, timeout=POLL, return_when=FIRST_COMPLETED)
                 finished = [fut for fut in done if fut in in_flight]
                 tickets = [in_flight.pop(fut) for fut in finished]
@@ -247,18 +249,20 @@ class Scheduler:
         """Once a budget lets no candidate start, at ``parallel`` > 1: the baseline's
         final verification begins in a slot that no candidate in flight will take
         (``Trust.early``), beside the last candidates rather than after them, with one
-        slot busy and the others idle; the best's, once the last candidate ended (before,
-        one of them could displace it: a check spent for nothing), beside the baseline's
-        if that still runs. ``finalize`` then waits for them and reuses their repeats.
-        Where the task bounds the sandbox seconds, ``finalize`` does it all (the seconds
-        spent here could leave a candidate in flight none). ``began``: node -> its check's
-        future, added to here."""
+        slot busy and the others idle; the best's too, in a slot still free (one of the
+        last candidates may displace it: a check spent for nothing, but in a slot that
+        was idle, where waiting for the last one to end made the run's last seconds one
+        evaluation alone), beside the baseline's if that still runs. ``finalize`` then
+        waits for them and reuses their repeats. Where the task bounds the sandbox
+        seconds, ``finalize`` does it all (the seconds spent here could leave a candidate
+        in flight none). ``began``: node -> its check's future, added to here (the loop
+        wakes when one ends: the slot it frees may take the next)."""
         slots, spec = self.p.slots.limit, self.p.spec
         if slots < 2 or self.fatal is not None or self.waiting or not (in_flight or began):
             return
         if spec.budget.max_sandbox_seconds is not None or spec.trust.verify_repeats < 2:
             return
-        for node in (0, None if in_flight else self.mirror.best_id):
+        for node in (0, self.mirror.best_id):
             busy = len(in_flight) + sum(not f.done() for f in began.values())
             if node is None or node in began or busy >= slots:
                 continue

@@ -711,6 +711,34 @@ def test_the_end_verifies_the_baseline_beside_the_best_where_two_slots_fit(
     assert a0 < ends[-1] or ends[-1] - ends[-2] < 0.05, spans
 
 
+# the last candidate (node 11 of 12) is slow and bad: the best is known before it ends
+LAST_SLOW = (
+    "import json, os, time, solver\nlast = os.environ['REVTREE_NODE'] == '11'\n"
+    "time.sleep(3.0 if last else 0.2)\n"
+    "os.write(3, json.dumps({'f': 100.0 if last else (solver.X - 1.3) ** 2}).encode())\n"
+)
+
+
+@pytest.mark.slow  # a whole run, about 5 s (issue 24)
+def test_the_final_best_is_re_run_beside_the_last_candidate_where_a_slot_is_free(
+    tmp_path: Path, home: Path
+) -> None:
+    extra = "[search]\nseed = 0\nparallel = 2\n"
+    task = quad_task(tmp_path / "q", LAST_SLOW, extra=extra, budget=12)
+    drive_here(home, "run", str(task), "--quiet")
+    best = show(home)["best_node"]
+    with sqlite3.connect(home / "revtree.db") as db:  # when each ran: the stored times
+        rows = db.execute(
+            "select node_id, repeat, created_at - duration, created_at from evaluations"
+            " where stage = 'full'"
+        ).fetchall()
+    spans = {(n, r): (a, b) for n, r, a, b in rows}
+    assert best not in (0, 11) and (best, 1) in spans and (0, 1) in spans, spans
+    # re-run in the slot the last but one candidate left, not after the last one ended
+    assert spans[(best, 1)][1] < spans[(11, 0)][1] - 1.0, spans
+    assert (best, 2) not in spans, spans  # the evaluator showed no noise: one re-run
+
+
 # the baseline's re-run (its first run left a mark) takes 15 s: a stop must not wait for it
 RERUN_SLOW = """\
 import json, os, pathlib, time, solver
