@@ -170,9 +170,9 @@ class Orchestrator:
         """The final checks, cancelled (``Cancelled``) if ``stop`` is set meanwhile."""
         done, cancel = threading.Event(), self.parts.cancel
 
-        def watch() -> None:
-            while not done.is_set():
-                if stop is not None and stop.wait(0.1):
+        def watch() -> None:  # wakes at once when the checks end (the run's last step)
+            while not done.wait(0.1):
+                if stop is not None and stop.is_set():
                     cancel.set()
                     return
 
