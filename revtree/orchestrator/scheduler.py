@@ -262,10 +262,11 @@ class Scheduler:
             return
         if spec.budget.max_sandbox_seconds is not None or spec.trust.verify_repeats < 2:
             return
+        driven = {self.mirror.by_ticket.get(t) for t in in_flight.values()}
         for node in (0, self.mirror.best_id):
             busy = len(in_flight) + sum(not f.done() for f in began.values())
-            if node is None or node in began or busy >= slots:
-                continue
+            if node is None or node in began or node in driven or busy >= slots:
+                continue  # (a best whose own ticket runs verifies itself: ``Trust.best``)
             if self.mirror.get(node).status is not NodeStatus.SUCCEEDED:
                 continue  # (the baseline still at its first run: a later look)
             began[node] = pool.submit(self.steps.trust.early, node)

@@ -464,8 +464,9 @@ class Steps:
         else:
             self._outcome(node, state)
         node = self.mirror.get(node.id)
-        if self.mirror.best_id != node.id or node.status is not NodeStatus.SUCCEEDED:
+        if node.status is NodeStatus.SUCCEEDED and self.mirror.best_id != node.id:
             self.chain.through(state["ticket"])  # no ``verify`` after: the next may start
+            # (a failure waits for its thread's end: the same-failures count stops the run)
 
     def _outcome(self, node: Node, state: State) -> None:
         o = Outcome(**(state.get("outcome") or {}))

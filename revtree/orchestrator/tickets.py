@@ -81,9 +81,10 @@ class Chain:
       where none will start (``release``: the budget or the search ends), it is
       recorded at once;
     - a ticket evaluates only once every ticket started before it ended, verification
-      included, or was recorded with nothing to verify (``through``: the rest of its
-      thread is LangGraph's end), so the trust sees what a run one at a time sees
-      (``wait_turn``).
+      included, or was recorded as a success that is not a new best (``through``: the
+      rest of its thread is LangGraph's end; a failure waits for its end, where the
+      same-failures count may stop the run), so the trust sees what a run one at a time
+      sees (``wait_turn``).
 
     Off, nothing waits and no ticket starts ahead."""
 

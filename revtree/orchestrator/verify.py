@@ -8,11 +8,10 @@ end; the baseline's guard always runs, as the reference of every drift alarm. Wh
 evaluator has reproduced every other node's repeats bit for bit, a new best's re-run is
 deferred to the end of the run (``trust.defer_verification``): the final best is
 verified there, and the next one in turn while verification moves the best. While no
-noise is measured yet, the verification that will measure it runs alone
-(``_measuring``): bests found at once at ``parallel`` > 1 wait for it rather than each
-measure the same noise, then go on if still the best. An
-alarmed node and its finished subtree are never recommended or exploited. Every
-evaluation here is stored once per (node, stage, repeat, attempt) and reused on replay.
+noise is measured yet, the verification that will measure it runs alone (``_measuring``,
+the baseline's second run first): bests found at once wait for it. An alarmed node and
+its finished subtree are never recommended or exploited. Every evaluation here is
+stored once per (node, stage, repeat, attempt) and reused on replay.
 """
 
 from __future__ import annotations
@@ -95,10 +94,10 @@ class Trust:
             final or budget.share_ok("verify", t.verify_share, t.verify_repeats - 1)
         ):
             with self._measuring(final, node_id) as others:
-                if others is not None and pooled_noise(others) is None:
-                    others = self._baseline_first(node_id, others)
                 if not always and self.mirror.best_id != node_id:
                     return  # another became the best while this one waited its turn
+                if others is not None and pooled_noise(others) is None:
+                    others = self._baseline_first(node_id, others)
                 verified = others is None or not self._defer(node_id, others)
                 if verified:
                     repeats = t.verify_repeats
@@ -147,9 +146,8 @@ class Trust:
         self.final_holdout()
 
     def _verify_baseline(self) -> None:
-        """The baseline's repeats, the reference of the reported gain: until more would
-        decide nothing (one re-run where the run has shown no noise; two, or all of
-        ``verify_repeats``, where a t-test must give the verdict)."""
+        """The baseline's repeats, the reference of the reported gain, until more would
+        decide nothing (one re-run with no noise shown; two or more for a t-test)."""
         self.verify(0, self.spec.trust.verify_repeats, until=True)
 
     def early(self, node_id: int) -> None:
@@ -185,15 +183,25 @@ class Trust:
 
     def _baseline_first(self, node_id: int, others: list[list[float]]) -> list[list[float]]:
         """While the noise is unmeasured, before a new best's re-runs: the baseline's second
-        run (``finalize`` needs it, and reuses it), so that one re-run of the best measures
-        the noise over two degrees of freedom (two nodes each reproduced bit for bit are
-        as unlikely by chance as one node three times). The other nodes' repeats, again."""
-        root = self.mirror.get(0)
+        run (``finalize`` reuses it), so that one re-run of the best gives two degrees of
+        freedom; where the verify share has room and no thread verifies the baseline. (A
+        best whose own code has a few discrete outcomes now passes one re-run, not two; the
+        final best is re-run at the end all the same.) The other nodes' repeats, again."""
+        root, t = self.mirror.get(0), self.spec.trust
         if node_id == 0 or root.status is not NodeStatus.SUCCEEDED or root.commit is None:
             return others
         if len(self._full(root)) >= 2:
             return others
-        self.verify(0, 2, slot=True)
+        if not self.p.budget.share_ok("verify", t.verify_share, t.verify_repeats):
+            return others
+        with self.mirror.lock:
+            if not self.claim(0):  # the final checks begun early verify it (``early``)
+                return others
+        try:
+            self.verify(0, 2, slot=True)
+        finally:
+            with self.mirror.lock:
+                self._verifying.discard(0)
         return self._others(node_id)
 
     def _defer(self, node_id: int, others: list[list[float]]) -> bool:
