@@ -184,7 +184,7 @@ class Trust:
     def _baseline_first(self, node_id: int, others: list[list[float]]) -> list[list[float]]:
         """While the noise is unmeasured, before a new best's re-runs: the baseline's second
         run (``finalize`` reuses it), so that one re-run of the best gives two degrees of
-        freedom; where the verify share has room and no thread verifies the baseline. (A
+        freedom; where the share has room for both and no thread verifies the baseline. (A
         best whose own code has a few discrete outcomes now passes one re-run, not two; the
         final best is re-run at the end all the same.) The other nodes' repeats, again."""
         root, t = self.mirror.get(0), self.spec.trust
@@ -192,7 +192,7 @@ class Trust:
             return others
         if len(self._full(root)) >= 2:
             return others
-        if not self.p.budget.share_ok("verify", t.verify_share, t.verify_repeats):
+        if not self.p.budget.share_ok("verify", t.verify_share, 2):  # with the best's one
             return others
         with self.mirror.lock:
             if not self.claim(0):  # the final checks begun early verify it (``early``)
