@@ -40,6 +40,16 @@ def show(home: Path) -> dict:
     return json.loads(revtree_here(home, "show", "last", "--json", "--nodes").stdout)
 
 
+def full_spans(home: Path) -> dict[tuple[int, int], tuple[float, float]]:
+    """(node, repeat) -> when its full-stage evaluation ran (start, end), as stored."""
+    with sqlite3.connect(home / "revtree.db") as db:
+        rows = db.execute(
+            "select node_id, repeat, created_at - duration, created_at from evaluations"
+            " where stage = 'full'"
+        ).fetchall()
+    return {(n, r): (a, b) for n, r, a, b in rows}
+
+
 # -- the statistics -------------------------------------------------------------------
 def test_holdout_alarm_needs_dev_better_and_holdout_worse_beyond_tolerance() -> None:
     # minimize: dev 0 (better than 50) but holdout 166 (worse than 50.5): alarm
@@ -693,12 +703,7 @@ def test_the_end_verifies_the_baseline_beside_the_best_where_two_slots_fit(
     task = quad_task(tmp_path / "q", BASELINE_LAST, extra=extra, budget=12)
     drive_here(home, "run", str(task), "--quiet")
     best = show(home)["best_node"]
-    with sqlite3.connect(home / "revtree.db") as db:  # when each ran: the stored times
-        rows = db.execute(
-            "select node_id, repeat, created_at - duration, created_at from evaluations"
-            " where stage = 'full'"
-        ).fetchall()
-    spans = {(n, r): (a, b) for n, r, a, b in rows}
+    spans = full_spans(home)
     ends = sorted(b for (n, r), (_, b) in spans.items() if n != 0 and r == 0)
     assert best != 0 and {(0, 1), (best, 1)} <= set(spans), spans
     (a0, a1), (b0, b1) = spans[(0, 1)], spans[(best, 1)]
@@ -727,12 +732,7 @@ def test_the_final_best_is_re_run_beside_the_last_candidate_where_a_slot_is_free
     task = quad_task(tmp_path / "q", LAST_SLOW, extra=extra, budget=12)
     drive_here(home, "run", str(task), "--quiet")
     best = show(home)["best_node"]
-    with sqlite3.connect(home / "revtree.db") as db:  # when each ran: the stored times
-        rows = db.execute(
-            "select node_id, repeat, created_at - duration, created_at from evaluations"
-            " where stage = 'full'"
-        ).fetchall()
-    spans = {(n, r): (a, b) for n, r, a, b in rows}
+    spans = full_spans(home)
     assert best not in (0, 11) and (best, 1) in spans and (0, 1) in spans, spans
     # re-run in the slot the last but one candidate left, not after the last one ended
     assert spans[(best, 1)][1] < spans[(11, 0)][1] - 1.0, spans
