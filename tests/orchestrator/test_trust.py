@@ -542,11 +542,15 @@ def test_a_deterministic_evaluator_re_runs_only_the_baseline_and_the_final_best(
 
 
 @pytest.mark.slow  # a whole run, 4 s (issue 24)
+@pytest.mark.parametrize("share", ["", "[trust]\nverify_share = 0.2\n"])
 def test_the_first_best_measures_the_noise_with_the_baselines_repeat(
-    tmp_path: Path, home: Path, store: Store
+    tmp_path: Path, home: Path, store: Store, share: str
 ) -> None:
-    # the default share: the baseline, the first best, is not verified as it is found
-    task = quad_task(tmp_path / "q", EXACT, extra="[search]\nseed = 0\n", budget=12)
+    # the default share, or one that leaves room for two re-runs only from the 8th
+    # evaluation (the first best verified here comes at the 9th): the baseline, the first
+    # best, is not verified as it is found
+    extra = "[search]\nseed = 0\n" + share
+    task = quad_task(tmp_path / "q", EXACT, extra=extra, budget=12)
     drive_here(home, "run", str(task), "--quiet")
     s = show(home)
     events = store.events_since(s["run_id"], limit=100_000)
