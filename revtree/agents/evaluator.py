@@ -35,6 +35,7 @@ import re
 import statistics
 import threading
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -365,16 +366,21 @@ class Evaluator:
         record: Callable[[EvalResult], object],
         cancel: threading.Event | None = None,
         labels: Mapping[str, str] | None = None,
+        hold: Callable[[], AbstractContextManager[object]] = nullcontext,
     ) -> Outcome:
+        """Each stage, then each repeat, until one fails or misses its threshold; each run
+        within ``hold`` (its slot), and handed to ``record`` after it (``done``: the runs
+        stored before, not run again)."""
         ev = self.spec.evaluate
         results: list[EvalResult] = []
 
         def run(stage: str, repeat: int, command: str, metric: str, timeout: float) -> EvalResult:
             res = done.get((stage, repeat))
             if res is None:
-                res = self.run_one(
-                    node_id, archive, stage, repeat, command, metric, timeout, cancel, labels
-                )
+                with hold():
+                    res = self.run_one(
+                        node_id, archive, stage, repeat, command, metric, timeout, cancel, labels
+                    )
                 record(res)
             results.append(res)
             return res

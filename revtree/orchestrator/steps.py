@@ -397,8 +397,7 @@ class Steps:
         assert node.commit is not None
         self.chain.prepared(state["ticket"])  # reviewed: the outcome before it may be recorded
         archive = self.p.git.archive(node.commit, self.p.overlay)
-        self.chain.wait_turn(state["ticket"], self.p.cancel)
-        with self.p.slots.held():
+        with self.p.slots.turns() as turns:  # a slot per run, let go before its record
             if node.status is not NodeStatus.EVALUATING:
                 what = (
                     "baseline"
@@ -417,9 +416,10 @@ class Steps:
                     node.id,
                     archive,
                     done,
-                    self.trust.record,
+                    self.chain.in_turn(state["ticket"], self.p.cancel, self.trust.record),
                     self.p.cancel,
                     {"revtree.run": self.run_id, "revtree.node": str(node.id)},
+                    turns.run,
                 )
         if node.id == 0 and not outcome.ok:
             raise BaselineFailed(outcome.error or "no score")

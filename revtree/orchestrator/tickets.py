@@ -17,8 +17,11 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Collection
 from concurrent.futures import Future
+from typing import TypeVar
 
 from revtree.errors import Cancelled
+
+R = TypeVar("R")  # what a record takes (``Chain.in_turn``)
 
 
 class Tickets:
@@ -80,11 +83,11 @@ class Chain:
       learners that proposers and prompts read, learn an outcome as it is recorded);
       where none will start (``release``: the budget or the search ends), it is
       recorded at once;
-    - a ticket evaluates only once every ticket started before it ended, verification
-      included, or was recorded as a success that is not a new best (``through``: the
-      rest of its thread is LangGraph's end; a failure waits for its end, where the
-      same-failures count may stop the run), so the trust sees what a run one at a time
-      sees (``wait_turn``).
+    - a ticket's evaluation runs once a slot is free, but each run is recorded only
+      once every ticket started before it ended, verification included, or was
+      recorded as a success that is not a new best (``through``: the rest of its thread
+      is LangGraph's end; a failure waits for its end, where the same-failures count may
+      stop the run), so the trust sees what a run one at a time sees (``in_turn``).
 
     Off, nothing waits and no ticket starts ahead."""
 
@@ -156,7 +159,7 @@ class Chain:
 
     def through(self, ticket: str) -> None:
         """``ticket``'s outcome is recorded and it verifies nothing: what is left of it
-        (its thread's end) no longer holds back the evaluation of the next."""
+        (its thread's end) no longer holds back the records of the next."""
         with self._cond:
             if ticket in self._seq:
                 self._through.add(ticket)
@@ -182,6 +185,18 @@ class Chain:
             ),
             cancel,
         )
+
+    def in_turn(
+        self, ticket: str, cancel: threading.Event, record: Callable[[R], object]
+    ) -> Callable[[R], object]:
+        """``record`` called once ``wait_turn`` lets ``ticket`` go: its runs may start as
+        soon as a slot is free, their records wait for the tickets before it."""
+
+        def recorded(result: R) -> object:
+            self.wait_turn(ticket, cancel)
+            return record(result)
+
+        return recorded
 
     def wait_next(self, ticket: str | None, cancel: threading.Event) -> None:
         """Until a ticket started after ``ticket`` (ready) is prepared or ended, or none

@@ -60,7 +60,7 @@ class Slots:
         self.cancel, self.budget = cancel, budget
 
     @contextmanager
-    def held(self) -> Iterator[None]:
+    def held(self, check: bool = True) -> Iterator[None]:
         with self.cond:
             while self.used >= self.limit:
                 if self.cancel.is_set():
@@ -68,7 +68,7 @@ class Slots:
                 self.cond.wait(0.1)
             self.used += 1
         try:
-            reason = self.budget.reason(starting=False)
+            reason = self.budget.reason(starting=False) if check else None
             if reason is not None:
                 raise BudgetExhausted(reason)
             yield
@@ -76,6 +76,16 @@ class Slots:
             with self.cond:
                 self.used -= 1
                 self.cond.notify_all()
+
+    @contextmanager
+    def turns(self) -> Iterator[Turns]:
+        """One candidate's evaluation: a slot taken at once (the budget checked, as
+        ``held``), then one per run (``Turns.run``); none held once it ends."""
+        turns = Turns(self)
+        try:
+            yield turns
+        finally:
+            turns.release()
 
     def resize(self, n: int) -> None:
         with self.cond:
@@ -85,6 +95,35 @@ class Slots:
     def maybe(self, slot: bool) -> AbstractContextManager[None]:
         """A slot, or nothing (the final checks run when the search is over)."""
         return self.held() if slot else nullcontext()
+
+
+class Turns:
+    """The slots of one evaluation's runs (stages, repeats): the first is the slot taken
+    as it began; each is let go as its run ends, before the run is recorded (a record
+    may wait for the candidate before it: ``Chain.in_turn``, and that one may need a
+    slot to verify), and the next run takes one again, with no second budget check."""
+
+    def __init__(self, slots: Slots) -> None:
+        held = slots.held()
+        held.__enter__()
+        self.slots = slots
+        self._held: AbstractContextManager[None] | None = held
+
+    @contextmanager
+    def run(self) -> Iterator[None]:
+        if self._held is None:
+            held = self.slots.held(check=False)
+            held.__enter__()
+            self._held = held
+        try:
+            yield
+        finally:
+            self.release()
+
+    def release(self) -> None:
+        held, self._held = self._held, None
+        if held is not None:
+            held.__exit__(None, None, None)
 
 
 class AutoParallel:

@@ -743,6 +743,35 @@ def test_the_final_best_is_re_run_beside_the_last_candidate_where_a_slot_is_free
     assert (best, 2) not in spans, spans  # the evaluator showed no noise: one re-run
 
 
+# each run notes its node and repeat as it starts
+IN_ORDER = (
+    "import json, os, time, solver\n"
+    "with open(os.path.join(os.environ['QUAD_DATA'], 'order'), 'a') as f:\n"
+    "    f.write(os.environ['REVTREE_NODE'] + ' ' + os.environ['REVTREE_REPEAT'] + '\\n')\n"
+    "time.sleep(0.2)\n"
+    "os.write(3, json.dumps({'f': (solver.X - 1.3) ** 2}).encode())\n"
+)
+
+
+@pytest.mark.slow  # a whole run, about 3 s (issue 24)
+def test_at_parallel_1_the_next_runs_while_a_best_waits_to_verify_but_records_after(
+    tmp_path: Path, home: Path, store: Store
+) -> None:
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    extra = "[search]\nseed = 0\n[trust]\nverify_share = 1.0\n"  # the baseline verified
+    task = quad_task(tmp_path / "q", IN_ORDER, extra=extra, budget=4)
+    drive_here(home, "run", str(task), "--quiet", QUAD_DATA=str(marks))
+    order = (marks / "order").read_text().split("\n")
+    # node 1 ran in a slot the baseline's runs left (the first, as a rule: each run lets
+    # its slot go before it is recorded), before the baseline's verification ended
+    assert order[0] == "0 0" and order.index("1 0") < order.index("0 2"), order
+    events = store.events_since(show(home)["run_id"], limit=100_000)
+    stored = [(e.node_id, e.data["repeat"]) for e in events if e.kind == "eval"]
+    # but it was stored after the baseline's verification, as one at a time would
+    assert stored.index((1, 0)) > max(stored.index((0, r)) for r in (1, 2)), stored
+
+
 # the baseline's re-run (its first run left a mark) takes 15 s: a stop must not wait for it
 RERUN_SLOW = """\
 import json, os, pathlib, time, solver
@@ -811,16 +840,13 @@ def test_at_parallel_4_bests_found_at_once_measure_the_noise_once(
     drive_here(home, "run", str(task), "--quiet")
     s = show(home)
     counts = {n["id"]: n["n_evaluations"] for n in s["nodes"] if n["n_evaluations"] > 1}
-    # one verification measures the noise: the baseline's (three runs), or the first
-    # best's (the baseline's second run, then one of the best's); the bests found while
-    # it runs wait for it, see none, and wait for the end, where the final best and the
-    # baseline are re-run once (the baseline's run made before is reused)
+    # one verification measures the noise: one node's three runs (the baseline's, or a
+    # best's found before the baseline was scored), or the baseline's second run and one
+    # of the first best's; the bests found while it runs wait for it, see none, and wait
+    # for the end, where the final best is re-run once (and the baseline, unless it was);
+    # a best re-run beside the last candidates may be displaced after (one node more)
     measured = [i for i, n in counts.items() if n == 3]
-    if measured:  # the baseline's three runs measured it: as before
-        assert measured == [0] and set(counts) == {0, s["best_node"]}, counts
-    else:
-        assert len(counts) <= 3 and set(counts.values()) == {2}, counts
-    assert {0, s["best_node"]} <= set(counts), counts
-    assert {i: n for i, n in counts.items() if i not in measured} == {
-        i: 2 for i in set(counts) - set(measured)
-    }, counts
+    assert len(measured) <= 1 and max(counts.values()) <= 3, counts
+    assert {0, s["best_node"]} <= set(counts) and len(counts) <= 4, counts
+    assert measured or counts[0] == 2, counts
+    assert all(n == 2 for i, n in counts.items() if i not in measured), counts
