@@ -397,7 +397,7 @@ class Steps:
         assert node.commit is not None
         self.chain.prepared(state["ticket"])  # reviewed: the outcome before it may be recorded
         archive = self.p.git.archive(node.commit, self.p.overlay)
-        with self.p.slots.turns() as turns:  # a slot per run, let go before its record
+        with self.p.slots.turns(self.chain.on) as turns:  # at parallel 1, one per run
             if node.status is not NodeStatus.EVALUATING:
                 what = (
                     "baseline"
@@ -416,7 +416,9 @@ class Steps:
                     node.id,
                     archive,
                     done,
-                    self.chain.in_turn(state["ticket"], self.p.cancel, self.trust.record),
+                    self.chain.in_turn(
+                        state["ticket"], self.p.cancel, self.trust.record, self.p.slots.check
+                    ),
                     self.p.cancel,
                     {"revtree.run": self.run_id, "revtree.node": str(node.id)},
                     turns.run,
@@ -465,8 +467,7 @@ class Steps:
             self._outcome(node, state)
         node = self.mirror.get(node.id)
         if node.status is NodeStatus.SUCCEEDED and self.mirror.best_id != node.id:
-            self.chain.through(state["ticket"])  # no ``verify`` after: the next may start
-            # (a failure waits for its thread's end: the same-failures count stops the run)
+            self.chain.through(state["ticket"])  # no ``verify`` after (a failure: its end)
 
     def _outcome(self, node: Node, state: State) -> None:
         o = Outcome(**(state.get("outcome") or {}))
@@ -490,9 +491,8 @@ class Steps:
             )
 
     def verify(self, state: State) -> None:
-        """The repeats a policy asked of a node (``verify``, from ``select``), or a new
-        best's repeats and guard holdout (``record``'s "new best?" edge), unless another
-        is the best now. The run's end is ``Trust.finalize``'s (in ``core``)."""
+        """The repeats a policy asked of a node (from ``select``), or a new best's repeats
+        and guard holdout (``record``'s "new best?" edge), unless another is the best now."""
         if (asked := state.get("verify")) is not None:
             self.chain.wait_turn(state["ticket"], self.p.cancel)
             self.trust.for_policy(asked)

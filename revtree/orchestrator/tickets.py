@@ -83,11 +83,12 @@ class Chain:
       learners that proposers and prompts read, learn an outcome as it is recorded);
       where none will start (``release``: the budget or the search ends), it is
       recorded at once;
-    - a ticket's evaluation runs once a slot is free, but each run is recorded only
-      once every ticket started before it ended, verification included, or was
-      recorded as a success that is not a new best (``through``: the rest of its thread
-      is LangGraph's end; a failure waits for its end, where the same-failures count may
-      stop the run), so the trust sees what a run one at a time sees (``in_turn``).
+    - a ticket's first run starts once a slot is free, but each run is recorded (and
+      the budget checked, before the first) only once every ticket started before it
+      ended, verification included, or was recorded as a success that is not a new
+      best (``through``: the rest of its thread is LangGraph's end; a failure waits for
+      its end, where the same-failures count may stop the run), so the trust sees what
+      a run one at a time sees (``in_turn``); its later stages and repeats follow.
 
     Off, nothing waits and no ticket starts ahead."""
 
@@ -187,13 +188,22 @@ class Chain:
         )
 
     def in_turn(
-        self, ticket: str, cancel: threading.Event, record: Callable[[R], object]
+        self,
+        ticket: str,
+        cancel: threading.Event,
+        record: Callable[[R], object],
+        first: Callable[[], None],
     ) -> Callable[[R], object]:
-        """``record`` called once ``wait_turn`` lets ``ticket`` go: its runs may start as
-        soon as a slot is free, their records wait for the tickets before it."""
+        """``record`` called once ``wait_turn`` lets ``ticket`` go: its first run may start
+        as soon as a slot is free, its records wait for the tickets before it; ``first``
+        (the budget's check) before its first record where it waited in the chain, as a
+        slot taken after them would have checked it."""
+        pending = [self.on and ticket in self._seq]
 
         def recorded(result: R) -> object:
             self.wait_turn(ticket, cancel)
+            if pending.pop() if pending else False:
+                first()
             return record(result)
 
         return recorded

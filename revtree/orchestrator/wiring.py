@@ -68,20 +68,25 @@ class Slots:
                 self.cond.wait(0.1)
             self.used += 1
         try:
-            reason = self.budget.reason(starting=False) if check else None
-            if reason is not None:
-                raise BudgetExhausted(reason)
+            if check:
+                self.check()
             yield
         finally:
             with self.cond:
                 self.used -= 1
                 self.cond.notify_all()
 
+    def check(self) -> None:
+        """``BudgetExhausted`` where a budget lets no more evaluation of a node start."""
+        if (reason := self.budget.reason(starting=False)) is not None:
+            raise BudgetExhausted(reason)
+
     @contextmanager
-    def turns(self) -> Iterator[Turns]:
+    def turns(self, each_run: bool) -> Iterator[Turns]:
         """One candidate's evaluation: a slot taken at once (the budget checked, as
-        ``held``), then one per run (``Turns.run``); none held once it ends."""
-        turns = Turns(self)
+        ``held``), then, with ``each_run``, one per run (``Turns.run``), else that one
+        for all its runs; none held once it ends."""
+        turns = Turns(self, each_run)
         try:
             yield turns
         finally:
@@ -99,14 +104,17 @@ class Slots:
 
 class Turns:
     """The slots of one evaluation's runs (stages, repeats): the first is the slot taken
-    as it began; each is let go as its run ends, before the run is recorded (a record
-    may wait for the candidate before it: ``Chain.in_turn``, and that one may need a
-    slot to verify), and the next run takes one again, with no second budget check."""
+    as it began. With ``each_run`` (parallel 1, where ``Chain`` orders the records), each
+    is let go as its run ends, before the run is recorded (the record may wait for the
+    candidate before it, ``Chain.in_turn``, which may need a slot to verify), and the
+    next run takes one again, with no second budget check (``Chain.in_turn`` checks it
+    when the first run is recorded, as the slot would have one at a time). Else the one
+    slot is held until the evaluation ends, its records included."""
 
-    def __init__(self, slots: Slots) -> None:
+    def __init__(self, slots: Slots, each_run: bool) -> None:
         held = slots.held()
         held.__enter__()
-        self.slots = slots
+        self.slots, self.each_run = slots, each_run
         self._held: AbstractContextManager[None] | None = held
 
     @contextmanager
@@ -118,7 +126,8 @@ class Turns:
         try:
             yield
         finally:
-            self.release()
+            if self.each_run:
+                self.release()
 
     def release(self) -> None:
         held, self._held = self._held, None

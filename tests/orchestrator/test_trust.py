@@ -772,6 +772,28 @@ def test_at_parallel_1_the_next_runs_while_a_best_waits_to_verify_but_records_af
     assert stored.index((1, 0)) > max(stored.index((0, r)) for r in (1, 2)), stored
 
 
+@pytest.mark.slow  # a whole run, about 3 s (issue 24)
+def test_at_parallel_1_no_candidate_is_recorded_past_a_spent_sandbox_budget(
+    tmp_path: Path, home: Path, store: Store
+) -> None:
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    task = quad_task(tmp_path / "q", IN_ORDER, extra="[search]\nseed = 0\n", budget=30)
+    toml = task / "task.toml"
+    toml.write_text(
+        toml.read_text().replace("max_nodes = 30", "max_nodes = 30\nmax_sandbox_seconds = 1.0")
+    )
+    drive_here(home, "run", str(task), "--quiet", QUAD_DATA=str(marks))
+    events = store.events_since(show(home)["run_id"], limit=100_000)
+    spent, late = 0.0, []
+    for e in (e for e in events if e.kind == "eval"):
+        first = e.node_id != 0 and e.data["stage"] == "full" and e.data["repeat"] == 0
+        if first and spent >= 1.0:  # the budget a slot taken one at a time would check
+            late.append((e.node_id, round(spent, 3)))
+        spent += e.data["duration"]
+    assert spent >= 1.0 and not late, late
+
+
 # the baseline's re-run (its first run left a mark) takes 15 s: a stop must not wait for it
 RERUN_SLOW = """\
 import json, os, pathlib, time, solver
