@@ -198,11 +198,14 @@ class Chain:
         as soon as a slot is free, its records wait for the tickets before it; ``first``
         (the budget's check) before its first record where it waited in the chain, as a
         slot taken after them would have checked it."""
-        pending = [self.on and ticket in self._seq]
+        with self._cond:
+            check = self.on and ticket in self._seq
 
         def recorded(result: R) -> object:
+            nonlocal check
             self.wait_turn(ticket, cancel)
-            if pending.pop() if pending else False:
+            if check:
+                check = False
                 first()
             return record(result)
 
