@@ -15,14 +15,16 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from revtree.agents.base import Agents, Change, Job, Proposal, Refusal, Verdict
-    from revtree.agents.evaluator import Evaluator, Outcome, parse_metrics
+    from revtree.agents.evaluator import Evaluator, Outcome
     from revtree.agents.knob_text import KnobCoder, read_knobs
     from revtree.agents.knobs import KnobProposer
+    from revtree.agents.readings import parse_metrics
     from revtree.agents.reviewer import StaticReviewer
 
 _LAZY = {
     **dict.fromkeys(("Agents", "Change", "Job", "Proposal", "Refusal", "Verdict"), "base"),
-    **dict.fromkeys(("Evaluator", "Outcome", "parse_metrics"), "evaluator"),
+    **dict.fromkeys(("Evaluator", "Outcome"), "evaluator"),
+    "parse_metrics": "readings",
     **dict.fromkeys(("KnobCoder", "read_knobs"), "knob_text"),
     "KnobProposer": "knobs",
     "StaticReviewer": "reviewer",

@@ -28,7 +28,6 @@ nothing and repeats nothing.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
@@ -40,21 +39,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from revtree.agents.readings import failure_of, mean_metrics, parse_metrics
 from revtree.agents.stage_inputs import GradeStep, Prepared, grade_step, rewrite_archive, run_env
-from revtree.memory.records import EvalResult, directed, finite_mean, score_problem
+from revtree.memory.records import EvalResult, directed, finite_mean
 from revtree.memory.stages import FULL, GUARD, HOLDOUT
-from revtree.sandboxes.base import METRICS_FD, ExecRequest, ExecResult, Limits, Sandbox, archive_of
+from revtree.sandboxes.base import (
+    ExecRequest,
+    ExecResult,
+    Limits,
+    Sandbox,
+    Staged,
+    archive_of,
+)
 from revtree.tasks.names import matches
 from revtree.tasks.spec import TaskSpec
 
 TAIL = 4000
 OUTPUTS = "outputs"  # the grade step's folder of the run step's declared outputs
 _WILDCARD = re.compile(r"[*?\[]")
-HOW_TO_REPORT = (
-    f"write the metrics as one JSON object to file descriptor {METRICS_FD}: "
-    f"os.write({METRICS_FD}, json.dumps(metrics).encode()) or "
-    f'with open({METRICS_FD}, "w") as f: json.dump(metrics, f)'
-)
 
 
 @dataclass(frozen=True)
@@ -70,76 +72,6 @@ class Outcome:
     sandbox_seconds: float = 0.0
     # the numeric metrics of the evaluations that gave the score, averaged over repeats
     metrics: dict[str, float] = field(default_factory=dict)
-
-
-def mean_metrics(results: list[EvalResult]) -> dict[str, float]:
-    """The finite numeric metrics of ``results``, each averaged over those reporting it."""
-    values: dict[str, list[float]] = {}
-    for r in results:
-        for k, v in r.metrics.items():
-            if isinstance(v, int | float) and not isinstance(v, bool) and _finite(v):
-                values.setdefault(k, []).append(float(v))
-    means = {k: finite_mean(v) for k, v in values.items()}  # huge values do not overflow
-    return {k: m for k, m in means.items() if m is not None}
-
-
-def _finite(v: float) -> bool:
-    try:
-        return math.isfinite(v)
-    except OverflowError:  # an integer beyond the largest double
-        return False
-
-
-def parse_metrics(
-    result: ExecResult, metric: str, stdout: bool = False
-) -> tuple[dict[str, Any], float | None, str | None]:
-    """(metrics, score, error) from a finished execution: what it wrote to file
-    descriptor 3, else, only when ``stdout`` allows it, its last non-empty stdout line."""
-    text = result.metrics_text
-    source = f"file descriptor {METRICS_FD}"
-    if text is None or not text.strip():
-        if not stdout:
-            return (
-                {},
-                None,
-                f"no metrics: nothing was written to file descriptor {METRICS_FD}; "
-                f"{HOW_TO_REPORT}; or set [evaluate] stdout_metrics = true to read the last "
-                "stdout line (which any code the command runs can forge)",
-            )
-        lines = [ln for ln in result.stdout.splitlines() if ln.strip()]
-        text, source = (lines[-1] if lines else ""), "the last stdout line"
-    try:
-        metrics = json.loads(text)
-    except (ValueError, RecursionError):  # ValueError: also an integer of 4,300+ digits
-        hint = f"; {HOW_TO_REPORT}" if not text.strip() else ""
-        return {}, None, f"no metrics: {source} is not JSON ({text[-120:]!r}){hint}"
-    if not isinstance(metrics, dict):
-        return {}, None, f"metrics in {source} must be a JSON object, got {type(metrics).__name__}"
-    if metric not in metrics:
-        return (
-            metrics,
-            None,
-            f"metric {metric!r} missing from metrics (keys: {sorted(metrics)[:10]})",
-        )
-    value = metrics[metric]
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return metrics, None, f"metric {metric!r} is not a number: {value!r:.80}"
-    try:
-        value = float(value)  # an integer beyond the largest double does not convert
-    except OverflowError:
-        value = math.inf if value > 0 else -math.inf
-    if (problem := score_problem(metric, value)) is not None:
-        return metrics, None, problem
-    return metrics, float(value), None
-
-
-def _failure(result: ExecResult, timeout: float) -> tuple[str, str] | None:
-    if result.timed_out:
-        return "timeout", f"killed after the {timeout:g}s timeout"
-    if result.exit_code != 0:
-        last = next((ln for ln in reversed(result.stderr.splitlines()) if ln.strip()), "")
-        return "crash", f"exit code {result.exit_code}" + (f": {last[-300:]}" if last else "")
-    return None
 
 
 @dataclass(frozen=True)
@@ -217,6 +149,25 @@ class Evaluator:
         """The grade step of a stage (``full``, ``holdout`` or a cascade stage), if any."""
         return grade_step(self.spec, stage, holdout=stage in (HOLDOUT, GUARD))
 
+    def staged(
+        self,
+        archive: bytes,
+        done: Mapping[tuple[str, int], EvalResult],
+        started: Callable[[], object],
+    ) -> AbstractContextManager[bool]:
+        """The workspace of ``evaluate``'s first run unpacked now, while the candidate
+        waits for its slot, where the sandbox can (``Staged``) and the run has not been
+        made (``done``) nor has its archive rewritten (a grade step's hidden inputs):
+        yields whether it did, and then that run calls ``started`` as its process runs."""
+        ev = self.spec.evaluate
+        first = ev.stages[0].name if ev.stages else FULL
+        grade = self.grade_step(first)
+        if not isinstance(self.sandbox, Staged) or (first, 0) in done:
+            return nullcontext(False)
+        if grade is not None and (grade.hidden or grade.prepare):
+            return nullcontext(False)
+        return self.sandbox.staged(archive, started)
+
     def run_one(
         self,
         node_id: int,
@@ -258,10 +209,10 @@ class Evaluator:
         if grade is None:
             metrics, score, error = parse_metrics(run, metric, self.spec.evaluate.stdout_metrics)
             kind = "metrics" if error else None
-            if (failure := _failure(run, timeout)) is not None:
+            if (failure := failure_of(run, timeout)) is not None:
                 kind, error = failure
             return self._result(node_id, stage, repeat, steps, metrics, score, error, kind)
-        if (failure := _failure(run, timeout)) is not None:
+        if (failure := failure_of(run, timeout)) is not None:
             kind, why = failure
             return self._result(node_id, stage, repeat, steps, {}, None, f"run step: {why}", kind)
         if (problem := outputs_problem(run, grade.outputs)) is not None:
@@ -282,7 +233,7 @@ class Evaluator:
         kind = "metrics" if error else None
         if error is not None:
             error = f"grade step: {error}"
-        if (failure := _failure(graded, grade.timeout)) is not None:
+        if (failure := failure_of(graded, grade.timeout)) is not None:
             kind, error = failure[0], f"grade step: {failure[1]}"
         return self._result(node_id, stage, repeat, steps, metrics, score, error, kind)
 

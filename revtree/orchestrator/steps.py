@@ -15,8 +15,8 @@ scheduler reads it (``failure_of``) when the candidate's thread ends.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
-import traceback
 from collections.abc import Callable
 from typing import Any
 
@@ -30,11 +30,8 @@ from revtree.errors import (
     BaselineFailed,
     Cancelled,
     EditError,
-    EditRefused,
     EditUnreadable,
     InfraFailure,
-    RevtreeError,
-    SandboxError,
 )
 from revtree.memory import Node, NodeStatus
 from revtree.memory.records import TWIN
@@ -46,29 +43,13 @@ from revtree.orchestrator.policies import Selection
 from revtree.orchestrator.reviews import BESIDE, Beside, contains, rejection
 from revtree.orchestrator.tickets import Chain, Tickets
 from revtree.orchestrator.tree import Tree
-from revtree.orchestrator.trust import Failure, foreign_failure, infra_cause
+from revtree.orchestrator.trust import Failure, detail_of, error_kind, foreign_failure, infra_cause
 from revtree.orchestrator.verify import Trust
 from revtree.orchestrator.wiring import Parts
 
 State = dict[str, Any]  # the graph state (``pipeline.CandidateState``)
-ERROR_KINDS: tuple[tuple[type[Exception], str | None], ...] = (  # None: the step's name
-    (EditError, "code"),
-    (SandboxError, "sandbox"),
-    (RevtreeError, None),
-    (Exception, "internal"),
-)
 Picked = tuple[Selection | None, dict[str, Any], str | None]  # choice, policy state before, note
 DIFF_LINES = 60  # of a candidate's diff, shown in the live log when it waits for approval
-
-
-def error_kind(e: Exception, step: str) -> str:
-    return next(kind or step for cls, kind in ERROR_KINDS if isinstance(e, cls))
-
-
-def detail_of(e: BaseException) -> str:
-    if isinstance(e, EditRefused):  # said as the EditError it is
-        return f"{EditError.__module__}.{EditError.__name__}: {e}"
-    return "".join(traceback.format_exception_only(e)).strip()
 
 
 class Steps:
@@ -397,21 +378,12 @@ class Steps:
         assert node.commit is not None
         self.chain.prepared(state["ticket"])  # reviewed: the outcome before it may be recorded
         archive = self.p.git.archive(node.commit, self.p.overlay)
-        with self.p.slots.turns(self.chain.on) as turns:  # at parallel 1, one per run
-            if node.status is not NodeStatus.EVALUATING:
-                what = (
-                    "baseline"
-                    if node.id == 0
-                    else "checks passed, evaluating while the reviewer reads it; then"
-                    if self.beside.started(key)
-                    else "review passed"
-                )
-                msg = f"node {node.id}: {what}, evaluating"
-                node = self.mirror.set(
-                    node.id, ("evaluate", msg, None), status=NodeStatus.EVALUATING
-                )
-            self.chain.ready(state["ticket"])  # the next candidate may start
-            with self.beside.dropped_on_error(key):
+        begin = functools.partial(self._evaluating, node, state["ticket"])
+        staged = self.p.evaluator.staged(archive, done, begin)  # unpacked while it waits
+        with staged as later, self.p.slots.turns(self.chain.on) as turns:  # parallel 1: per run
+            if not later:  # else as its first run's process starts: the next one waits
+                begin()  # for that (two cores: the next one's proposal slows its start)
+            with self.beside.dropped_on_error(key), self.chain.readied(state["ticket"]):
                 outcome = self.p.evaluator.evaluate(
                     node.id,
                     archive,
@@ -426,6 +398,20 @@ class Steps:
         if node.id == 0 and not outcome.ok:
             raise BaselineFailed(outcome.error or "no score")
         return self._reviewed_beside(node, outcome)
+
+    def _evaluating(self, node: Node, ticket: str) -> None:
+        """Say that ``node`` is evaluated, and let the next candidate start."""
+        if node.status is not NodeStatus.EVALUATING:
+            what = (
+                "baseline"
+                if node.id == 0
+                else "checks passed, evaluating while the reviewer reads it; then"
+                if self.beside.started((node.id, node.attempt))
+                else "review passed"
+            )
+            why = ("evaluate", f"node {node.id}: {what}, evaluating", None)
+            self.mirror.set(node.id, why, status=NodeStatus.EVALUATING)
+        self.chain.ready(ticket)  # the next candidate may start
 
     def analyse(self, state: State) -> State | None:
         """The analyst's reading of a failed evaluation; its own failure is only logged."""

@@ -15,8 +15,9 @@ for the budget check.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
 from concurrent.futures import Future
+from contextlib import contextmanager
 from typing import TypeVar
 
 from revtree.errors import Cancelled
@@ -144,6 +145,18 @@ class Chain:
             self._ready.add(ticket)
             woke, self._wake = self._wake, Future()
         woke.set_result(None)
+
+    @contextmanager
+    def readied(self, ticket: str) -> Iterator[None]:
+        """``ready`` as the block ends where it did not say so (the evaluation started no
+        process: a run reused, refused, cancelled or not unpacked ahead)."""
+        try:
+            yield
+        finally:
+            with self._cond:
+                due = ticket not in self._ready
+            if due:
+                self.ready(ticket)
 
     def ended(self, ticket: str) -> bool:
         """Forget ``ticket``; whether it started beside another (an idle choice made

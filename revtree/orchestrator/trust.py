@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import errno
 import math
+import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -45,8 +46,10 @@ from revtree.agents.llm.base import LLMError
 from revtree.agents.structured import AnswerError
 from revtree.errors import (
     EditError,
+    EditRefused,
     EditUnreadable,
     InfrastructureError,
+    RevtreeError,
     SandboxError,
     StoreError,
     TaskSpecError,
@@ -110,6 +113,27 @@ class Failure:
     @property
     def key(self) -> tuple[str, str]:
         return self.step, self.cls
+
+
+# a failure's kind, by its class (None: the step's name)
+ERROR_KINDS: tuple[tuple[type[Exception], str | None], ...] = (
+    (EditError, "code"),
+    (SandboxError, "sandbox"),
+    (RevtreeError, None),
+    (Exception, "internal"),
+)
+
+
+def error_kind(e: Exception, step: str) -> str:
+    """The kind a candidate's failure is recorded with."""
+    return next(kind or step for cls, kind in ERROR_KINDS if isinstance(e, cls))
+
+
+def detail_of(e: BaseException) -> str:
+    """The exception as a failed node's detail says it."""
+    if isinstance(e, EditRefused):  # said as the EditError it is
+        return f"{EditError.__module__}.{EditError.__name__}: {e}"
+    return "".join(traceback.format_exception_only(e)).strip()
 
 
 def foreign_failure(e: BaseException, step: str) -> Failure | None:

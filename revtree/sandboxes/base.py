@@ -23,6 +23,7 @@ import tarfile
 import threading
 import time
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -112,6 +113,19 @@ class Capacity(Protocol):
     task's request its nodes hold at once (``--parallel auto`` follows it)."""
 
     def capacity(self) -> int: ...
+
+
+@runtime_checkable
+class Staged(Protocol):
+    """An optional ability (the local backends): ``staged(archive, started)`` unpacks a
+    workspace ahead, while the caller waits for an evaluation slot, for the next
+    ``execute`` in the same thread of a request carrying that very archive, which calls
+    ``started`` once its process runs; it yields whether it did (else the caller says
+    so itself); unused, the workspace is removed as the context exits."""
+
+    def staged(
+        self, archive: bytes, started: Callable[[], object]
+    ) -> AbstractContextManager[bool]: ...
 
 
 @runtime_checkable

@@ -2,7 +2,9 @@
 ``bwrap.py`` runs the same supervisor inside Linux namespaces (``--sandbox bwrap``).
 
 What is covered:
-- a fresh workspace per execution from the request's tar (tarfile's ``data`` filter);
+- a fresh workspace per execution from the request's tar (tarfile's ``data`` filter),
+  unpacked ahead while the evaluation waits for its slot where it is ``staged`` (which
+  also tells the caller once the process runs);
 - each command runs under a supervisor (``supervise.py``), a child subreaper: at the
   end, timeout or cancel it SIGKILLs every descendant (``setsid`` and double forks too)
   and the process group before the result is returned;
@@ -116,23 +118,24 @@ class LocalSandbox:
             self.base_dir.mkdir(parents=True, exist_ok=True)
         self.forks = ForkServer() if self.warm and enabled() else None
         self.trash = Trash()
+        self._ready: list[_Stage] = []  # workspaces unpacked ahead (``staged``)
+        self._lock = threading.Lock()
 
     def execute(self, request: ExecRequest, cancel: threading.Event | None = None) -> ExecResult:
         t0 = time.monotonic()
         if cancel is not None and cancel.is_set():
             raise Cancelled("the evaluation was cancelled before it started")
-        tmp = Path(tempfile.mkdtemp(prefix="revtree-", dir=self.base_dir))
+        stage = self._take(request.archive)
+        tmp = stage.folder if stage else self._unpack(request.archive)
         try:
-            ws, out = tmp / "ws", tmp / "out"
-            out.mkdir()
-            extract(request.archive, ws)
             with (
                 tempfile.TemporaryFile(dir=tmp) as metrics,
                 SHM.window(),
                 self._launch(request, tmp, metrics.fileno()) as how,
             ):
                 setup = time.monotonic() - t0
-                result = _run(how, request, cancel, tmp / "pgid", self.forks)
+                then = stage.started if stage else None
+                result = _run(how, request, cancel, tmp / "pgid", self.forks, then)
                 text = _read_metrics(metrics.fileno())
             files, refused = collect_outputs(how.outputs, request.outputs)
             return dataclasses.replace(
@@ -140,6 +143,51 @@ class LocalSandbox:
             )
         finally:
             self.trash.put(tmp)
+
+    @contextlib.contextmanager
+    def staged(self, archive: bytes, started: Callable[[], object]) -> Iterator[bool]:
+        """Unpack ``archive`` now, while the caller waits for a slot (``base.Staged``):
+        the next ``execute`` in this thread of a request carrying this very bytes object
+        runs in that workspace instead of unpacking its own, and calls ``started`` once
+        its process runs. Yields whether it did: False where the archive cannot be
+        unpacked (``execute`` refuses it then). What no execution took is removed at
+        the exit."""
+        try:
+            stage = _Stage(archive, self._unpack(archive), started)
+        except SandboxError:
+            yield False
+            return
+        with self._lock:
+            self._ready.append(stage)
+        try:
+            yield True
+        finally:
+            with self._lock:
+                left = [e for e in self._ready if e is not stage]
+                unused, self._ready = len(left) < len(self._ready), left
+            if unused:
+                self.trash.put(stage.folder)
+
+    def _take(self, archive: bytes) -> _Stage | None:
+        """The workspace this thread staged for ``archive`` (the same object), taken."""
+        me = threading.get_ident()
+        with self._lock:
+            for i, stage in enumerate(self._ready):
+                if stage.archive is archive and stage.thread == me:
+                    return self._ready.pop(i)
+        return None
+
+    def _unpack(self, archive: bytes) -> Path:
+        """A new folder under ``base_dir`` with ``archive`` unpacked in ``ws`` and an
+        empty ``out``."""
+        tmp = Path(tempfile.mkdtemp(prefix="revtree-", dir=self.base_dir))
+        try:
+            (tmp / "out").mkdir()
+            extract(archive, tmp / "ws")
+        except BaseException:
+            self.trash.put(tmp)
+            raise
+        return tmp
 
     @contextlib.contextmanager
     def _launch(self, request: ExecRequest, tmp: Path, fd: int) -> Iterator[Launch]:
@@ -176,6 +224,17 @@ class LocalSandbox:
             shutil.rmtree(tmp, ignore_errors=True)
             n += 1
         return n
+
+
+@dataclasses.dataclass(frozen=True)
+class _Stage:
+    """A workspace unpacked ahead (``LocalSandbox.staged``), for one execution of
+    ``archive`` in the thread that staged it; ``started`` is called once it runs."""
+
+    archive: bytes
+    folder: Path
+    started: Callable[[], object]
+    thread: int = dataclasses.field(default_factory=threading.get_ident)
 
 
 def _read_metrics(fd: int) -> str | None:
@@ -299,6 +358,17 @@ def _works_in(pid: int, folder: Path) -> bool:
     return cwd == folder.resolve() or folder.resolve() in cwd.parents
 
 
+def _told(started: Callable[[], object], proc: Any) -> None:
+    """Call ``started`` as ``proc`` runs: where it raises, the process group is killed
+    and reaped (it is not watched then)."""
+    try:
+        started()
+    except BaseException:
+        kill_group(proc.pid)
+        proc.wait()
+        raise
+
+
 @dataclasses.dataclass(frozen=True)
 class Launch:
     """How a backend starts one command: the command line, its environment and folder,
@@ -318,6 +388,7 @@ def _run(
     cancel: threading.Event | None,
     pgid_file: Path,
     forks: ForkServer | None = None,
+    started: Callable[[], object] | None = None,
 ) -> ExecResult:
     command, limits = request.command, request.limits
     if forks is not None and how.preexec is None:
@@ -342,6 +413,8 @@ def _run(
     assert proc.stdout is not None and proc.stderr is not None
     pgid_file.write_text(str(proc.pid))
     try:
+        if started is not None:
+            _told(started, proc)
         seen = watch(proc, limits.output_cap, start, start + limits.timeout, cancel, STOP_GRACE)
     finally:
         proc.stdout.close()

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from revtree.errors import Cancelled, SandboxError
-from revtree.sandboxes import make_sandbox, resolve_auto
+from revtree.sandboxes import ExecRequest, ExecResult, Limits, make_sandbox, resolve_auto
 from revtree.sandboxes.bwrap import usable
 from revtree.sandboxes.local import LocalSandbox, ShmJanitor
 from revtree.tasks.sandbox import AutoConfig
@@ -538,3 +538,96 @@ def test_the_remover_ends_when_idle_and_a_later_workspace_starts_another(
         while trash.running and time.monotonic() < deadline:
             time.sleep(0.01)
         assert not trash.running, "the remover did not end when idle"
+
+
+def _folders(root: Path) -> set[str]:
+    return {p.name for p in root.glob("revtree-*")} if root.is_dir() else set()
+
+
+def here(sandbox: LocalSandbox, archive: bytes, command: str) -> ExecResult:
+    """One request executed in this thread (a staged workspace serves its own thread)."""
+    return sandbox.execute(ExecRequest(archive, command, Limits(timeout=BOUND)))
+
+
+def test_a_staged_workspace_is_the_one_its_execution_runs_in_and_started_sees_it_run(
+    local: LocalSandbox, tar_of, tmp_path: Path
+) -> None:
+    mark = tmp_path / "mark"
+    script = f"import pathlib, time\npathlib.Path({str(mark)!r}).write_text('up')\n"
+    script += "time.sleep(0.3)\n"
+    archive = tar_of({"run.py": script})
+    seen: list[str] = []
+
+    def started() -> None:  # the command's process runs as it is called: its mark comes
+        deadline = time.monotonic() + BOUND
+        while not mark.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        seen.append(mark.read_text() if mark.exists() else "no mark")
+
+    with local.staged(archive, started) as staged:
+        assert staged
+        (folder,) = _folders(local.base_dir)  # unpacked before any execution
+        assert (local.base_dir / folder / "ws" / "run.py").is_file()
+        result = here(local, archive, "python run.py")
+        assert result.exit_code == 0, result.stderr
+    assert seen == ["up"]
+    local.drain()
+    assert _folders(local.base_dir) == set()  # removed after its execution, as any
+
+
+def test_a_staged_workspace_serves_one_execution_of_that_archive_in_that_thread(
+    local: LocalSandbox, tar_of
+) -> None:
+    archive = tar_of({"a.txt": "a\n"})
+    calls: list[str] = []
+    with local.staged(archive, lambda: calls.append("started")):
+        # another thread, or a copy of the same bytes: each unpacks its own
+        other = threading.Thread(target=execute, args=(local, archive, "cat a.txt"))
+        other.start()
+        other.join(BOUND)
+        here(local, bytes(bytearray(archive)), "cat a.txt")
+        assert calls == []
+        assert here(local, archive, "cat a.txt").stdout == "a\n"
+        assert here(local, archive, "cat a.txt").stdout == "a\n"  # unpacked its own
+        assert calls == ["started"]
+    local.drain()
+    assert _folders(local.base_dir) == set()
+
+
+def test_an_unused_staged_workspace_is_removed_and_a_bad_archive_is_not_staged(
+    local: LocalSandbox, tar_of
+) -> None:
+    with local.staged(tar_of({"a.txt": "a\n"}), lambda: None) as staged:
+        assert staged and len(_folders(local.base_dir)) == 1
+    local.drain()
+    assert _folders(local.base_dir) == set()
+    with local.staged(b"not a tar", lambda: None) as staged:
+        assert not staged
+        with pytest.raises(SandboxError, match="cannot unpack"):
+            here(local, b"not a tar", "true")
+    local.drain()
+    assert _folders(local.base_dir) == set()
+
+
+def test_a_started_callback_that_raises_kills_the_command_it_was_told_of(
+    local: LocalSandbox, tar_of, tmp_path: Path
+) -> None:
+    pid_file, late = tmp_path / "pid", tmp_path / "late"
+    script = (
+        "import os, pathlib, time\n"
+        f"pathlib.Path({str(pid_file)!r}).write_text(str(os.getpid()))\n"
+        f"time.sleep(1.0)\npathlib.Path({str(late)!r}).write_text('ran on')\n"
+    )
+    archive = tar_of({"run.py": script})
+
+    def started() -> None:
+        deadline = time.monotonic() + BOUND
+        while not pid_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        raise RuntimeError("the store is gone")
+
+    with local.staged(archive, started), pytest.raises(RuntimeError, match="store is gone"):
+        here(local, archive, "python run.py")
+    assert wait_dead(int(pid_file.read_text()))
+    time.sleep(1.2)
+    assert not late.exists()
