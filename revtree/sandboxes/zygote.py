@@ -7,6 +7,10 @@ process of its own, started from the same clean image (this process has run no
 evaluation; it only forks), so nothing passes from one evaluation to the next; what is
 saved is the start of a supervisor, of a shell and of the command's Python (the
 supervisor forks the script's process itself and ends as the shell would, ``_as_shell``).
+The supervisor of the next evaluation is forked ahead (``_spare``: out of this session,
+its signals reset, bound to this process) and waits for its request, which this process
+hands it (``_hand``); a spare gone or stopped (a candidate of the same user can signal
+it) is killed and the request forked as before.
 
 Requests come on CONTROL_FD (an ``AF_UNIX`` ``SOCK_SEQPACKET`` socket): one JSON header
 (``cwd``, ``env``, ``memory``, ``cpu``, ``command``, ``script``) with four descriptors:
@@ -62,6 +66,7 @@ PRELOAD = ("collections", "functools", "importlib.util", "math", "re", "tracebac
 for _name in PRELOAD:
     importlib.import_module(_name)
 CODE_CACHE = 16  # scripts kept compiled (by their source); the evaluator's runner mostly
+_CACHE: dict[bytes, types.CodeType] = {}  # the server's, inherited by each fork
 SCRIPT_MAX = 256 * 1024  # bytes of a script compiled here ahead of the fork, at most
 
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER = 1, 4, 36
@@ -214,19 +219,72 @@ def _shadows(folder: str) -> bool:
     return any(e.removesuffix(".py") in loaded for e in entries)
 
 
+def _bind(control: int, zygote: int) -> None:
+    """In a forked child, before its request: out of the server's session, the signals
+    a fresh process has, a subreaper that dies with the server."""
+    os.close(control)
+    os.setsid()
+    for sig in supervise.RESET:
+        signal.signal(sig, signal.SIG_DFL)
+    prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    if os.getppid() != zygote:
+        os._exit(1)  # the fork server died before PDEATHSIG was set
+
+
+def _spare(control: int, zygote: int) -> tuple[int, socket.socket] | None:
+    """A child forked ahead and bound (``_bind``), that waits on a socket of its own for
+    the next request (header and descriptors, as the server got them) and then serves
+    it: a request is answered without a fork and a new process's first steps (about 2
+    ms, most of the time to its ``P``). Its pid and that socket; None if no fork."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        pid = os.fork()
+    except OSError:
+        ours.close()
+        theirs.close()
+        return None
+    if pid:
+        theirs.close()
+        return pid, ours
+    try:  # the child: never returns
+        ours.close()
+        _bind(control, zygote)
+        msg, fds, _, _ = socket.recv_fds(theirs, 1 << 20, 4)
+        theirs.close()
+        if not msg:  # the server ended
+            os._exit(0)
+        header = json.loads(msg)
+        _serve(header, fds, _compiled(header, _CACHE))
+    finally:
+        os._exit(127)
+
+
+def _hand(spare: tuple[int, socket.socket], msg: bytes, fds: list[int]) -> bool:
+    """Give a request to the spare; False where it is gone or stopped (a candidate of
+    the same user can signal it): killed then, and the server forks instead."""
+    pid, sock = spare
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rsplit(b")", 1)[1].split()[0]
+        if state not in (b"T", b"t", b"Z", b"X"):
+            socket.send_fds(sock, [msg], fds)
+            return True
+        os.kill(pid, signal.SIGKILL)
+    except (OSError, IndexError):
+        pass
+    finally:
+        sock.close()
+    return False
+
+
 def _serve(
-    header: dict,
-    fds: list[int],
-    control: int,
-    zygote: int,
-    ready: tuple[bytes, types.CodeType] | None,
+    header: dict, fds: list[int], ready: tuple[bytes, types.CodeType] | None
 ) -> None:  # never returns
-    """In the forked child: become the evaluation's supervisor (``ready``: its script
-    as the server compiled it)."""
+    """In the forked child, bound: become the evaluation's supervisor (``ready``: its
+    script as compiled before the fork)."""
     status_fd = -1
     try:
-        os.close(control)
-        os.setsid()
         out, err, metrics, status = fds
         status_fd = fcntl.fcntl(status, fcntl.F_DUPFD_CLOEXEC, HIGH)
         os.close(status)
@@ -239,12 +297,6 @@ def _serve(
         os.chdir(header["cwd"])
         os.environ.clear()
         os.environ.update(header["env"])
-        for sig in supervise.RESET:
-            signal.signal(sig, signal.SIG_DFL)
-        prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-        prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-        if os.getppid() != zygote:
-            os._exit(1)  # the fork server died before PDEATHSIG was set
         os.write(status_fd, b"P%d\n" % os.getpid())
         script = header.get("script")
         if script and _shadows(os.path.dirname(os.path.realpath(script[0]))):
@@ -274,10 +326,10 @@ def _serve(
 def main(control: int) -> None:
     prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
     me, sock = os.getpid(), socket.socket(fileno=control)
-    cache: dict[bytes, types.CodeType] = {}
     # what is loaded now stays out of the forks' garbage collections (a fork's collection
     # at exit would otherwise walk, and so copy, every page of it)
     gc.freeze()
+    spare = None
     while True:
         ready, _, _ = select.select([control], [], [], 1.0)
         try:
@@ -288,7 +340,7 @@ def main(control: int) -> None:
         if not ready:
             continue
         msg, fds, _, _ = socket.recv_fds(sock, 1 << 20, 4)
-        if not msg:  # the orchestrator closed its end, or died
+        if not msg:  # the orchestrator closed its end, or died (a spare reads its end)
             try:  # noqa: SIM105  (contextlib is not loaded here)
                 os.rmdir(os.getcwd())  # its own empty home, left by a killed orchestrator
             except OSError:
@@ -302,14 +354,23 @@ def main(control: int) -> None:
             for fd in fds:
                 os.close(fd)
             continue
-        compiled = _compiled(header, cache)
-        try:
-            if os.fork() == 0:
-                _serve(header, fds, control, me, compiled)
-        except OSError:
-            pass  # no fork (a fork bomb's EAGAIN): that request fails, not the server
+        spare = spare or _spare(control, me)  # the first request: forked now
+        if spare is None or not _hand(spare, msg, fds):
+            compiled = _compiled(header, _CACHE)
+            try:
+                child = os.fork()
+            except OSError:
+                child = -1  # no fork (a fork bomb's EAGAIN): that request fails, not the server
+            if child == 0:
+                try:
+                    _bind(control, me)
+                    _serve(header, fds, compiled)
+                finally:
+                    os._exit(127)
         for fd in fds:
             os.close(fd)
+        _compiled(header, _CACHE)  # compiled here, so that the next spare has it
+        spare = _spare(control, me)
 
 
 if __name__ == "__main__":

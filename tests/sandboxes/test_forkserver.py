@@ -160,6 +160,54 @@ def test_a_candidate_that_kills_the_server_costs_no_later_evaluation(tmp_path, m
     assert all(len(r.stdout.split()) == 2 for r in after)
 
 
+# the server's other children (the supervisor forked ahead for the next evaluation)
+# stopped (SIGSTOP) or killed, as a candidate of the same user can
+SPARES = """\
+import os, signal, sys
+def stat(pid):
+    return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+def forked(pid):
+    return b"zygote.py" in open(f"/proc/{pid}/cmdline", "rb").read()
+server = os.getpid()
+while forked(stat(server)[1]):
+    server = int(stat(server)[1])
+hit = []
+for name in os.listdir("/proc"):
+    if name.isdigit() and int(name) not in (os.getpid(), os.getppid()):  # not its own
+        try:
+            if int(stat(name)[1]) == server and forked(name):
+                os.kill(int(name), getattr(signal, sys.argv[1]))
+                hit.append(name)
+        except (OSError, IndexError):
+            pass
+print(len(hit))
+"""
+
+
+@pytest.mark.parametrize("sig", ["SIGSTOP", "SIGKILL"])
+def test_a_candidate_that_stops_or_kills_the_servers_spare_costs_no_later_evaluation(
+    tmp_path, monkeypatch, sig
+):
+    sandbox = box(tmp_path, monkeypatch, True)
+    try:
+        run(sandbox, {"w.py": WHO}, "python w.py")  # the server runs, a spare waits
+        hit = run(sandbox, {"s.py": SPARES}, f"python s.py {sig}")
+        t0 = time.monotonic()
+        after = [run(sandbox, {"w.py": WHO}, "python w.py") for _ in range(3)]
+        took = time.monotonic() - t0
+    finally:
+        sandbox.close()
+    assert hit.exit_code == 0 and int(hit.stdout) >= 1, (hit.stdout, hit.stderr)
+    assert [r.exit_code for r in after] == [0, 0, 0], [r.stderr for r in after]
+    assert took < 5.0, took  # no wait for a stopped spare's answer (10 s each)
+    # each still a fork of the server, not a cold start
+    assert all(
+        b"zygote.py" in Path(f"/proc/{r.stdout.split()[1]}/cmdline").read_bytes()
+        for r in after
+        if Path(f"/proc/{r.stdout.split()[1]}").exists()
+    )
+
+
 def test_a_server_that_cannot_start_falls_back_to_a_cold_start(tmp_path, monkeypatch):
     monkeypatch.setattr("revtree.sandboxes.forkserver.ZYGOTE", str(tmp_path / "missing.py"))
     sandbox = box(tmp_path, monkeypatch, True)
