@@ -7,10 +7,10 @@ process of its own, started from the same clean image (this process has run no
 evaluation; it only forks), so nothing passes from one evaluation to the next; what is
 saved is the start of a supervisor, of a shell and of the command's Python (the
 supervisor forks the script's process itself and ends as the shell would, ``_as_shell``).
-The supervisor of the next evaluation is forked ahead (``_spare``: out of this session,
-its signals reset, bound to this process) and waits for its request, which this process
-hands it (``_hand``); a spare gone or stopped (a candidate of the same user can signal
-it) is killed and the request forked as before.
+The supervisor of the next evaluation is forked ahead (``_spare``: its signals reset,
+bound to this process, in its process group until it serves) and waits for its request,
+which this process hands it (``_hand``); a spare gone or stopped (a candidate of the
+same user can signal it) is killed and the request forked as before.
 
 Requests come on CONTROL_FD (an ``AF_UNIX`` ``SOCK_SEQPACKET`` socket): one JSON header
 (``cwd``, ``env``, ``memory``, ``cpu``, ``command``, ``script``) with four descriptors:
@@ -220,10 +220,10 @@ def _shadows(folder: str) -> bool:
 
 
 def _bind(control: int, zygote: int) -> None:
-    """In a forked child, before its request: out of the server's session, the signals
-    a fresh process has, a subreaper that dies with the server."""
+    """In a forked child, before its request: the signals a fresh process has, a
+    subreaper that dies with the server (it stays in the server's process group until
+    it serves one: the sandbox kills that group, a spare stopped by a candidate too)."""
     os.close(control)
-    os.setsid()
     for sig in supervise.RESET:
         signal.signal(sig, signal.SIG_DFL)
     prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
@@ -260,18 +260,32 @@ def _spare(control: int, zygote: int) -> tuple[int, socket.socket] | None:
         os._exit(127)
 
 
+def _state(pid: int) -> bytes | None:
+    """The state letter of ``pid`` where it is this process's child, else None."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        return fields[0] if int(fields[1]) == os.getpid() else None
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _drop(pid: int) -> None:
+    """Kill a spare of this process (stopped, it would wait forever), never another's."""
+    if _state(pid) is not None:
+        os.kill(pid, signal.SIGKILL)
+
+
 def _hand(spare: tuple[int, socket.socket], msg: bytes, fds: list[int]) -> bool:
     """Give a request to the spare; False where it is gone or stopped (a candidate of
     the same user can signal it): killed then, and the server forks instead."""
     pid, sock = spare
     try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            state = f.read().rsplit(b")", 1)[1].split()[0]
-        if state not in (b"T", b"t", b"Z", b"X"):
+        if _state(pid) not in (None, b"T", b"t", b"Z", b"X"):
             socket.send_fds(sock, [msg], fds)
             return True
-        os.kill(pid, signal.SIGKILL)
-    except (OSError, IndexError):
+        _drop(pid)
+    except OSError:
         pass
     finally:
         sock.close()
@@ -285,6 +299,7 @@ def _serve(
     script as compiled before the fork)."""
     status_fd = -1
     try:
+        os.setsid()  # out of the server's group and session
         out, err, metrics, status = fds
         status_fd = fcntl.fcntl(status, fcntl.F_DUPFD_CLOEXEC, HIGH)
         os.close(status)
@@ -340,7 +355,9 @@ def main(control: int) -> None:
         if not ready:
             continue
         msg, fds, _, _ = socket.recv_fds(sock, 1 << 20, 4)
-        if not msg:  # the orchestrator closed its end, or died (a spare reads its end)
+        if not msg:  # the orchestrator closed its end, or died
+            if spare is not None:
+                _drop(spare[0])
             try:  # noqa: SIM105  (contextlib is not loaded here)
                 os.rmdir(os.getcwd())  # its own empty home, left by a killed orchestrator
             except OSError:
