@@ -148,8 +148,8 @@ class Chain:
 
     @contextmanager
     def readied(self, ticket: str) -> Iterator[None]:
-        """``ready`` as the block ends where it did not say so (the evaluation started no
-        process: a run reused, refused, cancelled or not unpacked ahead)."""
+        """``ready`` as the block ends where it did not say so (its first run started no
+        process: cancelled, or its launch or spawn failed)."""
         try:
             yield
         finally:

@@ -158,8 +158,6 @@ class _Server:
     def stop(self) -> None:
         self.hang_up()
         if self.proc is not None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.proc.pid, signal.SIGKILL)  # its group: it and its spare
             with contextlib.suppress(ProcessLookupError):
                 self.proc.kill()
             self.proc.wait()

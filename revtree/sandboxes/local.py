@@ -25,6 +25,8 @@ What is not covered (use the bwrap or docker backend for untrusted code):
   the Python installation: a ``.pth`` file), and leave files anywhere;
 - the metrics descriptor is inherited by everything the shell starts, so a
   single-step evaluator that runs candidate code can be forged: use a grade step;
+- a workspace unpacked ahead for the next candidate (``staged``) sits in ``base_dir``
+  while the one before runs, which can read or change it as any file of that user;
 - ``/proc`` of the same user's processes: command lines, environments unless
   non-dumpable (as root, all of them: ``protect_orchestrator`` does not help);
 - a candidate can SIGKILL its supervisor: then a ``setsid`` daemon may survive;
@@ -153,8 +155,10 @@ class LocalSandbox:
         unpacked (``execute`` refuses it then). What no execution took is removed at
         the exit."""
         try:
-            stage = _Stage(archive, self._unpack(archive), started)
+            stage: _Stage | None = _Stage(archive, self._unpack(archive), started)
         except SandboxError:
+            stage = None
+        if stage is None:
             yield False
             return
         with self._lock:
@@ -226,7 +230,7 @@ class LocalSandbox:
         return n
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False)
 class _Stage:
     """A workspace unpacked ahead (``LocalSandbox.staged``), for one execution of
     ``archive`` in the thread that staged it; ``started`` is called once it runs."""
@@ -358,17 +362,6 @@ def _works_in(pid: int, folder: Path) -> bool:
     return cwd == folder.resolve() or folder.resolve() in cwd.parents
 
 
-def _told(started: Callable[[], object], proc: Any) -> None:
-    """Call ``started`` as ``proc`` runs: where it raises, the process group is killed
-    and reaped (it is not watched then)."""
-    try:
-        started()
-    except BaseException:
-        kill_group(proc.pid)
-        proc.wait()
-        raise
-
-
 @dataclasses.dataclass(frozen=True)
 class Launch:
     """How a backend starts one command: the command line, its environment and folder,
@@ -412,13 +405,20 @@ def _run(
         raise SandboxError(f"cannot start {command!r}: {e}") from e
     assert proc.stdout is not None and proc.stderr is not None
     pgid_file.write_text(str(proc.pid))
+    failed: BaseException | None = None
     try:
         if started is not None:
-            _told(started, proc)
+            started()
+    except BaseException as e:  # stopped as a cancel stops it: its tree killed, reaped
+        failed, cancel = e, threading.Event()
+        cancel.set()
+    try:
         seen = watch(proc, limits.output_cap, start, start + limits.timeout, cancel, STOP_GRACE)
     finally:
         proc.stdout.close()
         proc.stderr.close()
+    if failed is not None:
+        raise failed
     if seen.why == "cancel":
         raise Cancelled("the evaluation was cancelled")
     out, err = seen.stdout, seen.stderr

@@ -7,10 +7,10 @@ process of its own, started from the same clean image (this process has run no
 evaluation; it only forks), so nothing passes from one evaluation to the next; what is
 saved is the start of a supervisor, of a shell and of the command's Python (the
 supervisor forks the script's process itself and ends as the shell would, ``_as_shell``).
-The supervisor of the next evaluation is forked ahead (``_spare``: its signals reset,
-bound to this process, in its process group until it serves) and waits for its request,
-which this process hands it (``_hand``); a spare gone or stopped (a candidate of the
-same user can signal it) is killed and the request forked as before.
+The supervisor of the next evaluation is forked ahead (``_spare``: while no request's
+descriptors are open here, its signals reset, killed with this process) and waits for
+its request, which this process hands it (``_hand``); a spare gone or stopped (a
+candidate of the same user can signal it) is killed and the request forked as before.
 
 Requests come on CONTROL_FD (an ``AF_UNIX`` ``SOCK_SEQPACKET`` socket): one JSON header
 (``cwd``, ``env``, ``memory``, ``cpu``, ``command``, ``script``) with four descriptors:
@@ -71,6 +71,7 @@ SCRIPT_MAX = 256 * 1024  # bytes of a script compiled here ahead of the fork, at
 
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER = 1, 4, 36
 HIGH = 10  # the status socket moves at or above this descriptor, out of the command's way
+MAX_FD = 1 << 16  # a spare closes what it inherited below this (the server keeps few)
 prctl = ctypes.CDLL(None, use_errno=True).prctl
 
 
@@ -221,12 +222,12 @@ def _shadows(folder: str) -> bool:
 
 def _bind(control: int, zygote: int) -> None:
     """In a forked child, before its request: the signals a fresh process has, a
-    subreaper that dies with the server (it stays in the server's process group until
-    it serves one: the sandbox kills that group, a spare stopped by a candidate too)."""
+    subreaper that dies with the server: SIGKILL until it serves (a spare a candidate
+    stopped dies too), SIGTERM once it does (``_serve``: its command's tree is killed)."""
     os.close(control)
     for sig in supervise.RESET:
         signal.signal(sig, signal.SIG_DFL)
-    prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     if os.getppid() != zygote:
         os._exit(1)  # the fork server died before PDEATHSIG was set
@@ -236,8 +237,13 @@ def _spare(control: int, zygote: int) -> tuple[int, socket.socket] | None:
     """A child forked ahead and bound (``_bind``), that waits on a socket of its own for
     the next request (header and descriptors, as the server got them) and then serves
     it: a request is answered without a fork and a new process's first steps (about 2
-    ms, most of the time to its ``P``). Its pid and that socket; None if no fork."""
-    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    ms, most of the time to its ``P``). Forked only while the server holds no request's
+    descriptors, and it closes every other it inherited. Its pid and that socket; None
+    if no fork."""
+    try:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    except OSError:  # out of descriptors: requests are forked as they come
+        return None
     try:
         pid = os.fork()
     except OSError:
@@ -250,12 +256,15 @@ def _spare(control: int, zygote: int) -> tuple[int, socket.socket] | None:
     try:  # the child: never returns
         ours.close()
         _bind(control, zygote)
+        keep = theirs.fileno()
+        os.closerange(3, keep)
+        os.closerange(keep + 1, MAX_FD)
         msg, fds, _, _ = socket.recv_fds(theirs, 1 << 20, 4)
         theirs.close()
         if not msg:  # the server ended
             os._exit(0)
         header = json.loads(msg)
-        _serve(header, fds, _compiled(header, _CACHE))
+        _serve(header, fds, zygote, _compiled(header, _CACHE))
     finally:
         os._exit(127)
 
@@ -293,13 +302,16 @@ def _hand(spare: tuple[int, socket.socket], msg: bytes, fds: list[int]) -> bool:
 
 
 def _serve(
-    header: dict, fds: list[int], ready: tuple[bytes, types.CodeType] | None
+    header: dict, fds: list[int], zygote: int, ready: tuple[bytes, types.CodeType] | None
 ) -> None:  # never returns
     """In the forked child, bound: become the evaluation's supervisor (``ready``: its
     script as compiled before the fork)."""
     status_fd = -1
     try:
         os.setsid()  # out of the server's group and session
+        prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)  # the supervisor's: it kills its tree
+        if os.getppid() != zygote:
+            os._exit(1)  # the server died meanwhile
         out, err, metrics, status = fds
         status_fd = fcntl.fcntl(status, fcntl.F_DUPFD_CLOEXEC, HIGH)
         os.close(status)
@@ -344,7 +356,7 @@ def main(control: int) -> None:
     # what is loaded now stays out of the forks' garbage collections (a fork's collection
     # at exit would otherwise walk, and so copy, every page of it)
     gc.freeze()
-    spare = None
+    spare = _spare(control, me)
     while True:
         ready, _, _ = select.select([control], [], [], 1.0)
         try:
@@ -371,9 +383,8 @@ def main(control: int) -> None:
             for fd in fds:
                 os.close(fd)
             continue
-        spare = spare or _spare(control, me)  # the first request: forked now
+        compiled = _compiled(header, _CACHE)  # (here first: the next spare has it)
         if spare is None or not _hand(spare, msg, fds):
-            compiled = _compiled(header, _CACHE)
             try:
                 child = os.fork()
             except OSError:
@@ -381,13 +392,12 @@ def main(control: int) -> None:
             if child == 0:
                 try:
                     _bind(control, me)
-                    _serve(header, fds, compiled)
+                    _serve(header, fds, me, compiled)
                 finally:
                     os._exit(127)
         for fd in fds:
             os.close(fd)
-        _compiled(header, _CACHE)  # compiled here, so that the next spare has it
-        spare = _spare(control, me)
+        spare = _spare(control, me)  # no request's descriptor is open here now
 
 
 if __name__ == "__main__":

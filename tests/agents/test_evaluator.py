@@ -451,3 +451,28 @@ def test_a_grade_step_needs_the_protected_files(tmp_path):
     spec = graded_task(tmp_path / "t", "1")
     with pytest.raises(ValueError, match="protected"):
         Evaluator(spec, LocalSandbox())
+
+
+def test_the_first_run_is_unpacked_ahead_only_where_its_archive_goes_as_it_is(tmp_path):
+    """``Evaluator.staged``: on a local sandbox, the first run's workspace is unpacked
+    while the candidate waits for its slot, and that run says when its process runs;
+    not where that run is reused (``done``), nor where the grade step's hidden files are
+    taken out of the archive (the run step gets another archive)."""
+    boxes = tmp_path / "boxes"
+    sandbox = LocalSandbox(boxes)
+    spec = make_task(tmp_path / "t", "ok")
+    evaluator, archive, told = Evaluator(spec, sandbox), archive_of(spec), []
+    with evaluator.staged(archive, {}, lambda: told.append("running")) as staged:
+        assert staged and len(list(boxes.glob("revtree-*"))) == 1
+        outcome = evaluator.evaluate(1, archive, {}, lambda r: None)
+    assert outcome.ok and told == ["running"]
+    reused = {("full", 0): EvalResult(1, "full", 0, True, 1.0)}
+    with evaluator.staged(archive, reused, told.append) as staged:
+        assert not staged
+    for rest, expected in (("", True), ('files = ["hidden.txt"]\n', False)):
+        graded = graded_task(tmp_path / f"g{expected}", "2.5", rest=rest)
+        grading = Evaluator(graded, sandbox, protected=protected_of(graded, "hidden.txt"))
+        with grading.staged(archive_of(graded), {}, told.append) as staged:
+            assert staged is expected
+    sandbox.drain()
+    assert told == ["running"] and not list(boxes.glob("revtree-*"))  # none left behind

@@ -139,3 +139,21 @@ def test_a_stop_wins_over_a_ticket_that_ended_cancelled() -> None:
     chain.ended("b")
     with pytest.raises(Cancelled):
         chain.wait_next("a", cancel)
+
+
+def test_an_evaluation_that_started_no_process_still_lets_the_next_start() -> None:
+    """``Chain.readied``: where the sandbox never said the first run started (a cancel, a
+    launch that failed), the next ticket may start once the evaluation ends; where it
+    did, the block's end wakes no one again."""
+    chain = Chain(True)
+    chain.started("a")
+    with pytest.raises(RuntimeError), chain.readied("a"):
+        assert not chain.may_start()
+        raise RuntimeError("the launch failed")
+    assert chain.may_start()
+    chain.ended("a")
+    chain.started("b")
+    with chain.readied("b"):
+        chain.ready("b")  # as the sandbox says it, once b's process runs
+        woke = chain.wake()
+    assert chain.may_start() and not woke.done()

@@ -163,7 +163,7 @@ def test_a_candidate_that_kills_the_server_costs_no_later_evaluation(tmp_path, m
 # the server's other children (the supervisor forked ahead for the next evaluation)
 # stopped (SIGSTOP) or killed, as a candidate of the same user can
 SPARES = """\
-import os, signal, sys
+import os, signal, sys, time
 def stat(pid):
     return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
 def forked(pid):
@@ -171,15 +171,17 @@ def forked(pid):
 server = os.getpid()
 while forked(stat(server)[1]):
     server = int(stat(server)[1])
-hit = []
-for name in os.listdir("/proc"):
-    if name.isdigit() and int(name) not in (os.getpid(), os.getppid()):  # not its own
-        try:
-            if int(stat(name)[1]) == server and forked(name):
-                os.kill(int(name), getattr(signal, sys.argv[1]))
-                hit.append(name)
-        except (OSError, IndexError):
-            pass
+hit, deadline = [], time.monotonic() + 5
+while not hit and time.monotonic() < deadline:  # the spare may not be forked yet
+    for name in os.listdir("/proc"):
+        if name.isdigit() and int(name) not in (os.getpid(), os.getppid()):  # not its own
+            try:
+                if int(stat(name)[1]) == server and forked(name):
+                    os.kill(int(name), getattr(signal, sys.argv[1]))
+                    hit.append(name)
+            except (OSError, IndexError):
+                pass
+    time.sleep(0.01)
 print(" ".join(hit))
 """
 
@@ -216,6 +218,24 @@ def test_a_candidate_that_stops_or_kills_the_servers_spare_costs_no_later_evalua
     assert [r.exit_code for r in after] == [0, 0, 0], [r.stderr for r in after]
     assert took < 5.0, took  # no wait for a stopped spare's answer (10 s each)
     assert all(_gone(pid) for pid in hit.stdout.split() + last.stdout.split())  # none left
+
+
+FDS = "import os; print(sorted(int(f) for f in os.listdir('/proc/self/fd')))\n"
+
+
+def test_a_forked_command_holds_the_descriptors_a_cold_one_holds_first_run_or_later(
+    tmp_path, monkeypatch
+):
+    """No request's descriptors (the status socket above all: a command holding it could
+    forge its status or hold the sandbox's read open) reach another evaluation."""
+    runs = {}
+    for warm in (False, True):
+        sandbox = box(tmp_path, monkeypatch, warm)
+        try:
+            runs[warm] = [run(sandbox, {"f.py": FDS}, "python f.py").stdout for _ in range(3)]
+        finally:
+            sandbox.close()
+    assert runs[True] == runs[False] and len(set(runs[True])) == 1, runs
 
 
 def test_a_server_that_cannot_start_falls_back_to_a_cold_start(tmp_path, monkeypatch):
