@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import heapq
+import math
 import re
 from collections.abc import Mapping
 
@@ -56,6 +57,14 @@ def _words(text: str) -> frozenset[str]:
     return frozenset(w.lower() for w in _WORD.findall(text)) - _STOP
 
 
+def _rank(node: Node, maximize: bool) -> float:
+    """What ``node.score_of(maximize)`` orders by (``Score._key``), for a scored node."""
+    score = node.score
+    if node.alarm is not None or score is None or not math.isfinite(score):
+        return -math.inf
+    return directed(score, maximize)
+
+
 def render_memory(
     nodes: Mapping[int, Node],
     parent_id: int,
@@ -68,40 +77,56 @@ def render_memory(
     the candidate's node, not shown among those in flight, nor is its parent)."""
     if budget_tokens <= 0:
         return "(memory disabled)"
-    done = [n for n in nodes.values() if n.status.is_finished()]
-    lesson = {  # stored when the node finished; derived only for older records
-        n.id: n.lesson or lesson_for(n, nodes.get(n.parent_id or -1), maximize) for n in done
-    }
+    parent = nodes.get(parent_id)
+    near = {parent_id, parent.parent_id if parent is not None else None}
+    # one pass over the run's nodes (a prompt is made per candidate: several passes made
+    # a run of thousands of candidates slower with each)
+    lesson: dict[int, str] = {}  # stored when a node finished; derived for older records
+    good: list[Node] = []
+    flying: list[Node] = []  # what the candidates in flight try (no outcome yet)
+    twins: list[int] = []
+    fails: list[int] = []
+    for n in nodes.values():
+        if not n.status.is_finished():
+            if n.proposal and n.id not in (own, parent_id):
+                flying.append(n)
+            continue
+        lesson[n.id] = n.lesson or lesson_for(n, nodes.get(n.parent_id or -1), maximize)
+        if n.status is NodeStatus.SUCCEEDED:
+            if n.score is not None:
+                good.append(n)
+        elif n.parent_id in near:
+            fails.append(n.id)
+        if n.error_kind == TWIN:
+            twins.append(n.id)
     sections: list[tuple[str, list[int]]] = []
-    good = [n for n in done if n.status is NodeStatus.SUCCEEDED and n.score is not None]
-    best = heapq.nlargest(3, good, key=lambda n: n.score_of(maximize))  # stable, as a sort
+    # stable, as a sort; by the float Node.score_of's Score orders by (a Score per node,
+    # compared in Python, was a third of a prompt's memory in a run of thousands)
+    best = heapq.nlargest(3, good, key=lambda n: _rank(n, maximize))
     sections.append(("Best so far", [n.id for n in best]))
-    flying = {  # what the candidates in flight try (never a lesson: no outcome yet)
-        n.id: lesson_for(n, None, maximize, "in flight, no score yet")
-        for n in nodes.values()
-        if not n.status.is_finished() and n.proposal and n.id not in (own, parent_id)
+    shown_flying = {
+        n.id: lesson_for(n, None, maximize, "in flight, no score yet") for n in flying[-3:]
     }
-    sections.append(("In flight (proposed beside this one, not scored yet)", [*flying][-3:]))
-    twins = [n.id for n in done if n.error_kind == TWIN]
+    sections.append(("In flight (proposed beside this one, not scored yet)", [*shown_flying]))
     sections.append(("Refused as repeats of code already evaluated", twins[-3:][::-1]))
-    chain, cur = [], nodes.get(parent_id)
+    chain, cur = [], parent
     while cur is not None and cur.parent_id is not None:
         chain.append(cur.id)
         cur = nodes.get(cur.parent_id)
     sections.append(("Ancestry of the parent (nearest first)", [i for i in chain if i in lesson]))
-    near = {parent_id, nodes[parent_id].parent_id if parent_id in nodes else None}
-    fails = [n.id for n in done if n.status is not NodeStatus.SUCCEEDED and n.parent_id in near]
     sections.append(("Recent failures near the parent", fails[-3:][::-1]))
-    q = _words(
-        query + " " + ((nodes[parent_id].proposal or {}).get("hypothesis") or "")
-        if parent_id in nodes
-        else query
-    )
+    hypothesis = ((parent.proposal or {}).get("hypothesis") or "") if parent is not None else ""
+    q = _words(query + " " + hypothesis if parent is not None else query)
     shown = {i for _, ids in sections for i in ids}
-    overlap = {i: len(q & _words(text)) for i, text in lesson.items() if i not in shown}
-    related = heapq.nlargest(5, (i for i in overlap if overlap[i]), key=lambda i: (overlap[i], i))
+    overlap = {
+        i: len(q & words)
+        for i, text in lesson.items()
+        if i not in shown and not q.isdisjoint(words := _words(text))
+    }
+    related = heapq.nlargest(5, overlap, key=lambda i: (overlap[i], i))
     sections.append(("Related lessons", related))
-    out, left, said = [], budget_tokens, lesson | flying
+    flying_said = shown_flying
+    out, left, said = [], budget_tokens, lesson | flying_said
     for title, ids in sections:
         lines = [f"- {said[i]}" for i in ids if i in said]
         if not lines:

@@ -43,6 +43,7 @@ live log; the text check goes on.
 from __future__ import annotations
 
 import difflib
+import operator
 import re
 import threading
 from collections import Counter
@@ -236,7 +237,7 @@ class Novelty:
             assert self._counts is not None  # made by _rows_of for the first row
             counts = self._counts[rows]
         bound = np.abs(counts - histogram(mine)).sum(axis=1)
-        return [o for o, b in zip(others, bound.tolist(), strict=True) if b < slack]
+        return [others[i] for i in np.flatnonzero(bound < slack).tolist()]
 
     def _rows_of(self, nodes: list[Node]) -> list[int]:
         """Each node's row of the histograms (by commit), added where missing."""
@@ -289,17 +290,16 @@ class Novelty:
         return diff
 
     def _evaluated(self, node: Node) -> list[Node]:
-        nodes = self.mirror.copy().values()
-        return sorted(
-            (
-                n
-                for n in nodes
-                if n.id not in (node.id, node.parent_id)
-                and n.commit is not None
-                and (n.id == 0 or n.n_evals > 0 or n.status in _EVALUATED)
-            ),
-            key=lambda n: n.id,
-        )
+        skip = (node.id, node.parent_id)
+        found = [
+            n
+            for n in self.mirror.copy().values()
+            if n.commit is not None
+            and (n.n_evals > 0 or n.status in _EVALUATED or n.id == 0)
+            and n.id not in skip
+        ]
+        found.sort(key=_BY_ID)  # (in id order already as a rule: then one pass)
+        return found
 
     def text(self, commit: str) -> list[str]:
         """The editable files of ``commit``, normalised, each under its path (cached:
@@ -330,6 +330,7 @@ class Novelty:
 
 
 _EVALUATED = (NodeStatus.SUCCEEDED, NodeStatus.EVALUATING)
+_BY_ID = operator.attrgetter("id")
 
 
 def change_embeddings(spec: TaskSpec, warn: Callable[[str], None]) -> ChangeEmbeddings | None:
