@@ -33,7 +33,9 @@ N candidates each. Per cell, means over the repetitions:
 - trust cost: evaluations spent re-running bests (revtree's verification; OpenEvolve
   has none);
 - disk per candidate: what the run left on disk over N (revtree: its home, the SQLite
-  file with its WAL and the runs' git repository; OpenEvolve: its output folder).
+  file with its WAL and the runs' git repository; OpenEvolve: its output folder, where
+  it writes a checkpoint only every ``checkpoint_interval`` iterations, none in these
+  runs: nothing it could resume from).
 
 Then the median time of ``revtree --version``, ``revtree ls`` and
 ``openevolve-run --help``. OpenEvolve lives in a venv under ``--cache`` (created on the
@@ -396,6 +398,9 @@ def main() -> None:
         "best",
         title=f"revtree vs OpenEvolve {OE_VERSION}, N={args.n}, {args.reps} interleaved reps"
         + (f", evaluator noise sigma {args.noise:g}" if args.noise else ""),
+        caption="disk: revtree keeps every candidate (resumable); OpenEvolve writes a "
+        "checkpoint only every checkpoint_interval iterations (100 by default, none here): "
+        "what it leaves is no run it could resume",
     )
     with tempfile.TemporaryDirectory(prefix="revtree-peer-") as d:
         tmp = Path(d)
