@@ -121,7 +121,7 @@ def test_children_left_behind_are_killed(tmp_path: Path, home: Path, store: Stor
 
 
 def _sleepers() -> set[int]:
-    out = subprocess.run(["pgrep", "-f", "^sleep 300$"], capture_output=True, text=True).stdout
+    out = subprocess.run(["pgrep", "-f", "^sleep 307$"], capture_output=True, text=True).stdout
     return {int(p) for p in out.split()}
 
 
