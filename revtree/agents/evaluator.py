@@ -164,7 +164,7 @@ class Evaluator:
         grade = self.grade_step(first)
         if not isinstance(self.sandbox, Staged) or (first, 0) in done:
             return nullcontext(False)
-        if grade is not None and (grade.hidden or grade.prepare):
+        if grade is not None and grade.rewrites:
             return nullcontext(False)
         return self.sandbox.staged(archive, started)
 
@@ -193,7 +193,7 @@ class Evaluator:
         grade = self.grade_step(stage)
         outputs = grade.outputs if grade else ()
         protected = self.protected if protected is None else protected
-        if grade is not None and (grade.hidden or grade.prepare):
+        if grade is not None and grade.rewrites:
             prep = self._limits(grade.timeout)
             inputs = self.prepared.of(
                 stage, repeat, grade, protected, env, prep, self.sandbox, cancel

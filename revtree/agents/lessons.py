@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import functools
 import heapq
-import math
 import re
 from collections.abc import Mapping
 
@@ -57,14 +56,6 @@ def _words(text: str) -> frozenset[str]:
     return frozenset(w.lower() for w in _WORD.findall(text)) - _STOP
 
 
-def _rank(node: Node, maximize: bool) -> float:
-    """What ``node.score_of(maximize)`` orders by (``Score._key``), for a scored node."""
-    score = node.score
-    if node.alarm is not None or score is None or not math.isfinite(score):
-        return -math.inf
-    return directed(score, maximize)
-
-
 def render_memory(
     nodes: Mapping[int, Node],
     parent_id: int,
@@ -100,9 +91,9 @@ def render_memory(
         if n.error_kind == TWIN:
             twins.append(n.id)
     sections: list[tuple[str, list[int]]] = []
-    # stable, as a sort; by the float Node.score_of's Score orders by (a Score per node,
-    # compared in Python, was a third of a prompt's memory in a run of thousands)
-    best = heapq.nlargest(3, good, key=lambda n: _rank(n, maximize))
+    # stable, as a sort; by floats (a Score per node, compared in Python, was a third of
+    # a prompt's memory in a run of thousands)
+    best = heapq.nlargest(3, good, key=lambda n: n.rank(maximize))
     sections.append(("Best so far", [n.id for n in best]))
     shown_flying = {
         n.id: lesson_for(n, None, maximize, "in flight, no score yet") for n in flying[-3:]

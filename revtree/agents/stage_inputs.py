@@ -43,6 +43,12 @@ class GradeStep:
     inputs: tuple[str, ...] = ()
     hides_stage: bool = False  # the run step is not told the stage
 
+    @property
+    def rewrites(self) -> bool:
+        """Whether the run step's archive is not the candidate's (files taken out or
+        prepared inputs put in)."""
+        return bool(self.hidden or self.prepare)
+
 
 def grade_step(spec: TaskSpec, stage: str, holdout: bool) -> GradeStep | None:
     """The grade step of a stage (the holdout's, with ``holdout``), if any. The dev

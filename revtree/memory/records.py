@@ -80,6 +80,14 @@ def directed(value: float, maximize: bool) -> float:
     return value if maximize else -value
 
 
+def ordered(value: float | None, maximize: bool) -> float:
+    """The float a ``Score`` of ``value`` orders by: the directed value, or minus infinity
+    for none or a value that is not finite."""
+    if value is None or not math.isfinite(value):
+        return -math.inf
+    return directed(value, maximize)
+
+
 @total_ordering
 @dataclass(frozen=True)
 class Score:
@@ -97,10 +105,7 @@ class Score:
         return self.value is not None and math.isfinite(self.value)
 
     def _key(self) -> float:
-        if not self.is_valid:
-            return -math.inf
-        assert self.value is not None
-        return directed(self.value, self.maximize)
+        return ordered(self.value, self.maximize)
 
     def __lt__(self, other: object) -> bool:
         if not isinstance(other, Score):
@@ -164,6 +169,13 @@ class Node:
         if self.status is not NodeStatus.SUCCEEDED or self.alarm is not None:
             return Score.worst(maximize)
         return Score(self.score, maximize)
+
+    def rank(self, maximize: bool) -> float:
+        """What ``score_of(maximize)`` orders by, without a ``Score`` (sorting thousands
+        of nodes compares floats, not Python objects)."""
+        if self.status is not NodeStatus.SUCCEEDED or self.alarm is not None:
+            return -math.inf
+        return ordered(self.score, maximize)
 
 
 # (The stage names readers look for are in revtree.memory.stages.)

@@ -112,17 +112,19 @@ class Turns:
     slot is held until the evaluation ends, its records included."""
 
     def __init__(self, slots: Slots, each_run: bool) -> None:
-        held = slots.held()
-        held.__enter__()
         self.slots, self.each_run = slots, each_run
-        self._held: AbstractContextManager[None] | None = held
+        self._held: AbstractContextManager[None] | None = None
+        self._take(check=True)
+
+    def _take(self, check: bool) -> None:
+        held = self.slots.held(check)
+        held.__enter__()
+        self._held = held
 
     @contextmanager
     def run(self) -> Iterator[None]:
         if self._held is None:
-            held = self.slots.held(check=False)
-            held.__enter__()
-            self._held = held
+            self._take(check=False)
         try:
             yield
         finally:

@@ -167,8 +167,8 @@ class LocalSandbox:
             yield True
         finally:
             with self._lock:
-                left = [e for e in self._ready if e is not stage]
-                unused, self._ready = len(left) < len(self._ready), left
+                if unused := stage in self._ready:  # (by identity: ``eq=False``)
+                    self._ready.remove(stage)
             if unused:
                 self.trash.put(stage.folder)
 

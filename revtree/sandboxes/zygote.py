@@ -290,10 +290,12 @@ def _hand(spare: tuple[int, socket.socket], msg: bytes, fds: list[int]) -> bool:
     the same user can signal it): killed then, and the server forks instead."""
     pid, sock = spare
     try:
-        if _state(pid) not in (None, b"T", b"t", b"Z", b"X"):
+        state = _state(pid)
+        if state not in (None, b"T", b"t", b"Z", b"X"):
             socket.send_fds(sock, [msg], fds)
             return True
-        _drop(pid)
+        if state is not None:  # ours, stopped or dead
+            os.kill(pid, signal.SIGKILL)
     except OSError:
         pass
     finally:

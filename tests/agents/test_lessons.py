@@ -39,8 +39,6 @@ def test_the_best_are_ranked_as_the_search_ranks_them() -> None:
     import itertools
     import math
 
-    from revtree.agents.lessons import _rank
-
     scores = [3.0, -2.0, 0.5, math.inf, -math.inf, math.nan, 3.0, 1e300]
     for maximize, alarmed in itertools.product((True, False), (None, 2, 4)):
         nodes = {0: node(0, NodeStatus.SUCCEEDED, "baseline", 1.0)}
@@ -48,8 +46,8 @@ def test_the_best_are_ranked_as_the_search_ranks_them() -> None:
             n = node(i, NodeStatus.SUCCEEDED, f"idea {i}", s)
             nodes[i] = dataclasses.replace(n, alarm={"kind": "rank"} if i == alarmed else None)
         for n in nodes.values():
-            assert _rank(n, maximize) == n.score_of(maximize)._key() or (
-                math.isinf(_rank(n, maximize)) and not n.score_of(maximize).is_valid
+            assert n.rank(maximize) == n.score_of(maximize)._key() or (
+                math.isinf(n.rank(maximize)) and not n.score_of(maximize).is_valid
             ), n
         ranked = sorted(nodes.values(), key=lambda n: n.score_of(maximize), reverse=True)
         want = [n.id for n in ranked[:3]]
