@@ -21,7 +21,7 @@ import pytest
 from revtree.agents.llm.fake_server import FakeLLMServer, FakeRequest
 from revtree.errors import EditError, LLMUnreachable, StoreError
 from revtree.memory import Store
-from revtree.memory.records import finite_mean
+from revtree.memory.records import Event, finite_mean
 from revtree.orchestrator.trust import (
     decided,
     defer_verification,
@@ -753,20 +753,37 @@ IN_ORDER = (
 )
 
 
+def in_order_run(
+    tmp_path: Path,
+    home: Path,
+    store: Store,
+    extra: str,
+    budget: int,
+    sandbox_seconds: float | None = None,
+) -> tuple[list[str], list[Event]]:
+    """A run of the quad task whose runs note their node and repeat as they start
+    (``IN_ORDER``): those notes in order, and the run's events."""
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    task = quad_task(tmp_path / "q", IN_ORDER, extra=extra, budget=budget)
+    if sandbox_seconds is not None:
+        toml = task / "task.toml"
+        limit = f"max_nodes = {budget}\nmax_sandbox_seconds = {sandbox_seconds}"
+        toml.write_text(toml.read_text().replace(f"max_nodes = {budget}", limit))
+    drive_here(home, "run", str(task), "--quiet", QUAD_DATA=str(marks))
+    events = store.events_since(show(home)["run_id"], limit=100_000)
+    return (marks / "order").read_text().split("\n"), events
+
+
 @pytest.mark.slow  # a whole run, about 3 s (issue 24)
 def test_at_parallel_1_the_next_runs_while_a_best_waits_to_verify_but_records_after(
     tmp_path: Path, home: Path, store: Store
 ) -> None:
-    marks = tmp_path / "marks"
-    marks.mkdir()
     extra = "[search]\nseed = 0\n[trust]\nverify_share = 1.0\n"  # the baseline verified
-    task = quad_task(tmp_path / "q", IN_ORDER, extra=extra, budget=4)
-    drive_here(home, "run", str(task), "--quiet", QUAD_DATA=str(marks))
-    order = (marks / "order").read_text().split("\n")
+    order, events = in_order_run(tmp_path, home, store, extra, budget=4)
     # node 1 ran in a slot the baseline's runs left (the first, as a rule: each run lets
     # its slot go before it is recorded), before the baseline's verification ended
     assert order[0] == "0 0" and order.index("1 0") < order.index("0 2"), order
-    events = store.events_since(show(home)["run_id"], limit=100_000)
     stored = [(e.node_id, e.data["repeat"]) for e in events if e.kind == "eval"]
     # but it was stored after the baseline's verification, as one at a time would
     assert stored.index((1, 0)) > max(stored.index((0, r)) for r in (1, 2)), stored
@@ -776,15 +793,7 @@ def test_at_parallel_1_the_next_runs_while_a_best_waits_to_verify_but_records_af
 def test_at_parallel_1_no_candidate_is_recorded_past_a_spent_sandbox_budget(
     tmp_path: Path, home: Path, store: Store
 ) -> None:
-    marks = tmp_path / "marks"
-    marks.mkdir()
-    task = quad_task(tmp_path / "q", IN_ORDER, extra="[search]\nseed = 0\n", budget=30)
-    toml = task / "task.toml"
-    toml.write_text(
-        toml.read_text().replace("max_nodes = 30", "max_nodes = 30\nmax_sandbox_seconds = 1.0")
-    )
-    drive_here(home, "run", str(task), "--quiet", QUAD_DATA=str(marks))
-    events = store.events_since(show(home)["run_id"], limit=100_000)
+    _, events = in_order_run(tmp_path, home, store, "[search]\nseed = 0\n", 30, 1.0)
     spent, late = 0.0, []
     for e in (e for e in events if e.kind == "eval"):
         first = e.node_id != 0 and e.data["stage"] == "full" and e.data["repeat"] == 0
