@@ -330,7 +330,9 @@ def test_evolution_run_shows_islands_and_cells(page: Any, site: Site, dashboard:
 def test_approve_and_reject_from_the_node_panel(
     page: Any, site: Site, dashboard: Dashboard
 ) -> None:
-    run_id = start_live_run(site, "live-g", "--approve", budget=3, sleep=0.0)
+    # room for a candidate that never waits (a near twin, a refused answer): the one
+    # rejected is whichever waits after node 1, not node 2 by assumption
+    run_id = start_live_run(site, "live-g", "--approve", budget=5, sleep=0.0)
     store = Store(site.db)
     try:
         open_run(page, dashboard, run_id, "/node/1")
@@ -338,14 +340,18 @@ def test_approve_and_reject_from_the_node_panel(
         page.click("#panel button[data-action='approve']")
         wait_for(lambda: store.node(run_id, 1).status.is_finished(), 60, "node 1 to finish")
         assert store.node(run_id, 1).status is NodeStatus.SUCCEEDED
-        page.evaluate(f"location.hash = '#/run/{run_id}/node/2'")
+        later: list[int] = []
+        wait_for(lambda: bool(later.extend(show(site, run_id)["waiting"]) or later), 60, "a wait")
+        other = later[0]
+        assert other > 1
+        page.evaluate(f"location.hash = '#/run/{run_id}/node/{other}'")
         page.wait_for_selector("#panel button[data-action='reject']", timeout=60_000)
         page.fill("#panel input[placeholder^='why']", "touches the wrong constant")
         page.click("#panel button[data-action='reject']")
-        wait_for(lambda: store.node(run_id, 2).status.is_finished(), 60, "node 2 to finish")
-        node2 = store.node(run_id, 2)
-        assert node2.status is NodeStatus.REJECTED
-        assert "touches the wrong constant" in (node2.error or "")
+        wait_for(lambda: store.node(run_id, other).status.is_finished(), 60, "its end")
+        rejected = store.node(run_id, other)
+        assert rejected.status is NodeStatus.REJECTED
+        assert "touches the wrong constant" in (rejected.error or "")
         assert page.errors == []
     finally:
         store.close()
