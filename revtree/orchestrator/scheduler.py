@@ -37,6 +37,7 @@ from revtree.orchestrator.wiring import AUTO_MAX, Parts
 
 HEARTBEAT = 2.0
 PRUNE_EVERY = 16  # finished candidates between prunes of their checkpoints
+PRUNE_MARGIN = 10.0  # seconds a prune looks back before the last one
 PRUNE_ENV = "REVTREE_PRUNE_EVERY"  # another number; 0 keeps them all (for revtree gc)
 POLL = 0.5  # seconds between looks at the work in flight and at stored decisions
 
@@ -57,6 +58,7 @@ class Scheduler:
         self.same = SameFailures(parts.spec.trust.same_failures)
         self.waiting: dict[str, int] = {}  # ticket -> node, parked at approval
         self.unpruned = 0  # candidates finished since their checkpoints were last pruned
+        self.pruned: float | None = None  # when this session last pruned (None: never)
         every = os.environ.get(PRUNE_ENV, "")
         self.prune_every = int(every) if every.strip().lstrip("-").isdigit() else PRUNE_EVERY
 
@@ -280,8 +282,12 @@ class Scheduler:
         if self.prune_every <= 0 or self.unpruned < (1 if at_end else self.prune_every):
             return
         self.unpruned = 0
+        # those finished since the last prune, with a margin for a finish timed before
+        # that prune and committed after it; all of them the first time and at the end
+        since = None if at_end or self.pruned is None else self.pruned - PRUNE_MARGIN
+        self.pruned = time.time()
         with contextlib.suppress(Exception):  # disk reclaimed later by gc, never a failure
-            prune_run(self.store, self.run_id, checkpoint_tables(self.store))
+            prune_run(self.store, self.run_id, checkpoint_tables(self.store), since)
 
     def _abandon_waiting(self, spent: str) -> str:
         """The budget is spent while candidates wait: none could be evaluated in this
