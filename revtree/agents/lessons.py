@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import heapq
 import re
+from array import array
 from collections.abc import Mapping
 
 from revtree.agents.llm.base import estimate_tokens
@@ -64,70 +65,149 @@ def render_memory(
     query: str = "",
     own: int | None = None,
 ) -> str:
-    """The memory section of a proposer prompt, at most ``budget_tokens`` long (``own``:
-    the candidate's node, not shown among those in flight, nor is its parent)."""
-    if budget_tokens <= 0:
-        return "(memory disabled)"
-    parent = nodes.get(parent_id)
-    near = {parent_id, parent.parent_id if parent is not None else None}
-    # one pass over the run's nodes (a prompt is made per candidate: several passes made
-    # a run of thousands of candidates slower with each)
-    lesson: dict[int, str] = {}  # stored when a node finished; derived for older records
-    good: list[Node] = []
-    flying: list[Node] = []  # what the candidates in flight try (no outcome yet)
-    twins: list[int] = []
-    fails: list[int] = []
-    for n in nodes.values():
-        if not n.status.is_finished():
-            if n.proposal and n.id not in (own, parent_id):
-                flying.append(n)
-            continue
-        lesson[n.id] = n.lesson or lesson_for(n, nodes.get(n.parent_id or -1), maximize)
-        if n.status is NodeStatus.SUCCEEDED:
-            if n.score is not None:
-                good.append(n)
-        elif n.parent_id in near:
-            fails.append(n.id)
-        if n.error_kind == TWIN:
-            twins.append(n.id)
-    sections: list[tuple[str, list[int]]] = []
-    # stable, as a sort; by floats (a Score per node, compared in Python, was a third of
-    # a prompt's memory in a run of thousands)
-    best = heapq.nlargest(3, good, key=lambda n: n.rank(maximize))
-    sections.append(("Best so far", [n.id for n in best]))
-    shown_flying = {
-        n.id: lesson_for(n, None, maximize, "in flight, no score yet") for n in flying[-3:]
-    }
-    sections.append(("In flight (proposed beside this one, not scored yet)", [*shown_flying]))
-    sections.append(("Refused as repeats of code already evaluated", twins[-3:][::-1]))
-    chain, cur = [], parent
-    while cur is not None and cur.parent_id is not None:
-        chain.append(cur.id)
-        cur = nodes.get(cur.parent_id)
-    sections.append(("Ancestry of the parent (nearest first)", [i for i in chain if i in lesson]))
-    sections.append(("Recent failures near the parent", fails[-3:][::-1]))
-    hypothesis = ((parent.proposal or {}).get("hypothesis") or "") if parent is not None else ""
-    q = _words(query + " " + hypothesis if parent is not None else query)
-    shown = {i for _, ids in sections for i in ids}
-    overlap = {
-        i: len(q & words)
-        for i, text in lesson.items()
-        if i not in shown and not q.isdisjoint(words := _words(text))
-    }
-    related = heapq.nlargest(5, overlap, key=lambda i: (overlap[i], i))
-    sections.append(("Related lessons", related))
-    flying_said = shown_flying
-    out, left, said = [], budget_tokens, lesson | flying_said
-    for title, ids in sections:
-        lines = [f"- {said[i]}" for i in ids if i in said]
-        if not lines:
-            continue
-        block = "\n".join([f"{title}:", *lines])
-        if estimate_tokens(block) > left:
-            keep = max(0, left * 4 - len(title) - 2)
-            block = block[:keep]
-            if not block:
-                break
-        out.append(block)
-        left -= estimate_tokens(block)
-    return "\n\n".join(out) or "(nothing yet: this is one of the first rounds)"
+    """The memory section of a proposer prompt from the run's nodes, at most
+    ``budget_tokens`` long (``own``: the candidate's node, not shown among those in
+    flight, nor is its parent). A run keeps a :class:`Memory` instead, fed as its nodes
+    change: this builds one for a single prompt."""
+    return Memory(nodes, maximize).render(parent_id, budget_tokens, query, own)
+
+
+class Memory:
+    """What the proposer's memory shows, kept as the run's nodes change (``update``), so
+    that a prompt costs what it shows, not the run's size: reading every node per prompt
+    made a run of thousands of candidates slower with each. ``nodes`` is the run's live
+    map, read and updated under its owner's lock."""
+
+    def __init__(self, nodes: Mapping[int, Node], maximize: bool) -> None:
+        self.nodes, self.maximize = nodes, maximize
+        self._seen: dict[int, Node] = {}  # each node as last indexed
+        self._lesson: dict[int, str] = {}  # finished nodes: stored, or derived (older records)
+        self._derived: dict[int, set[int]] = {}  # parent -> children whose lesson reads it
+        self._words: dict[str, array[int]] = {}  # word -> the nodes whose lesson has it
+        self._good: dict[int, tuple[float, int]] = {}  # succeeded with a score: its order
+        self._top: list[int] | None = []  # the best three of ``_good`` (None: to find)
+        self._open: set[int] = set()  # not finished
+        self._twins: set[int] = set()
+        self._failed: dict[int | None, set[int]] = {}  # parent -> failed children
+        for node in nodes.values():
+            self.update(node)
+
+    def update(self, node: Node) -> None:
+        """Index ``node`` as it stands now in ``nodes`` (added or changed)."""
+        self._index(node)
+        for child in list(self._derived.get(node.id, ())):  # their lessons say its score
+            self._index(self.nodes[child])
+
+    def _index(self, node: Node) -> None:
+        self._forget(node.id)
+        self._seen[node.id] = node
+        i = node.id
+        if not node.status.is_finished():
+            self._open.add(i)
+        else:
+            if node.lesson:
+                self._learn(i, node.lesson)
+            else:
+                self._derived.setdefault(node.parent_id or -1, set()).add(i)
+                self._learn(
+                    i, lesson_for(node, self.nodes.get(node.parent_id or -1), self.maximize)
+                )
+            if node.status is NodeStatus.SUCCEEDED:
+                if node.score is not None:
+                    self._good[i] = key = (node.rank(self.maximize), -i)
+                    top = self._top
+                    if top is not None and (len(top) < 3 or key > self._good[top[-1]]):
+                        self._top = heapq.nlargest(3, [*top, i], key=self._good.__getitem__)
+            else:
+                self._failed.setdefault(node.parent_id, set()).add(i)
+            if node.error_kind == TWIN:
+                self._twins.add(i)
+
+    def _forget(self, i: int) -> None:
+        old = self._seen.pop(i, None)
+        if old is None:
+            return
+        self._open.discard(i)
+        self._twins.discard(i)
+        self._failed.get(old.parent_id, set()).discard(i)
+        self._derived.get(old.parent_id or -1, set()).discard(i)
+        if self._good.pop(i, None) is not None and self._top is not None and i in self._top:
+            self._top = None
+        text = self._lesson.pop(i, None)
+        if text is not None:
+            for word in _words(text):
+                self._words[word].remove(i)
+
+    def _learn(self, i: int, text: str) -> None:
+        self._lesson[i] = text
+        for word in _words(text):
+            self._words.setdefault(word, array("q")).append(i)
+
+    def render(
+        self, parent_id: int, budget_tokens: int, query: str = "", own: int | None = None
+    ) -> str:
+        """The memory section of a proposer prompt (``render_memory``)."""
+        if budget_tokens <= 0:
+            return "(memory disabled)"
+        nodes, lesson = self.nodes, self._lesson
+        parent = nodes.get(parent_id)
+        if self._top is None:
+            self._top = heapq.nlargest(3, self._good, key=self._good.__getitem__)
+        sections: list[tuple[str, list[int]]] = [("Best so far", list(self._top))]
+        flying = [i for i in sorted(self._open) if nodes[i].proposal and i not in (own, parent_id)]
+        shown_flying = {
+            i: lesson_for(nodes[i], None, self.maximize, "in flight, no score yet")
+            for i in flying[-3:]
+        }
+        sections.append(("In flight (proposed beside this one, not scored yet)", [*shown_flying]))
+        sections.append(
+            ("Refused as repeats of code already evaluated", heapq.nlargest(3, self._twins))
+        )
+        chain, cur = [], parent
+        while cur is not None and cur.parent_id is not None:
+            chain.append(cur.id)
+            cur = nodes.get(cur.parent_id)
+        sections.append(
+            ("Ancestry of the parent (nearest first)", [i for i in chain if i in lesson])
+        )
+        near = {parent_id, parent.parent_id if parent is not None else None}
+        fails = set().union(*(self._failed.get(p, ()) for p in near))
+        sections.append(("Recent failures near the parent", heapq.nlargest(3, fails)))
+        hypothesis = ((parent.proposal or {}).get("hypothesis") or "") if parent is not None else ""
+        q = _words(query + " " + hypothesis if parent is not None else query)
+        shown = {i for _, ids in sections for i in ids}
+        sections.append(("Related lessons", self._related(q, shown)))
+        out, left, said = [], budget_tokens, lesson | shown_flying
+        for title, ids in sections:
+            lines = [f"- {said[i]}" for i in ids if i in said]
+            if not lines:
+                continue
+            block = "\n".join([f"{title}:", *lines])
+            if estimate_tokens(block) > left:
+                keep = max(0, left * 4 - len(title) - 2)
+                block = block[:keep]
+                if not block:
+                    break
+            out.append(block)
+            left -= estimate_tokens(block)
+        return "\n\n".join(out) or "(nothing yet: this is one of the first rounds)"
+
+    def _related(self, q: frozenset[str], shown: set[int]) -> list[int]:
+        """The five lessons not ``shown`` that share the most words with ``q`` (ties: the
+        later first), counted over the lessons that have each word (in numpy: a common
+        word is in every lesson)."""
+        import numpy as np  # on the first prompt, not at start (issue 24)
+
+        found = [np.frombuffer(self._words[w], dtype=np.int64) for w in q if self._words.get(w)]
+        if not found:
+            return []
+        ids = np.concatenate(found)
+        counts = np.bincount(ids)
+        if shown:
+            gone = np.fromiter((i for i in shown if i < len(counts)), dtype=np.int64)
+            counts[gone] = 0
+        have = np.flatnonzero(counts)
+        if len(have) > 5:  # by count, then id: both in one integer
+            order = counts[have].astype(np.int64) * len(counts) + have
+            have = have[np.argpartition(order, -5)[-5:]]
+        return sorted(have.tolist(), key=lambda i: (counts[i], i), reverse=True)

@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any
 
 from revtree.agents.base import Context, Job
 from revtree.agents.context import Learnt, RepoContext
-from revtree.agents.lessons import render_memory
 from revtree.agents.llm.base import estimate_tokens
 from revtree.agents.retrieval import make_embedder
 from revtree.agents.roles import render_files
@@ -112,15 +111,10 @@ class ContextSource:
                 self._on_wait(node.thread_id)  # what it makes from here on sees that score
             parent = self.mirror.wait_finished(parent.id, self.cancel)
         changed = {p: d for p, d in files.items() if self.baseline.get(p) != d}
-        snapshot = self.mirror.copy()
-        memory = render_memory(
-            snapshot,
-            parent.id,
-            self.spec.maximize,
-            self.spec.agents.memory_tokens,
-            node.operator,
-            own=node.id,
-        )
+        with self.mirror.lock:  # the run's memory, kept as its nodes change
+            memory = self.mirror.memory.render(
+                parent.id, self.spec.agents.memory_tokens, node.operator, own=node.id
+            )
         known = parent.status.is_finished()  # else a draft beside the baseline's evaluation
         parent_eval = self.evaluation(parent) if known else BESIDE
         budget = self.spec.agents.context_tokens

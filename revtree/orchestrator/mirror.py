@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from revtree.agents.lessons import lesson_for
+from revtree.agents.lessons import Memory, lesson_for
 from revtree.errors import Cancelled
 from revtree.memory import Node, NodeStatus, Store
 from revtree.memory.records import TWIN
@@ -62,6 +62,8 @@ class Mirror:
         self.fraction = fraction
         self._changed: list[int] = []
         self._tree = Tree.of(list(self.nodes.values()), maximize)
+        self.memory = Memory(self.nodes, maximize)  # what prompts show of the run
+        self._watchers: list[Observer] = []  # told of every change, under the lock
         best = self._tree.best()
         self.best_id = best.id if best else None
 
@@ -75,10 +77,6 @@ class Mirror:
         if node.parent_id is None:
             raise KeyError(f"node {node.id} of run {self.run_id} has no parent")
         return self.get(node.parent_id)
-
-    def copy(self) -> dict[int, Node]:
-        with self.lock:
-            return dict(self.nodes)
 
     def next_id(self) -> int:
         return max(self.nodes) + 1
@@ -100,6 +98,7 @@ class Mirror:
         with self.lock:
             self.driven.add(node.id)  # its ticket drives it (the scheduler's, until it ends)
             self.nodes[node.id] = node
+            self._saw(node)
             self._changed.append(node.id)
             if node.thread_id:
                 self.by_ticket[node.thread_id] = node.id
@@ -113,6 +112,7 @@ class Mirror:
             values.pop("timings", None)
             node = dataclasses.replace(self.nodes[node_id], **values)
             self.nodes[node_id] = node
+            self._saw(node)
             if node.error_kind == TWIN:
                 self.twins.add(node_id)
             else:  # a retried twin (its kind reset) counts again
@@ -120,6 +120,19 @@ class Mirror:
             self._changed.append(node_id)
             self._changes.notify_all()
         return node
+
+    def watch(self, watcher: Observer) -> None:
+        """Tell ``watcher`` of every node as it stands now and of each change from now on,
+        under the lock (an index kept beside the nodes: it must be quick)."""
+        with self.lock:
+            self._watchers.append(watcher)
+            for node in self.nodes.values():
+                watcher(node)
+
+    def _saw(self, node: Node) -> None:
+        self.memory.update(node)
+        for watcher in self._watchers:
+            watcher(node)
 
     def wait_finished(self, node_id: int, cancel: threading.Event) -> Node:
         """The node once its outcome is stored, while this session drives it (a prompt

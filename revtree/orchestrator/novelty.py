@@ -43,7 +43,6 @@ live log; the text check goes on.
 from __future__ import annotations
 
 import difflib
-import operator
 import re
 import threading
 from collections import Counter
@@ -194,7 +193,11 @@ class Novelty:
         self._texts: dict[str, list[str]] = {}
         self._lock = threading.Lock()
         self._rows: dict[str, int] = {}  # commit -> its row of ``_counts``
+        self._commits: list[str] = []  # row -> its commit
+        self._unfilled: set[int] = set()  # rows whose histogram is still to make
         self._counts: np.ndarray | None = None  # each compared commit's ``histogram``
+        self._compared: dict[int, int] = {}  # node -> its commit's row: those compared
+        mirror.watch(self._saw)
 
     def twin(self, node: Node) -> Twin | None:
         """The evaluated node ``node`` is a near twin of (by text: the most alike, then
@@ -208,57 +211,75 @@ class Novelty:
         change = distance(mine, theirs)
         if change == 0:  # only blank lines or trailing spaces changed
             return Twin(parent.id, 1.0, self.threshold) if self.threshold < 1.0 else None
-        others = self._evaluated(node)
-        found = self._text_twin(mine, change, others) if self.threshold < 1.0 else None
+        skip = (node.id, node.parent_id)
+        found = self._text_twin(mine, change, skip) if self.threshold < 1.0 else None
         if found is None and self.embeddings is not None:
-            found = self._embedding_twin(node, mine, change, others)
+            found = self._embedding_twin(node, mine, change, self._evaluated(skip))
         return found
 
-    def _text_twin(self, mine: list[str], change: int, others: list[Node]) -> Twin | None:
+    def _saw(self, node: Node) -> None:
+        """Keep ``_compared`` (under the mirror's lock): the baseline and every node that
+        was or is being evaluated, with its commit's row (its histogram made later,
+        outside the lock: ``_fill``)."""
+        if node.commit is not None and (
+            node.n_evals > 0 or node.status in _EVALUATED or node.id == 0
+        ):
+            with self._lock:
+                row = self._rows.get(node.commit)
+                if row is None:
+                    row = self._rows[node.commit] = len(self._commits)
+                    self._commits.append(node.commit)
+                    self._unfilled.add(row)
+            self._compared[node.id] = row
+        else:
+            self._compared.pop(node.id, None)
+
+    def _fill(self) -> None:
+        """Make the histograms of the rows that have none yet."""
+        import numpy as np
+
+        with self._lock:
+            todo = [(row, self._commits[row]) for row in self._unfilled]
+        for row, commit in todo:
+            counts = histogram(self.text(commit))
+            with self._lock:
+                if self._counts is None:
+                    self._counts = np.zeros((max(64, 2 * len(self._commits)), BINS), np.int32)
+                while row >= len(self._counts):
+                    self._counts = np.concatenate([self._counts, np.zeros_like(self._counts)])
+                self._counts[row] = counts
+                self._unfilled.discard(row)
+
+    def _text_twin(self, mine: list[str], change: int, skip: tuple[int, int | None]) -> Twin | None:
         slack = (1.0 - self.threshold) * change
         best: Twin | None = None
-        for other in self._near(mine, slack, others):
+        for other in self._near(mine, slack, skip):
             text = self.text(other.commit or "")
             alike = max(0.0, 1.0 - distance(mine, text) / change)
             if alike > self.threshold and (best is None or alike > best.similarity):
                 best = Twin(other.id, alike, self.threshold)
         return best
 
-    def _near(self, mine: list[str], slack: float, others: list[Node]) -> list[Node]:
-        """The ``others`` that may be within ``slack`` of ``mine``: those whose histogram
-        is (``histogram``; one array operation over all, where ``distance`` over each
-        made a run of thousands of candidates slower with each)."""
+    def _near(self, mine: list[str], slack: float, skip: tuple[int, int | None]) -> list[Node]:
+        """The compared nodes (but ``skip``) that may be within ``slack`` of ``mine``, in id
+        order: those whose histogram is (``histogram``; one array operation over all,
+        from an index the mirror keeps: ``distance`` over each, then a pass over every
+        node per candidate, made a run of thousands of candidates slower with each)."""
         import numpy as np
 
-        rows = self._rows_of(others)
-        if not rows:
+        with self.mirror.lock:
+            ids = np.fromiter(self._compared.keys(), np.int64, len(self._compared))
+            rows = np.fromiter(self._compared.values(), np.int64, len(self._compared))
+        self._fill()
+        if not len(rows):
             return []
         with self._lock:
-            assert self._counts is not None  # made by _rows_of for the first row
+            assert self._counts is not None  # made by _fill for the first row
             counts = self._counts[rows]
         bound = np.abs(counts - histogram(mine)).sum(axis=1)
-        return [others[i] for i in np.flatnonzero(bound < slack).tolist()]
-
-    def _rows_of(self, nodes: list[Node]) -> list[int]:
-        """Each node's row of the histograms (by commit), added where missing."""
-        import numpy as np
-
-        commits = [n.commit or "" for n in nodes]
-        with self._lock:
-            missing = [c for c in dict.fromkeys(commits) if c not in self._rows]
-        for commit in missing:
-            counts = histogram(self.text(commit))
-            with self._lock:
-                if commit in self._rows:
-                    continue
-                if self._counts is None:
-                    self._counts = np.zeros((64, BINS), np.int32)
-                elif len(self._rows) == len(self._counts):
-                    self._counts = np.concatenate([self._counts, np.zeros_like(self._counts)])
-                self._rows[commit] = len(self._rows)
-                self._counts[self._rows[commit]] = counts
-        with self._lock:
-            return [self._rows[c] for c in commits]
+        near = ids[bound < slack]
+        near = np.sort(near[~np.isin(near, [i for i in skip if i is not None])])
+        return [self.mirror.get(i) for i in near.tolist()]
 
     def _embedding_twin(
         self, node: Node, mine: list[str], change: int, others: list[Node]
@@ -289,17 +310,10 @@ class Novelty:
 
         return diff
 
-    def _evaluated(self, node: Node) -> list[Node]:
-        skip = (node.id, node.parent_id)
-        found = [
-            n
-            for n in self.mirror.copy().values()
-            if n.commit is not None
-            and (n.n_evals > 0 or n.status in _EVALUATED or n.id == 0)
-            and n.id not in skip
-        ]
-        found.sort(key=_BY_ID)  # (in id order already as a rule: then one pass)
-        return found
+    def _evaluated(self, skip: tuple[int, int | None]) -> list[Node]:
+        """The compared nodes but ``skip``, in id order."""
+        with self.mirror.lock:
+            return [self.mirror.get(i) for i in sorted(self._compared) if i not in skip]
 
     def text(self, commit: str) -> list[str]:
         """The editable files of ``commit``, normalised, each under its path (cached:
@@ -330,7 +344,6 @@ class Novelty:
 
 
 _EVALUATED = (NodeStatus.SUCCEEDED, NodeStatus.EVALUATING)
-_BY_ID = operator.attrgetter("id")
 
 
 def change_embeddings(spec: TaskSpec, warn: Callable[[str], None]) -> ChangeEmbeddings | None:
