@@ -17,12 +17,12 @@ from __future__ import annotations
 import dataclasses
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import BindParameter, bindparam, inspect, or_, select, text
+from sqlalchemy import BindParameter, bindparam, inspect, select, text
 from sqlalchemy.engine import URL, Connection
 
 from revtree.errors import RevtreeError
@@ -143,10 +143,10 @@ def checkpoint_tables(store: Store) -> CheckpointTables | None:
 
 
 def finished_threads(
-    conn: Connection, run_id: str | None = None, since: float | None = None
+    conn: Connection, run_id: str | None = None, tickets: Collection[str] | None = None
 ) -> list[str]:
-    """The LangGraph thread ids (``run:ticket``) of every finished candidate (``since``:
-    of those finished at or after that time, or with no time), their node
+    """The LangGraph thread ids (``run:ticket``) of every finished candidate (of
+    ``run_id`` and those ``tickets`` if given), their node
     rows locked (``FOR SHARE`` on PostgreSQL; SQLite's write transaction holds the whole
     file) until the transaction ends. A finished node's checkpoints are read again only
     by ``revtree retry``, which first resets the node to unfinished (and copes with
@@ -157,8 +157,8 @@ def finished_threads(
     )
     if run_id is not None:
         query = query.where(NODES.c.run_id == run_id)
-    if since is not None:
-        query = query.where(or_(NODES.c.finished_at >= since, NODES.c.finished_at.is_(None)))
+    if tickets is not None:
+        query = query.where(NODES.c.thread_id.in_(list(tickets)))
     rows = conn.execute(query.with_for_update(read=True))
     return [f"{run_id}:{ticket}" for run_id, ticket in rows]
 
@@ -170,19 +170,22 @@ ORPHAN = (  # a thread of no run: its run was deleted (``revtree rm``)
 
 
 def prune_run(
-    store: Store, run_id: str, where: CheckpointTables | None, since: float | None = None
+    store: Store,
+    run_id: str,
+    where: CheckpointTables | None,
+    tickets: Collection[str] | None = None,
 ) -> int:
-    """Delete the checkpoints of one run's finished candidates (``since``: of those
-    finished since then; no orphans, no compaction): what a running run does every few
-    candidates, with the time of its last prune (a pass over every candidate of the run
-    made each prune slower as the run grew), so that the pages freed
+    """Delete the checkpoints of one run's finished candidates (``tickets``: of those
+    only; no orphans, no compaction): what a running run does every few candidates, for
+    the candidates whose thread ended since its last prune (a pass over every candidate
+    of the run made each prune slower as the run grew), so that the pages freed
     are reused by the next candidates' checkpoints instead of the file growing by about
     12 KB per candidate; on SQLite, the freed pages are then handed back to the file
     system (``PRAGMA incremental_vacuum``, where the file was made with
     ``auto_vacuum=INCREMENTAL``, as revtree makes it). How many rows went."""
     if where is None:
         return 0
-    counts = _prune(store, where, run_id, since)
+    counts = _prune(store, where, run_id, tickets)
     if where.dialect == "sqlite":  # give the freed pages back (files made by revtree)
         with _autocommit(store) as cur:
             # it frees a page per step; sqlite3's execute steps once, a script to the end
@@ -191,7 +194,10 @@ def prune_run(
 
 
 def _prune(
-    store: Store, where: CheckpointTables, run_id: str | None = None, since: float | None = None
+    store: Store,
+    where: CheckpointTables,
+    run_id: str | None = None,
+    tickets: Collection[str] | None = None,
 ) -> dict[str, int]:
     """Delete, in one write transaction, the rows of finished candidates' threads (of
     ``run_id``, else of every run) and, for every run, of threads whose run no longer
@@ -202,7 +208,7 @@ def _prune(
     pruned: set[str] = set()
     ids: BindParameter[list[str]] = bindparam("ids", expanding=True)
     with transaction(store.engine, write=True) as conn:
-        threads = finished_threads(conn, run_id, since)
+        threads = finished_threads(conn, run_id, tickets)
         for key, table in where.tables.items():
             name = where.qualified(table)
             for cond, params in _conditions(name, threads, orphans=run_id is None):

@@ -37,7 +37,6 @@ from revtree.orchestrator.wiring import AUTO_MAX, Parts
 
 HEARTBEAT = 2.0
 PRUNE_EVERY = 16  # finished candidates between prunes of their checkpoints
-PRUNE_MARGIN = 10.0  # seconds a prune looks back before the last one
 PRUNE_ENV = "REVTREE_PRUNE_EVERY"  # another number; 0 keeps them all (for revtree gc)
 POLL = 0.5  # seconds between looks at the work in flight and at stored decisions
 
@@ -57,8 +56,7 @@ class Scheduler:
         self.infra_streak = 0
         self.same = SameFailures(parts.spec.trust.same_failures)
         self.waiting: dict[str, int] = {}  # ticket -> node, parked at approval
-        self.unpruned = 0  # candidates finished since their checkpoints were last pruned
-        self.pruned: float | None = None  # when this session last pruned (None: never)
+        self.unpruned: list[str] = []  # tickets ended since their checkpoints were pruned
         every = os.environ.get(PRUNE_ENV, "")
         self.prune_every = int(every) if every.strip().lstrip("-").isdigit() else PRUNE_EVERY
 
@@ -225,7 +223,8 @@ class Scheduler:
                 for fut, ticket in zip(finished, tickets, strict=True):
                     if fut.result() == "waiting":
                         self.waiting[ticket] = self.mirror.by_ticket[ticket]
-                self._prune([fut.result() for fut in finished])
+                ended = zip(finished, tickets, strict=True)
+                self._prune([t for f, t in ended if f.result() in ("done", "error")])
                 if tickets:  # else woken by a ticket ready (``chain``): no slot freed
                     starved = self.tickets.ended(tickets) and not any(beside)
                 if time.monotonic() - last_beat > HEARTBEAT:
@@ -273,21 +272,19 @@ class Scheduler:
                 continue  # (the baseline still at its first run: a later look)
             began[node] = pool.submit(self.steps.trust.early, node)
 
-    def _prune(self, outcomes: list[str], at_end: bool = False) -> None:
-        """Every ``PRUNE_EVERY`` finished candidates, and when scheduling ends, delete
-        their LangGraph checkpoints (``checkpoints.prune_run``): a finished candidate's
-        state is in the SQL rows, and its checkpoints would otherwise stay until
-        ``revtree gc``."""
-        self.unpruned += sum(o in ("done", "error") for o in outcomes)
-        if self.prune_every <= 0 or self.unpruned < (1 if at_end else self.prune_every):
+    def _prune(self, ended: list[str], at_end: bool = False) -> None:
+        """Every ``PRUNE_EVERY`` candidates whose thread ended, delete the checkpoints of
+        those finished (``checkpoints.prune_run``), and when scheduling ends, of every
+        finished candidate of the run (a resumed run's older ones too): a finished
+        candidate's state is in the SQL rows, and its checkpoints would otherwise stay
+        until ``revtree gc``. A prune that fails leaves its tickets to the next."""
+        self.unpruned += ended
+        if self.prune_every <= 0 or len(self.unpruned) < (1 if at_end else self.prune_every):
             return
-        self.unpruned = 0
-        # those finished since the last prune, with a margin for a finish timed before
-        # that prune and committed after it; all of them the first time and at the end
-        since = None if at_end or self.pruned is None else self.pruned - PRUNE_MARGIN
-        self.pruned = time.time()
+        tickets = None if at_end else self.unpruned
         with contextlib.suppress(Exception):  # disk reclaimed later by gc, never a failure
-            prune_run(self.store, self.run_id, checkpoint_tables(self.store), since)
+            prune_run(self.store, self.run_id, checkpoint_tables(self.store), tickets)
+            self.unpruned = []
 
     def _abandon_waiting(self, spent: str) -> str:
         """The budget is spent while candidates wait: none could be evaluated in this

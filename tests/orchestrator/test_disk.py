@@ -50,32 +50,28 @@ def test_prune_every_0_keeps_them(
 
 
 @pytest.mark.slow  # a whole run, 4 s (issue 24)
-def test_a_prune_since_its_last_takes_only_the_candidates_finished_since(
+def test_a_prune_of_some_tickets_takes_only_those_finished(
     tmp_path: Path, home: Path, store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The prune a run makes every few candidates looks at those finished since its last
-    (a pass over every candidate made each slower as the run grew); a candidate with no
-    finishing time is taken too. The first and the last prune take all."""
+    """The prune a run makes every few candidates takes the candidates whose thread ended
+    since its last (a pass over every candidate made each slower as the run grew), and
+    of those only the finished; the last prune takes all."""
     from revtree.memory.checkpoints import checkpoint_tables, prune_run
 
     monkeypatch.setenv("REVTREE_PRUNE_EVERY", "0")
     finished, held = _run(tmp_path, home, store)
     assert finished <= held  # nothing pruned while it ran
     run_id = next(iter(finished)).split(":")[0]
-    by_node = {n.id: f"{run_id}:{n.thread_id}" for n in store.nodes(run_id) if n.thread_id}
-    old, new, untimed = [1, 2, 3, 4, 5], [6, 7, 8], [9]
-    with sqlite3.connect(home / "revtree.db") as db:
-        for ids, at in ((old, 1000.0), (new, 2000.0), (untimed, None)):
-            marks = ",".join("?" * len(ids))
-            db.execute(
-                f"UPDATE nodes SET finished_at = ? WHERE run_id = ? AND id IN ({marks})",
-                [at, run_id, *ids],
-            )
-    assert prune_run(store, run_id, checkpoint_tables(store), since=1500.0) > 0
+    by_node = {n.id: n.thread_id for n in store.nodes(run_id) if n.thread_id}
+    with sqlite3.connect(home / "revtree.db") as db:  # node 3 unfinished again (a retry)
+        db.execute("UPDATE nodes SET status = 'coded' WHERE run_id = ? AND id = 3", [run_id])
+    taken = [by_node[i] for i in (1, 2, 3)]
+    assert prune_run(store, run_id, checkpoint_tables(store), taken) > 0
     with sqlite3.connect(home / "revtree.db") as db:
         left = {t for (t,) in db.execute("SELECT DISTINCT thread_id FROM checkpoints")}
-    assert {by_node[i] for i in new + untimed} & left == set()
-    assert {by_node[i] for i in old} <= left
+    assert {f"{run_id}:{by_node[i]}" for i in (1, 2)} & left == set()
+    assert {f"{run_id}:{by_node[i]}" for i in (3, 4, 5, 6)} <= left
     prune_run(store, run_id, checkpoint_tables(store))
     with sqlite3.connect(home / "revtree.db") as db:
-        assert not {t for (t,) in db.execute("SELECT DISTINCT thread_id FROM checkpoints")}
+        left = {t for (t,) in db.execute("SELECT DISTINCT thread_id FROM checkpoints")}
+    assert left == {f"{run_id}:{by_node[3]}"}  # the unfinished one is kept
