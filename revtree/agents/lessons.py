@@ -73,10 +73,11 @@ def render_memory(
 
 
 class Memory:
-    """What the proposer's memory shows, kept as the run's nodes change (``update``), so
-    that a prompt costs what it shows, not the run's size: reading every node per prompt
-    made a run of thousands of candidates slower with each. ``nodes`` is the run's live
-    map, read and updated under its owner's lock."""
+    """What the proposer's memory shows, kept as the run's nodes change (``update``):
+    reading every node per prompt made a run of thousands of candidates slower with
+    each. What a prompt still does over the whole run is array work (counting the
+    related lessons' shared words in numpy). ``nodes`` is the run's live map, read and
+    updated under its owner's lock."""
 
     def __init__(self, nodes: Mapping[int, Node], maximize: bool) -> None:
         self.nodes, self.maximize = nodes, maximize
@@ -177,9 +178,10 @@ class Memory:
         q = _words(query + " " + hypothesis if parent is not None else query)
         shown = {i for _, ids in sections for i in ids}
         sections.append(("Related lessons", self._related(q, shown)))
-        out, left, said = [], budget_tokens, lesson | shown_flying
+        out, left = [], budget_tokens
         for title, ids in sections:
-            lines = [f"- {said[i]}" for i in ids if i in said]
+            said = (shown_flying.get(i) or lesson.get(i) for i in ids)
+            lines = [f"- {text}" for text in said if text is not None]
             if not lines:
                 continue
             block = "\n".join([f"{title}:", *lines])
@@ -198,7 +200,8 @@ class Memory:
         word is in every lesson)."""
         import numpy as np  # on the first prompt, not at start (issue 24)
 
-        found = [np.frombuffer(self._words[w], dtype=np.int64) for w in q if self._words.get(w)]
+        # copies: a view of an array would keep it from growing while it lives
+        found = [np.array(self._words[w], dtype=np.int64) for w in q if self._words.get(w)]
         if not found:
             return []
         ids = np.concatenate(found)

@@ -22,7 +22,7 @@ from revtree.memory.records import TWIN
 from revtree.orchestrator.tree import Tree
 
 EventSpec = tuple[str, str, Any]
-Observer = Callable[[Node], None]  # told of each finished node (the policy, the proposer)
+Observer = Callable[[Node], None]  # told of a node (finished, or any change: ``watch``)
 
 
 def subtree_alarm(ancestor: int, score: float | None) -> dict[str, Any]:
@@ -98,10 +98,10 @@ class Mirror:
         with self.lock:
             self.driven.add(node.id)  # its ticket drives it (the scheduler's, until it ends)
             self.nodes[node.id] = node
-            self._saw(node)
             self._changed.append(node.id)
             if node.thread_id:
                 self.by_ticket[node.thread_id] = node.id
+            self._saw(node)
         return node
 
     def set(self, node_id: int, event: EventSpec | None, **values: Any) -> Node:
@@ -112,13 +112,13 @@ class Mirror:
             values.pop("timings", None)
             node = dataclasses.replace(self.nodes[node_id], **values)
             self.nodes[node_id] = node
-            self._saw(node)
             if node.error_kind == TWIN:
                 self.twins.add(node_id)
             else:  # a retried twin (its kind reset) counts again
                 self.twins.discard(node_id)
             self._changed.append(node_id)
             self._changes.notify_all()
+            self._saw(node)  # last: the mirror is whole whatever an index does
         return node
 
     def watch(self, watcher: Observer) -> None:

@@ -279,7 +279,8 @@ class Novelty:
         bound = np.abs(counts - histogram(mine)).sum(axis=1)
         near = ids[bound < slack]
         near = np.sort(near[~np.isin(near, [i for i in skip if i is not None])])
-        return [self.mirror.get(i) for i in near.tolist()]
+        found = [self.mirror.get(i) for i in near.tolist()]
+        return [n for n in found if n.commit is not None]  # (a retry may have reset one)
 
     def _embedding_twin(
         self, node: Node, mine: list[str], change: int, others: list[Node]

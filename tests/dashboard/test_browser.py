@@ -340,10 +340,14 @@ def test_approve_and_reject_from_the_node_panel(
         page.click("#panel button[data-action='approve']")
         wait_for(lambda: store.node(run_id, 1).status.is_finished(), 60, "node 1 to finish")
         assert store.node(run_id, 1).status is NodeStatus.SUCCEEDED
-        later: list[int] = []
-        wait_for(lambda: bool(later.extend(show(site, run_id)["waiting"]) or later), 60, "a wait")
-        other = later[0]
-        assert other > 1
+
+        def parked() -> list[int]:  # the approval event: written as a thread parks
+            events = store.events_since(run_id, 0, 100_000)
+            return [e.node_id for e in events if e.kind == "approval" and e.node_id != 1]
+
+        wait_for(lambda: bool(parked()), 60, "another candidate to wait for approval")
+        other = parked()[0]
+        assert other is not None and other > 1
         page.evaluate(f"location.hash = '#/run/{run_id}/node/{other}'")
         page.wait_for_selector("#panel button[data-action='reject']", timeout=60_000)
         page.fill("#panel input[placeholder^='why']", "touches the wrong constant")
