@@ -89,6 +89,38 @@ def _evals_of(by_node: bool, by_stage: bool) -> Select[Any]:
 
 
 _NODE_SET = update(NODES).where(NODES.c.run_id == bindparam("_run"), NODES.c.id == bindparam("_id"))
+_RUN_SET = update(RUNS).where(RUNS.c.id == bindparam("_run"))
+
+
+class _Tx:
+    """``Store._write``'s transaction: the store's write lock, then a write transaction;
+    its committed events go to the listeners as it ends (a class of its own: one made per
+    write cost as much as an UPDATE)."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def __enter__(self) -> Connection:
+        store = self.store
+        store._write_lock.acquire()
+        self.cm = transaction(store.engine, write=True)
+        try:
+            return self.cm.__enter__()
+        except BaseException:
+            store._write_lock.release()
+            raise
+
+    def __exit__(self, *exc: Any) -> Any:
+        store = self.store
+        try:
+            result = self.cm.__exit__(*exc)
+            store._announce(failed=exc[0] is not None)
+            return result
+        except BaseException:
+            store._pending.clear()
+            raise
+        finally:
+            store._write_lock.release()
 
 
 class Store(Decisions):
@@ -110,31 +142,8 @@ class Store(Decisions):
     def close(self) -> None:
         self.engine.dispose()
 
-    def _write(self) -> Any:
-        store = self
-
-        class _Tx:
-            def __enter__(self) -> Connection:
-                store._write_lock.acquire()
-                self.cm = transaction(store.engine, write=True)
-                try:
-                    return self.cm.__enter__()
-                except BaseException:
-                    store._write_lock.release()
-                    raise
-
-            def __exit__(self, *exc: Any) -> Any:
-                try:
-                    result = self.cm.__exit__(*exc)
-                    store._announce(failed=exc[0] is not None)
-                    return result
-                except BaseException:
-                    store._pending.clear()
-                    raise
-                finally:
-                    store._write_lock.release()
-
-        return _Tx()
+    def _write(self) -> _Tx:
+        return _Tx(self)
 
     # -- events -------------------------------------------------------------------
     def _announce(self, failed: bool) -> None:
@@ -272,7 +281,7 @@ class Store(Decisions):
             values["status"] = RunStatus(values["status"]).value
         with self._write() as conn:
             values["updated_at"] = time.time()
-            conn.execute(update(RUNS).where(RUNS.c.id == run_id).values(**values))
+            conn.execute(_RUN_SET, {**_columns(RUNS, values), "_run": run_id})
             return self._event(conn, run_id, event, None) if event else None
 
     def claim_run(self, run_id: str, pid: int, host: str, alive: Any) -> RunInfo:
@@ -343,9 +352,7 @@ class Store(Decisions):
         with self._write() as conn:
             _add(conn, NODES, node_values(node))
             if policy_state is not None:
-                conn.execute(
-                    update(RUNS).where(RUNS.c.id == node.run_id).values(policy_state=policy_state)
-                )
+                conn.execute(_RUN_SET, {"policy_state": policy_state, "_run": node.run_id})
             return self._event(conn, node.run_id, event, node.id)
 
     def update_node(
