@@ -1,0 +1,136 @@
+"""A long run: does each candidate cost more as the run grows? revtree against
+OpenEvolve 0.4.0 on ``peer.py``'s folder and fake model, S = 0, K = 1.
+
+    python benchmarks/long_run.py [--n 3000] [--window 500] [--baseline REV]
+                                  [--no-openevolve] [--cache ~/.cache/revtree-bench]
+
+For revtree (this tree, and with ``--baseline`` that revision too, checked out in a git
+worktree that is removed after): the mean time per candidate in each window of
+``--window`` candidates, in the order they finished (the spacing of the nodes'
+``finished_at``), the run's wall and its disk per candidate (``peer.disk``: the SQLite
+file with its WAL and the runs' git repository). For OpenEvolve: its wall over N, per
+candidate (its loop reports no time per iteration). A prompt that read every node, or
+a check over every evaluated node, shows here as windows that grow; ``peer.py``'s 48
+candidates do not show it. Measured here, never asserted in tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import peer
+
+console = Console(width=160)
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@contextlib.contextmanager
+def checkout(rev: str | None) -> Iterator[str | None]:
+    """A worktree of ``rev`` (its modules compiled), removed after; None: this tree."""
+    if rev is None:
+        yield None
+        return
+    where = Path(tempfile.mkdtemp(prefix="revtree-long-")) / "tree"
+    git = ["git", "-C", str(ROOT)]
+    subprocess.run([*git, "worktree", "add", "-q", "--detach", str(where), rev], check=True)
+    try:
+        subprocess.run([sys.executable, "-m", "compileall", "-q", str(where / "revtree")])
+        yield str(where)
+    finally:
+        subprocess.run([*git, "worktree", "remove", "--force", str(where)], check=False)
+        shutil.rmtree(where.parent, ignore_errors=True)
+
+
+def windows(db: Path, size: int) -> list[float]:
+    """Milliseconds per candidate in each window of ``size`` finished nodes."""
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        rows = conn.execute(
+            "SELECT finished_at FROM nodes WHERE finished_at IS NOT NULL ORDER BY finished_at"
+        )
+        t = [r[0] for r in rows]
+    return [(t[i + size - 1] - t[i]) / (size - 1) * 1000 for i in range(0, len(t) - size + 1, size)]
+
+
+def revtree_run(
+    tmp: Path, n: int, size: int, path: str | None
+) -> tuple[dict[str, float], list[float]]:
+    old = os.environ.get("PYTHONPATH")
+    if path is not None:  # peer.child_env hands PYTHONPATH on
+        os.environ["PYTHONPATH"] = path
+    try:
+        with peer.served(peer.Model(seed=0)) as (url, count):
+            folder = peer.make_folder(tmp / "task", 0.0, n, 1, url)
+            r = peer.run_revtree(tmp, folder, n, 1, 0.0, url, count, None)
+    finally:
+        if old is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = old
+    return r, windows(tmp / "home" / "revtree.db", size)
+
+
+def openevolve_run(tmp: Path, n: int, py: Path) -> dict[str, float]:
+    with peer.served(peer.Model(seed=0)) as (url, count):
+        folder = peer.make_folder(tmp / "task", 0.0, n, 1, url)
+        return peer.run_openevolve(tmp, folder, n, 0.0, py, count)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=3000, help="candidates per run")
+    parser.add_argument("--window", type=int, default=500, help="candidates per window")
+    parser.add_argument("--baseline", help="a revision of revtree to run first, for a ratio")
+    parser.add_argument("--no-openevolve", action="store_true")
+    parser.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "revtree-bench")
+    args = parser.parse_args()
+    table = Table(
+        "system",
+        "wall (s)",
+        "ms/cand",
+        f"ms/cand by window of {args.window} (first ... last)",
+        "disk/cand (KB)",
+        title=f"a run of {args.n} candidates, S = 0, K = 1",
+    )
+    with tempfile.TemporaryDirectory(prefix="revtree-long-") as d:
+        tmp = Path(d)
+        trees = ([(f"revtree {args.baseline}", args.baseline)] if args.baseline else []) + [
+            ("revtree (this tree)", None)
+        ]
+        for name, rev in trees:
+            with checkout(rev) as path:
+                r, wins = revtree_run(tmp / name.replace(" ", "-"), args.n, args.window, path)
+            table.add_row(
+                name,
+                f"{r['wall']:.1f}",
+                f"{r['wall'] / args.n * 1000:.1f}",
+                " ".join(f"{w:.1f}" for w in wins),
+                f"{r['disk'] / args.n / 1024:.2f}",
+            )
+        if not args.no_openevolve:
+            r = openevolve_run(tmp / "openevolve", args.n, peer.oe_python(args.cache))
+            table.add_row(
+                f"OpenEvolve {peer.OE_VERSION}",
+                f"{r['wall']:.1f}",
+                f"{r['wall'] / args.n * 1000:.1f}",
+                "(no time per iteration)",
+                f"{r['disk'] / args.n / 1024:.2f}",
+            )
+    console.print(table)
+
+
+if __name__ == "__main__":
+    main()
