@@ -266,3 +266,59 @@ def test_vectors_of_different_sizes_turn_the_embeddings_off(tmp_path: Path) -> N
         assert embeddings.of({1: lambda: "a", 2: lambda: "bb"}) is None
         assert embeddings.of({3: lambda: "ccc"}) is None and len(ragged.embedding_inputs) == 1
     assert len(said) == 1 and "vectors of sizes [2, 3]" in said[0], said
+
+
+def test_the_compared_nodes_are_kept_as_the_mirror_changes(
+    tmp_path: Path, home: Path, store: Store
+) -> None:
+    """The twin check compares a candidate with the baseline and every node that was or
+    is being evaluated (with a commit): an index the mirror keeps as nodes change, which
+    must hold what a pass over every node would find, after adds, evaluations, failures
+    before evaluation, retries that reset a commit or an evaluation count, and twins."""
+    from revtree.memory import GitStore, Node
+    from revtree.orchestrator import create_run
+    from revtree.orchestrator.mirror import Mirror
+    from revtree.orchestrator.run import RunPaths
+    from revtree.tasks import load_task
+
+    from .conftest import make_task
+
+    spec = load_task(make_task(tmp_path / "task"))
+    run = create_run(store, spec, home)
+    git = GitStore(RunPaths(home, run.id).repo)
+    root = store.nodes(run.id)[0]
+    assert root.commit is not None
+    commits = [root.commit] + [
+        git.commit_files({"sol.py": f"X = {i}.0\nN = 2\n".encode()}, f"c{i}") for i in range(1, 6)
+    ]
+    mirror = Mirror(store, run.id, spec.maximize, store.nodes(run.id))
+    check = novelty.Novelty(spec, git, mirror)
+
+    def former() -> set[int]:  # the pass over every node the index replaced
+        evaluated = (NodeStatus.SUCCEEDED, NodeStatus.EVALUATING)
+        return {
+            n.id
+            for n in mirror.nodes.values()
+            if n.commit is not None and (n.n_evals > 0 or n.status in evaluated or n.id == 0)
+        }
+
+    rng = random.Random(5)
+    statuses = list(NodeStatus)
+    for step in range(120):
+        if step < 6 or rng.random() < 0.3:
+            parent = rng.choice(list(mirror.nodes))
+            node = Node(run.id, max(mirror.nodes) + 1, parent, "improve", NodeStatus.PENDING)
+            mirror.add(node, ("select", f"node {node.id}", None), {})
+        else:
+            node = mirror.get(rng.choice(list(mirror.nodes)))
+            mirror.set(
+                node.id,
+                None,
+                status=rng.choice(statuses),
+                commit=rng.choice([None, *commits]),
+                n_evals=rng.choice([0, 0, 1, 2]),
+                error_kind=rng.choice([None, TWIN]),
+            )
+        assert set(check._compared) == former(), step
+        rows = check._compared.items()
+        assert all(check._commits[row] == mirror.get(i).commit for i, row in rows), step
