@@ -5,11 +5,13 @@ OpenEvolve 0.4.0 on ``peer.py``'s folder and fake model, S = 0, K = 1.
                                   [--no-openevolve] [--cache ~/.cache/revtree-bench]
 
 For revtree (this tree, and with ``--baseline`` that revision too, checked out in a git
-worktree that is removed after): the mean time per candidate in each window of
-``--window`` candidates, in the order they finished (the spacing of the nodes'
-``finished_at``), the run's wall and its disk per candidate (``peer.disk``: the SQLite
-file with its WAL and the runs' git repository). For OpenEvolve: its wall over N, per
-candidate (its loop reports no time per iteration). A prompt that read every node, or
+worktree that is removed after: ``worktree.py``; the run says which package it imported,
+checked): the mean time per candidate in each window of ``--window`` candidates, in the
+order they finished (from a window's first ``finished_at`` to the next window's first;
+the baseline left out), the run's wall over N (the baseline's evaluation and the
+verifications in it) and its disk per candidate (``peer.disk``: the SQLite file with its
+WAL and the runs' git repository). For OpenEvolve: its wall over N, per candidate (its
+loop reports no time per iteration; its first run installs it under ``--cache``). A prompt that read every node, or
 a check over every evaluated node, shows here as windows that grow; ``peer.py``'s 48
 candidates do not show it. Measured here, never asserted in tests.
 """
@@ -19,9 +21,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import shutil
 import sqlite3
-import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -33,44 +33,44 @@ from rich.table import Table
 sys.path.insert(0, str(Path(__file__).parent))
 
 import peer
+from worktree import ROOT, worktree
 
 console = Console(width=160)
-ROOT = Path(__file__).resolve().parent.parent
 
 
 @contextlib.contextmanager
-def checkout(rev: str | None) -> Iterator[str | None]:
-    """A worktree of ``rev`` (its modules compiled), removed after; None: this tree."""
+def checkout(rev: str | None) -> Iterator[Path | None]:
+    """A worktree of ``rev`` (``worktree.py``), removed after; None: this tree."""
     if rev is None:
         yield None
         return
-    where = Path(tempfile.mkdtemp(prefix="revtree-long-")) / "tree"
-    git = ["git", "-C", str(ROOT)]
-    subprocess.run([*git, "worktree", "add", "-q", "--detach", str(where), rev], check=True)
-    try:
-        subprocess.run([sys.executable, "-m", "compileall", "-q", str(where / "revtree")])
-        yield str(where)
-    finally:
-        subprocess.run([*git, "worktree", "remove", "--force", str(where)], check=False)
-        shutil.rmtree(where.parent, ignore_errors=True)
+    with worktree(rev) as tree:
+        yield tree
 
 
 def windows(db: Path, size: int) -> list[float]:
-    """Milliseconds per candidate in each window of ``size`` finished nodes."""
+    """Milliseconds per candidate in each window of ``size`` candidates (the baseline
+    left out), from one window's first finish to the next window's first (the last:
+    to its own last finish)."""
     with contextlib.closing(sqlite3.connect(db)) as conn:
         rows = conn.execute(
-            "SELECT finished_at FROM nodes WHERE finished_at IS NOT NULL ORDER BY finished_at"
+            "SELECT finished_at FROM nodes WHERE finished_at IS NOT NULL AND id > 0"
+            " ORDER BY finished_at"
         )
         t = [r[0] for r in rows]
-    return [(t[i + size - 1] - t[i]) / (size - 1) * 1000 for i in range(0, len(t) - size + 1, size)]
+    out = []
+    for i in range(0, len(t) - 1, size):
+        j = min(i + size, len(t) - 1)
+        out.append((t[j] - t[i]) / (j - i) * 1000)
+    return out
 
 
 def revtree_run(
-    tmp: Path, n: int, size: int, path: str | None
+    tmp: Path, n: int, size: int, path: Path | None
 ) -> tuple[dict[str, float], list[float]]:
     old = os.environ.get("PYTHONPATH")
-    if path is not None:  # peer.child_env hands PYTHONPATH on
-        os.environ["PYTHONPATH"] = path
+    if path is not None:  # first on the PYTHONPATH that peer.child_env hands on
+        os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(path), old]))
     try:
         with peer.served(peer.Model(seed=0)) as (url, count):
             folder = peer.make_folder(tmp / "task", 0.0, n, 1, url)
@@ -80,6 +80,9 @@ def revtree_run(
             os.environ.pop("PYTHONPATH", None)
         else:
             os.environ["PYTHONPATH"] = old
+    ran = Path(str(r["revtree"])).resolve()
+    if ran.parent.parent != (path or ROOT).resolve():
+        raise SystemExit(f"the run imported {ran}, not the revision asked for ({path or ROOT})")
     return r, windows(tmp / "home" / "revtree.db", size)
 
 

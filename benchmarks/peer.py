@@ -228,6 +228,7 @@ from pathlib import Path
 t0, t0_wall = time.monotonic(), time.time()
 from revtree import collector
 collector.hold()  # as `revtree run`'s main() does first (revtree.collector)
+import revtree
 from revtree.memory import Store
 from revtree.orchestrator import Orchestrator, create_run
 from revtree.tasks import load_task
@@ -258,7 +259,7 @@ kinds = store.evaluations_by_kind(run.id, spec.evaluate.repeats)
 best = max(x.score for x in store.nodes(run.id) if x.score is not None)
 store.close()
 print(json.dumps({"wall": wall, "start": t1 - t0, "best": best, "t0": t0_wall,
-                  "trust": kinds.get("verify", 0)}))
+                  "trust": kinds.get("verify", 0), "revtree": revtree.__file__}))
 """
 
 
@@ -278,9 +279,12 @@ def run_revtree(
     url: str,
     count: Counted,
     lookahead: int | None,
-) -> dict[str, float]:
+) -> dict[str, Any]:
     """One revtree run in a fresh interpreter, as OpenEvolve's: its start-up counts its
-    imports (LangGraph, SQLAlchemy, the model SDK) as OpenEvolve's counts its own."""
+    imports (LangGraph, SQLAlchemy, the model SDK) as OpenEvolve's counts its own. It
+    runs in ``tmp``: ``python -c`` puts its working folder first on ``sys.path``, where a
+    checkout of revtree would shadow the one ``PYTHONPATH`` names (a baseline's).
+    ``revtree``: the package it imported."""
     home = tmp / "home"
     home.mkdir(parents=True, exist_ok=True)
     before = count.count.value
@@ -291,6 +295,7 @@ def run_revtree(
         text=True,
         timeout=LIMIT + 4 * n * sleep,
         env=child_env(tmp, PATH=f"{Path(sys.executable).parent}:/usr/bin:/bin"),
+        cwd=tmp,
     )
     if out.returncode != 0:
         raise RuntimeError(f"revtree failed:\n{out.stderr[-3000:]}")
@@ -303,6 +308,7 @@ def run_revtree(
         "trust": r["trust"],
         "best": r["best"],
         "disk": disk(home),
+        "revtree": r["revtree"],
     }
 
 
