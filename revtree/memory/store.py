@@ -277,11 +277,15 @@ class Store(Decisions):
     def update_run(
         self, run_id: str, event: EventSpec | None = None, **values: Any
     ) -> Event | None:
+        """Set the run's columns (plain values: the statement is built once, so a SQL
+        expression as a value is refused by the database) and ``updated_at``."""
         if "status" in values:
             values["status"] = RunStatus(values["status"]).value
+        if values:  # (none: only ``updated_at``, with the event)
+            _columns(RUNS, values)
         with self._write() as conn:
             values["updated_at"] = time.time()
-            conn.execute(_RUN_SET, {**_columns(RUNS, values), "_run": run_id})
+            conn.execute(_RUN_SET, {**values, "_run": run_id})
             return self._event(conn, run_id, event, None) if event else None
 
     def claim_run(self, run_id: str, pid: int, host: str, alive: Any) -> RunInfo:
