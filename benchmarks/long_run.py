@@ -11,9 +11,10 @@ order they finished (from a window's first ``finished_at`` to the next window's 
 the baseline left out), the run's wall over N (the baseline's evaluation and the
 verifications in it) and its disk per candidate (``peer.disk``: the SQLite file with its
 WAL and the runs' git repository). For OpenEvolve: its wall over N, per candidate (its
-loop reports no time per iteration; its first run installs it under ``--cache``). A prompt that read every node, or
-a check over every evaluated node, shows here as windows that grow; ``peer.py``'s 48
-candidates do not show it. Measured here, never asserted in tests.
+loop reports no time per iteration; its first run installs it under ``--cache``). A
+prompt that read every node, or a check over every evaluated node, shows here as
+windows that grow; ``peer.py``'s 48 candidates do not show it. Measured here, never
+asserted in tests.
 """
 
 from __future__ import annotations
