@@ -2,7 +2,7 @@
 
     python benchmarks/peer.py [--n 48] [--reps 3] [--sleep 0 1] [--parallel 1 2 4]
                               [--cache ~/.cache/revtree-bench] [--lookahead L]
-                              [--noise SIGMA]
+                              [--noise SIGMA] [--baseline REV]
 
 Both search the same folder (``initial_program.py`` with ``A`` in its EVOLVE-BLOCK,
 ``evaluator.py`` that sleeps S seconds and scores ``-(A - 3)^2``, plus Gaussian noise
@@ -39,7 +39,10 @@ N candidates each. Per cell, means over the repetitions:
 
 Then the median time of ``revtree --version``, ``revtree ls`` and
 ``openevolve-run --help``. OpenEvolve lives in a venv under ``--cache`` (created on the
-first run from PyPI, reused after). Measured here, never asserted in tests.
+first run from PyPI, reused after). With ``--baseline REV``, revtree at that revision
+(a git worktree, ``worktree.py``, first on ``PYTHONPATH``; the package each run imported
+is checked) runs too, interleaved with the others in every repetition, as the row
+``rt REV`` (its first seven characters). Measured here, never asserted in tests.
 """
 
 from __future__ import annotations
@@ -63,6 +66,7 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from worktree import worktree
 
 from revtree.agents.llm.fake_server import FakeLLMServer, FakeRequest, current_file
 
@@ -263,6 +267,13 @@ print(json.dumps({"wall": wall, "start": t1 - t0, "best": best, "t0": t0_wall,
 """
 
 
+def first(tree: Path | None) -> dict[str, str]:
+    """``PYTHONPATH`` with ``tree`` first (nothing where None)."""
+    if tree is None:
+        return {}
+    return {"PYTHONPATH": os.pathsep.join(filter(None, [str(tree), os.environ.get("PYTHONPATH")]))}
+
+
 def child_env(tmp: Path, **extra: str) -> dict[str, str]:
     """The environment of either system's process: HOME in ``tmp``, and PYTHONPATH kept
     (where revtree is importable through it rather than installed)."""
@@ -279,12 +290,14 @@ def run_revtree(
     url: str,
     count: Counted,
     lookahead: int | None,
+    tree: Path | None = None,
 ) -> dict[str, Any]:
     """One revtree run in a fresh interpreter, as OpenEvolve's: its start-up counts its
     imports (LangGraph, SQLAlchemy, the model SDK) as OpenEvolve's counts its own. It
     runs in ``tmp``: ``python -c`` puts its working folder first on ``sys.path``, where a
     checkout of revtree would shadow the one ``PYTHONPATH`` names (a baseline's).
-    ``revtree``: the package it imported."""
+    ``revtree``: the package it imported. ``tree``: a checkout of revtree to run instead
+    of this one (first on ``PYTHONPATH``; refused if another was imported)."""
     home = tmp / "home"
     home.mkdir(parents=True, exist_ok=True)
     before = count.count.value
@@ -294,12 +307,15 @@ def run_revtree(
         capture_output=True,
         text=True,
         timeout=LIMIT + 4 * n * sleep,
-        env=child_env(tmp, PATH=f"{Path(sys.executable).parent}:/usr/bin:/bin"),
+        env=child_env(tmp, PATH=f"{Path(sys.executable).parent}:/usr/bin:/bin", **first(tree)),
         cwd=tmp,
     )
     if out.returncode != 0:
         raise RuntimeError(f"revtree failed:\n{out.stderr[-3000:]}")
     r = json.loads(out.stdout.strip().splitlines()[-1])
+    want = (tree or Path(__file__).resolve().parent.parent).resolve()
+    if Path(r["revtree"]).resolve().parent.parent != want:
+        raise RuntimeError(f"the run imported {r['revtree']}, not revtree from {want}")
     return {
         "wall": r["wall"],
         "start": r["start"],
@@ -385,8 +401,18 @@ def main() -> None:
         default=0.0,
         help="the evaluator adds Gaussian noise of this sigma to each score (default: none)",
     )
+    parser.add_argument(
+        "--baseline", help="a revision of revtree that runs too, interleaved (a git worktree)"
+    )
     args = parser.parse_args()
     py = oe_python(args.cache)
+    with contextlib.ExitStack() as stack:
+        base = stack.enter_context(worktree(args.baseline)) if args.baseline else None
+        run_all(args, py, base)
+
+
+def run_all(args: argparse.Namespace, py: Path, base: Path | None) -> None:
+    """Every cell's runs, interleaved, and the tables (``base``: a baseline's tree)."""
     table = Table(
         "S (s)",
         "K",
@@ -412,15 +438,25 @@ def main() -> None:
         tmp = Path(d)
         for sleep in args.sleep:
             for k in args.parallel:
-                rows: dict[str, list[dict[str, float]]] = {"revtree": [], "openevolve": []}
+                names = ["revtree", "openevolve"] + ([f"rt {args.baseline[:7]}"] if base else [])
+                rows: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
                 for rep in range(args.reps):
                     for system in rows:
                         where = tmp / f"{system}-{sleep}-{k}-{rep}"
                         with served(Model(seed=rep)) as (url, count):
                             folder = make_folder(where / "task", sleep, args.n, k, url, args.noise)
-                            if system == "revtree":
+                            if system != "openevolve":
+                                tree = None if system == "revtree" else base
                                 r = run_revtree(
-                                    where, folder, args.n, k, sleep, url, count, args.lookahead
+                                    where,
+                                    folder,
+                                    args.n,
+                                    k,
+                                    sleep,
+                                    url,
+                                    count,
+                                    args.lookahead,
+                                    tree,
                                 )
                             else:
                                 r = run_openevolve(where, folder, args.n, sleep, py, count)
