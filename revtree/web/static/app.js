@@ -810,11 +810,16 @@
       return changed;
     }
     scheduleRefresh() {
-      if (this.refreshTimer || this.destroyed) return;
+      if (this.destroyed) return;
+      // an event during a refresh in flight (its reads may be older than the event: the
+      // run's last event, "stopped", came while it read) asks for one more after it
+      if (this.refreshTimer) { this.refreshAgain = true; return; }
       const wait = Math.max(0, 1000 - (Date.now() - this.lastRefresh));
       this.refreshTimer = setTimeout(async () => {
+        this.refreshAgain = false;
         try { await this.refresh(); } catch (e) { /* the next event retries */ }
         this.refreshTimer = null;
+        if (this.refreshAgain) this.scheduleRefresh();
       }, wait);
     }
     renderHead() {
