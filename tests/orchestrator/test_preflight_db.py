@@ -217,3 +217,36 @@ def test_ctrl_c_while_the_model_check_waits_ends_at_once_creating_nothing(
     assert proc.returncode == 130, out
     assert "Traceback" not in out, out
     assert not (home / "revtree.db").exists() and not (home / "runs").exists()
+
+
+def test_a_ctrl_c_that_the_work_beside_swallows_still_ends_the_check(tmp_path: Path) -> None:
+    """A Ctrl-C that lands where Python prints and ignores it (an import's module-lock
+    callback, as the work beside imports the orchestrator) still ends the model check at
+    once, as ``KeyboardInterrupt``, not after the call's timeout (CI once saw exit 2
+    after the timeout, where the user had pressed Ctrl-C)."""
+    import os
+    import signal
+    import time
+
+    release = threading.Event()
+
+    def answer(req: FakeRequest) -> str:
+        release.wait(30)  # (bounded: the server's thread ends with the test)
+        return "ok"
+
+    def beside() -> None:  # the Ctrl-C comes and is lost, as in that callback
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)
+        except KeyboardInterrupt:
+            pass
+
+    with FakeLLMServer(answer) as srv:
+        t0 = time.monotonic()
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                require_models(_llm_spec(tmp_path, srv.openai_url), timeout=20, beside=beside)
+        finally:
+            release.set()
+        assert time.monotonic() - t0 < 5  # at once, not after the 20 s timeout
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # put back

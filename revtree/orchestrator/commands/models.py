@@ -9,10 +9,13 @@ are made while it waits.
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from types import FrameType
 
 from revtree.agents.driver import driver
 from revtree.agents.llm import LLMError, Prompt, make_llm, split_model
@@ -89,14 +92,44 @@ def require_models(
             raised.append(e)
 
     calls = threading.Thread(target=call, name="revtree-model-check", daemon=True)
-    calls.start()
-    if beside is not None:
-        beside()
-    calls.join()  # (each call has ``timeout``, for each phase of its HTTP exchange)
+    with _ctrl_c() as pressed:
+        calls.start()
+        if beside is not None:
+            beside()
+        while calls.is_alive():  # (each call has ``timeout``, for each phase of its exchange)
+            if pressed.is_set():
+                raise KeyboardInterrupt
+            calls.join(0.1)
+        if pressed.is_set():
+            raise KeyboardInterrupt
     if raised:
         raise raised[0]
     if failed:
         raise LLMError("; ".join(f"model {message}" for message in failed))
+
+
+@contextlib.contextmanager
+def _ctrl_c() -> Iterator[threading.Event]:
+    """An event set by a Ctrl-C while the block runs (in the main thread, where Python's
+    own handler is in place), which still raises ``KeyboardInterrupt``. A Ctrl-C that
+    lands inside an import's module-lock callback, as ``beside`` imports the
+    orchestrator, is printed and ignored by Python, and the command would then wait out
+    the model check: the event says it came."""
+    pressed = threading.Event()
+    main = threading.current_thread() is threading.main_thread()
+    if not main or signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield pressed
+        return
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        pressed.set()
+        signal.default_int_handler(signum, frame)
+
+    signal.signal(signal.SIGINT, handler)
+    try:
+        yield pressed
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def ping_models(spec: TaskSpec, add: Add, timeout: float = CHECK_TIMEOUT) -> None:
