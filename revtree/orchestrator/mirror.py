@@ -63,7 +63,8 @@ class Mirror:
         self._changed: list[int] = []
         self._tree = Tree.of(list(self.nodes.values()), maximize)
         self.memory = Memory(self.nodes, maximize)  # what prompts show of the run
-        self._watchers: list[Observer] = []  # told of every change, under the lock
+        # told of every change, under the lock (``watch``): the memory first
+        self._watchers: list[Observer] = [self.memory.update]
         best = self._tree.best()
         self.best_id = best.id if best else None
 
@@ -130,7 +131,6 @@ class Mirror:
                 watcher(node)
 
     def _saw(self, node: Node) -> None:
-        self.memory.update(node)
         for watcher in self._watchers:
             watcher(node)
 
