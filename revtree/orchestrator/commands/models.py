@@ -96,9 +96,7 @@ def require_models(
         calls.start()
         if beside is not None:
             beside()
-        while calls.is_alive():  # (each call has ``timeout``, for each phase of its exchange)
-            if pressed.is_set():
-                raise KeyboardInterrupt
+        while calls.is_alive() and not pressed.is_set():  # (each call has ``timeout``)
             calls.join(0.1)
         if pressed.is_set():
             raise KeyboardInterrupt
