@@ -41,6 +41,7 @@ from typing import Any, TypedDict
 # from the modules, not langgraph.graph, whose __init__ is put off (revtree.deferred)
 from langgraph.constants import END, START
 from langgraph.graph.state import StateGraph
+from langgraph.types import Command
 
 from revtree.memory import NodeStatus
 from revtree.orchestrator import repairs
@@ -78,14 +79,14 @@ class CandidateState(TypedDict, total=False):
 def build_pipeline(steps: Steps, checkpointer: Any) -> Any:
     """Compile the pipeline graph over ``steps``. ``approve`` is a node only where the
     run asks for approval, ``analyse`` only where there is an analyst: a step that would
-    pass through still costs LangGraph's work per candidate."""
+    pass through still costs LangGraph's work per candidate. Each step routes itself: it
+    returns a ``Command`` whose ``goto`` is its edge's choice, over the state it leaves
+    (its ``destinations`` draw the graph); a conditional edge cost a runnable of its own
+    per step."""
     graph: StateGraph[CandidateState] = StateGraph(CandidateState)
     approval = steps.spec.search.approve == "evaluate"
     analyst = steps.agents.analyst is not None
     names = [n for n in STEPS if (n != "approve" or approval) and (n != "analyse" or analyst)]
-    for name in names:
-        graph.add_node(name, steps.guarded(name, getattr(steps, name)))  # type: ignore[call-overload]
-    graph.add_edge(START, "select")
     done = _finished(steps)
 
     def after_code(state: CandidateState) -> str:
@@ -114,22 +115,37 @@ def build_pipeline(steps: Steps, checkpointer: Any) -> Any:
         best = node_id is not None and m.best_id == node_id
         return "verify" if best and m.get(node_id).status is NodeStatus.SUCCEEDED else END
 
-    graph.add_conditional_edges("select", after_select, ["propose", "verify", END])
-    graph.add_conditional_edges("record", after_record, ["verify", END])
-    graph.add_edge("verify", END)
     routes: dict[str, tuple[Callable[[CandidateState], str], tuple[str, ...]]] = {
-        "propose": (lambda s: "code", ("code",)),
-        "code": (after_code, ("code", "review", "record")),
-        "review": (rejected_or(after_review), (after_review, "record")),
-        "approve": (rejected_or("evaluate"), ("evaluate", "record")),
-        "evaluate": (after_evaluate, ("analyse", "record")),
-        "analyse": (lambda s: "record", ("record",)),
+        "select": (after_select, ("propose", "verify", END)),
+        "propose": (done(lambda s: "code"), ("code", END)),
+        "code": (done(after_code), ("code", "review", "record", END)),
+        "review": (done(rejected_or(after_review)), (after_review, "record", END)),
+        "approve": (done(rejected_or("evaluate")), ("evaluate", "record", END)),
+        "evaluate": (done(after_evaluate), ("analyse", "record", END)),
+        "analyse": (done(lambda s: "record"), ("record", END)),
+        "record": (after_record, ("verify", END)),
+        "verify": (lambda s: END, (END,)),
     }
-    for here, (route, targets) in routes.items():
-        if here in names:
-            present = [t for t in targets if t in names]
-            graph.add_conditional_edges(here, done(route), [*present, END])
+    for name in names:
+        route, targets = routes[name]
+        step = _routed(steps.guarded(name, getattr(steps, name)), route)
+        present = tuple(t for t in targets if t in names or t == END)
+        graph.add_node(name, step, destinations=present)  # type: ignore[call-overload]
+    graph.add_edge(START, "select")
     return graph.compile(checkpointer=checkpointer)
+
+
+def _routed(
+    run: Callable[[Any], dict[str, Any]], route: Callable[[CandidateState], str]
+) -> Callable[[CandidateState], Command[str]]:
+    """A step that routes itself: what ``run`` hands on, and where its edge goes over the
+    state that leaves (LangGraph's channels hold last values: the state, updated)."""
+
+    def step(state: CandidateState) -> Command[str]:
+        update = run(state)
+        return Command(update=update, goto=route({**state, **update}))  # type: ignore[typeddict-item]
+
+    return step
 
 
 def _finished(steps: Steps) -> Callable[[Callable[[CandidateState], str]], Callable[..., str]]:

@@ -45,6 +45,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from langgraph.types import Command
+
 from revtree.errors import RevtreeError
 from revtree.memory import Event, Node, NodeStatus, RunInfo, RunStatus, Store
 from revtree.orchestrator.commands.fork import apply_sets
@@ -264,7 +266,10 @@ def rewind(orch: Orchestrator, ticket: str, step: str) -> bool:
         if snap.next == (step,):
             # what the steps before it handed on, cleared: the new attempt's edges decide
             # afresh (as where the thread starts over: ``pipeline.HANDED_ON``)
-            orch.graph.update_state(snap.config, HANDED_ON, as_node=before)
+            # the step routes itself (a ``Command``): the fork's edge is given as one
+            orch.graph.update_state(
+                snap.config, Command(update=HANDED_ON, goto=step), as_node=before
+            )
             return True
     return False
 
