@@ -49,6 +49,7 @@ from revtree.sandboxes.base import (
     Limits,
     Sandbox,
     Staged,
+    Warmed,
     archive_of,
 )
 from revtree.tasks.names import matches
@@ -139,6 +140,12 @@ class Evaluator:
         clash = [p for p in self.protected if p == OUTPUTS or p.startswith(f"{OUTPUTS}/")]
         if graded and clash:
             raise ValueError(f"protected files under {OUTPUTS}/ clash with the grade step: {clash}")
+
+    def warm_up(self) -> None:
+        """Have the sandbox start what its first evaluation would wait for, where it can
+        (``Warmed``: the local backend's fork server), with the task's environment."""
+        if isinstance(self.sandbox, Warmed):
+            self.sandbox.warm_up(self.base_env)
 
     @property
     def forgeable(self) -> bool:

@@ -290,6 +290,7 @@ def wire(
     cancel = threading.Event()
     overlay = protected_files(spec, git, mirror)
     evaluator = Evaluator(spec, sandbox, paths.logs, protected=overlay)
+    evaluator.warm_up()  # (the fork server boots while the agents are made)
     agents = make_agents(store, spec, git, mirror, sandbox, cancel)
     budget = Budget(
         store, run.id, spec, run.wall_used, mirror.counted, agents.spent, lambda: len(mirror.twins)

@@ -129,6 +129,15 @@ class Staged(Protocol):
 
 
 @runtime_checkable
+class Warmed(Protocol):
+    """An optional ability (the local backend): ``warm_up(env)`` starts now, in the
+    background, what the first evaluation would otherwise wait for (its fork server),
+    for commands with the environment ``env`` (a request's, before the sandbox's own)."""
+
+    def warm_up(self, env: Mapping[str, str]) -> None: ...
+
+
+@runtime_checkable
 class Contained(Protocol):
     """An optional ability: ``contained`` is true where what a candidate does stays in
     its sandbox (its own root filesystem, no network, no host process), so its

@@ -221,6 +221,13 @@ class ForkServer:
             return None
         return Forked(pid, os.fdopen(out_r, "rb"), os.fdopen(err_r, "rb"), mine, lines)
 
+    def start_soon(self, env: Mapping[str, str]) -> None:
+        """Start the server now with ``env`` (the environment its commands will carry)
+        rather than at the first command: it boots while the caller goes on. Nothing is
+        waited for; a server that fails is found and replaced by ``spawn`` as ever."""
+        with self._lock, contextlib.suppress(OSError):
+            self._server.start({k: v for k, v in env.items() if k != PARENT_ENV})
+
     def _retire(self) -> None:
         """Stop sending to the current server; it is killed only by ``close``, so that
         the evaluations it forked (bound to it by PDEATHSIG) finish meanwhile."""

@@ -49,7 +49,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -122,6 +122,13 @@ class LocalSandbox:
         self.trash = Trash()
         self._ready: list[_Stage] = []  # workspaces unpacked ahead (``staged``)
         self._lock = threading.Lock()
+
+    def warm_up(self, env: Mapping[str, str]) -> None:
+        """Start the fork server now, with the environment of the task's commands
+        (``env``, as a request carries it), so that it boots while the run starts rather
+        than before the first evaluation (``base.Warmed``)."""
+        if self.forks is not None:
+            self.forks.start_soon(sandbox_env(env, home=os.devnull, tmp=os.devnull))
 
     def execute(self, request: ExecRequest, cancel: threading.Event | None = None) -> ExecResult:
         t0 = time.monotonic()

@@ -453,3 +453,83 @@ def test_a_syntax_warning_reaches_the_scripts_stderr_warm_or_cold(tmp_path, monk
         assert all(r.stdout == "True\n" for r in runs)
     assert all("SyntaxWarning" in e for e in errs[False]), errs
     assert [e.split(":", 1)[1] for e in errs[True]] == [e.split(":", 1)[1] for e in errs[False]]
+
+
+def _servers_of(pid: int) -> list[int]:
+    """The fork servers (zygote.py) that are children of ``pid``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_bytes()
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(b")", 1)[1].split()[1])
+        if ppid == pid and b"zygote.py" in cmdline:
+            found.append(int(entry.name))
+    return found
+
+
+def test_a_server_warmed_up_ahead_runs_the_first_command_in_process(tmp_path, monkeypatch):
+    """``warm_up`` starts the server before any command (the run's first evaluation no
+    longer waits for its boot), with the environment the commands carry: the first
+    command then runs in a process that server forked, and no second server starts."""
+    sandbox = box(tmp_path, monkeypatch, True)
+    me = {"who.py": "import os; print(open('/proc/self/cmdline', 'rb').read())\n"}
+    others = set(_servers_of(os.getpid()))  # (another test's, in this process)
+    try:
+        sandbox.warm_up({"REVTREE_SEED": "7"})
+        ahead = set(_servers_of(os.getpid())) - others
+        assert len(ahead) == 1, ahead
+        result = run(sandbox, me, "python who.py")
+        assert result.exit_code == 0 and "zygote.py" in result.stdout, result
+        assert set(_servers_of(os.getpid())) - others == ahead
+    finally:
+        sandbox.close()
+    assert not set(_servers_of(os.getpid())) & ahead
+
+
+def test_a_server_warmed_up_for_another_environment_still_runs_each_command_right(
+    tmp_path, monkeypatch
+):
+    """Warmed up with variables Python reads at its start that the command does not
+    carry, the server does not run the command in-process (it would start as another
+    Python would not): the command runs under a shell, and right."""
+    sandbox = box(tmp_path, monkeypatch, True)
+    me = {
+        "who.py": "import sys; print(sys.flags.optimize, open('/proc/self/cmdline', 'rb').read())\n"
+    }
+    try:
+        sandbox.warm_up({"PYTHONOPTIMIZE": "2"})
+        result = run(sandbox, me, "python who.py")
+    finally:
+        sandbox.close()
+    assert result.exit_code == 0, result
+    assert result.stdout.startswith("0 ") and "zygote.py" not in result.stdout, result.stdout
+
+
+def test_a_local_run_starts_its_fork_server_as_it_is_wired(tmp_path, monkeypatch):
+    """The orchestrator of a local run has its fork server booting before it drives the
+    run (it boots while the agents are made), and stops it as it closes."""
+    from revtree.memory import Store
+    from revtree.orchestrator import Orchestrator, create_run
+    from revtree.tasks import load_task
+    from tests.orchestrator.conftest import make_task
+
+    monkeypatch.setenv("REVTREE_FORK_SERVER", "1")
+    store = Store(f"sqlite:///{tmp_path}/db.sqlite")
+    spec = load_task(make_task(tmp_path / "t", budget=2)).with_overrides(
+        sandbox={"backend": "local"}
+    )
+    run_ = create_run(store, spec, tmp_path / "home")
+    others = set(_servers_of(os.getpid()))  # (another test's, in this process)
+    orch = Orchestrator(store, run_.id, home=tmp_path / "home")
+    try:
+        ahead = set(_servers_of(os.getpid())) - others
+        assert len(ahead) == 1, ahead
+    finally:
+        orch.close()
+        store.close()
+    assert not set(_servers_of(os.getpid())) & ahead
