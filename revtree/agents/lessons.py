@@ -197,13 +197,16 @@ class Memory:
     def _related(self, q: frozenset[str], shown: set[int]) -> list[int]:
         """The five lessons not ``shown`` that share the most words with ``q`` (ties: the
         later first), counted over the lessons that have each word (in numpy: a common
-        word is in every lesson)."""
-        import numpy as np  # on the first prompt, not at start (issue 24)
+        word is in every lesson). numpy is imported only once there is something to
+        count: not at start, nor while no node has a lesson (the run's first candidates,
+        whose prompts are made beside each other: a 50-100 ms import on their path)."""
+        postings = [self._words[w] for w in q if self._words.get(w)]
+        if not postings:
+            return []
+        import numpy as np
 
         # copies: a view of an array would keep it from growing while it lives
-        found = [np.array(self._words[w], dtype=np.int64) for w in q if self._words.get(w)]
-        if not found:
-            return []
+        found = [np.array(p, dtype=np.int64) for p in postings]
         ids = np.concatenate(found)
         counts = np.bincount(ids)
         if shown:

@@ -322,3 +322,43 @@ def test_the_compared_nodes_are_kept_as_the_mirror_changes(
         assert set(check._compared) == former(), step
         rows = check._compared.items()
         assert all(check._commits[row] == mirror.get(i).commit for i, row in rows), step
+
+
+FIRST_ONLY = """\
+import json, sys
+from pathlib import Path
+from revtree.memory import Store
+from revtree.orchestrator import Orchestrator, create_run
+from revtree.tasks import load_task
+task, home, url = sys.argv[1:]
+store = Store(f"sqlite:///{home}/db.sqlite")
+spec = load_task(task).with_overrides(agents={"base_url": url}, sandbox={"backend": "local"})
+run = create_run(store, spec, Path(home))
+Orchestrator(store, run.id, home=Path(home)).drive()
+nodes = store.nodes(run.id)
+print(json.dumps({"numpy": "numpy" in sys.modules, "nodes": len(nodes),
+                  "evaluated": sum(n.n_evals > 0 for n in nodes)}))
+"""
+
+
+def test_a_runs_first_candidate_pays_no_numpy_import(tmp_path: Path) -> None:
+    """numpy (50-100 ms to import on 2 cores) comes in once the near-twin check or the
+    proposer's memory has something to compare, not on the path of a run's first
+    candidates, which go beside each other (issue 24): a whole run of the baseline and
+    one candidate, twin check on, driven in a fresh interpreter, never imports it."""
+    import subprocess
+    import sys
+
+    task = climb_task(tmp_path / "t", selection="weights", budget=2, novelty=0.9)
+    (tmp_path / "home").mkdir()
+    with FakeLLMServer(Climber({"one": 0.6, "two": 0.6, "three": 0.6}, seed=2)) as srv:
+        out = subprocess.run(
+            [sys.executable, "-c", FIRST_ONLY, str(task), str(tmp_path / "home"), srv.openai_url],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=tmp_path,
+        )
+    assert out.returncode == 0, out.stderr[-3000:]
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    assert seen == {"numpy": False, "nodes": 2, "evaluated": 2}, seen
