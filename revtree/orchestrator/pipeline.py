@@ -35,6 +35,7 @@ but for the "new best?" edge after ``record``.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any, TypedDict
 
@@ -128,22 +129,30 @@ def build_pipeline(steps: Steps, checkpointer: Any) -> Any:
     }
     for name in names:
         route, targets = routes[name]
-        step = _routed(steps.guarded(name, getattr(steps, name)), route)
         present = tuple(t for t in targets if t in names or t == END)
+        step = _routed(steps.guarded(name, getattr(steps, name)), route, present)
         graph.add_node(name, step, destinations=present)  # type: ignore[call-overload]
     graph.add_edge(START, "select")
     return graph.compile(checkpointer=checkpointer)
 
 
 def _routed(
-    run: Callable[[Any], dict[str, Any]], route: Callable[[CandidateState], str]
+    run: Callable[[Any], dict[str, Any]],
+    route: Callable[[CandidateState], str],
+    targets: tuple[str, ...],
 ) -> Callable[[CandidateState], Command[str]]:
     """A step that routes itself: what ``run`` hands on, and where its edge goes over the
-    state that leaves (LangGraph's channels hold last values: the state, updated)."""
+    state that leaves (LangGraph's channels hold last values: the state, updated). A
+    ``goto`` outside ``targets`` is refused here: LangGraph would only log it and end
+    the thread with its node unfinished."""
 
+    @functools.wraps(run)
     def step(state: CandidateState) -> Command[str]:
         update = run(state)
-        return Command(update=update, goto=route({**state, **update}))  # type: ignore[typeddict-item]
+        goto = route({**state, **update})  # type: ignore[typeddict-item]
+        if goto not in targets:
+            raise RuntimeError(f"the pipeline routed {run.__name__} to {goto!r}: not in {targets}")
+        return Command(update=update, goto=goto)
 
     return step
 

@@ -323,3 +323,39 @@ def test_a_killed_retry_is_finished_by_resume(
     assert first == [(1, False), (2, True)]
     assert st.node(run_id, 2).status is NodeStatus.FAILED  # the budget was spent
     _assert_healthy(st, home, run_id)
+
+
+@pytest.mark.slow  # a run parked for approval, approved, then a retry
+def test_a_retry_from_evaluate_of_a_run_with_approval_waits_for_approval_again(
+    tmp_path: Path, home: Path, db_url: str, st: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The thread forked before ``evaluate`` goes where the review's edge sends a
+    candidate with no verdict: to ``approve``, where the run asks for approval. The new
+    attempt's code is not run before a person approves it again."""
+    import threading
+
+    monkeypatch.setenv("REVTREE_DURABILITY", "async")  # a checkpoint about to evaluate
+    spec = load_task(make_task(tmp_path / "t", budget=2)).with_overrides(
+        search={"approve": "evaluate"}
+    )
+    run = create_run(st, spec, home)
+    orch = Orchestrator(st, run.id, home=home)
+    driving = threading.Thread(target=orch.drive, daemon=True)
+    driving.start()
+    try:
+        wait_for(
+            lambda: any(e.kind == "approval" for e in st.events_since(run.id, 0, 10_000)),
+            what="node 1 to wait for approval",
+        )
+        st.decide(run.id, 1, 1, True)
+        driving.join(120)
+        assert not driving.is_alive()
+    finally:
+        orch.close()
+    assert st.node(run.id, 1).status is NodeStatus.SUCCEEDED and st.evaluations(run.id, 1)
+
+    out = _retry(home, db_url, run.id, "1", "--from", "evaluate").stdout
+    assert "retry of node 1 (attempt 2): waits for approval" in out, out
+    node = st.node(run.id, 1)
+    assert node.attempt == 2 and not node.status.is_finished()
+    assert {e.attempt for e in st.evaluations(run.id, 1)} == {1}  # not evaluated again

@@ -264,14 +264,22 @@ def rewind(orch: Orchestrator, ticket: str, step: str) -> bool:
     before = REWIND_AFTER[step]
     for snap in orch.graph.get_state_history(config):
         if snap.next == (step,):
-            # what the steps before it handed on, cleared: the new attempt's edges decide
-            # afresh (as where the thread starts over: ``pipeline.HANDED_ON``)
-            # the step routes itself (a ``Command``): the fork's edge is given as one
+            # what the steps before it handed on, cleared (as where the thread starts
+            # over: ``pipeline.HANDED_ON``), and the edge ``before`` takes with nothing
+            # handed on (each step routes itself, by a ``Command``: the fork names it)
+            goto = resume_at(orch.graph.nodes, step)
             orch.graph.update_state(
-                snap.config, Command(update=HANDED_ON, goto=step), as_node=before
+                snap.config, Command(update=HANDED_ON, goto=goto), as_node=before
             )
             return True
     return False
+
+
+def resume_at(steps: Iterable[str], step: str) -> str:
+    """Where a thread forked to run ``step`` again goes (``REWIND_AFTER``): the step
+    itself, but for ``evaluate`` in a graph with ``approve``: a new attempt waits for
+    approval again, as the review's edge sends a candidate with no verdict."""
+    return "approve" if step == "evaluate" and "approve" in steps else step
 
 
 def _summary(node: Node, run_id: str) -> str:
