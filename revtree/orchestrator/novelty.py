@@ -265,9 +265,9 @@ class Novelty:
         order: those whose histogram is (``histogram``; one array operation over all,
         from an index the mirror keeps: ``distance`` over each, then a pass over every
         node per candidate, made a run of thousands of candidates slower with each).
-        numpy is imported only once there is a node to compare: not for the run's first
-        candidates, whose only evaluated node is their parent, the baseline (their path
-        goes beside each other: a 50-100 ms import on it)."""
+        numpy is imported only once there is a node to compare: not for a candidate whose
+        only evaluated node is its parent, as the run's first one at ``parallel`` 1 (at
+        more, its siblings evaluating are compared, and the first that is imports it)."""
         with self.mirror.lock:
             if not self._compared.keys() - set(skip):
                 return []

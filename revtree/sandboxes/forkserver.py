@@ -168,7 +168,8 @@ class _Server:
 
 
 class ForkServer:
-    """One warm server per sandbox, started on first use; thread-safe."""
+    """One warm server per sandbox, started ahead (``start_soon``) or on first use;
+    thread-safe."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()

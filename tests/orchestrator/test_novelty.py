@@ -341,6 +341,7 @@ print(json.dumps({"numpy": "numpy" in sys.modules, "nodes": len(nodes),
 """
 
 
+@pytest.mark.slow  # a whole run, in a Python of its own
 def test_a_runs_first_candidate_pays_no_numpy_import(tmp_path: Path) -> None:
     """numpy (50-100 ms to import on 2 cores) comes in once the near-twin check or the
     proposer's memory has something to compare, not on the path of a run's first
