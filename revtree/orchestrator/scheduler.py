@@ -184,11 +184,17 @@ class Scheduler:
             resume.sort(key=lambda t: self.mirror.by_ticket.get(t, len(self.mirror.nodes)))
         size = p.width() + chain.on if p.auto is None else 2 * AUTO_MAX  # auto: width moves
         early: dict[int, Future[None]] = {}  # node -> its final check begun (``_early``)
+        filled: Future[None] | None = None  # every slot held: candidates prepared ahead start
         with ThreadPoolExecutor(size, thread_name_prefix="candidate") as pool:
             while not stop.is_set() and self.fatal is None:
                 resume += self._decided()
                 woke = chain.wake()  # before looking: a ticket ready meanwhile wakes
                 while len(in_flight) + len(self.waiting) < p.width() + chain.may_start():
+                    if self._ahead(len(in_flight) + len(self.waiting)) and not p.slots.busy():
+                        if filled is None or filled.done():  # one kept while it waits
+                            filled = p.slots.filled()
+                        if not filled.done():
+                            break
                     new = not resume
                     if resume:
                         ticket = resume.pop(0)
@@ -213,7 +219,8 @@ class Scheduler:
                     stop.wait(POLL)
                 # an early check that ends frees a slot for the next (``_early``)
                 checks = [f for f in early.values() if not f.done()]
-                looked: list[Future[Any]] = [*in_flight, woke, *checks]
+                pending = [filled] if filled is not None and not filled.done() else []
+                looked: list[Future[Any]] = [*in_flight, woke, *checks, *pending]
                 done, _ = wait(looked, timeout=POLL, return_when=FIRST_COMPLETED)
                 finished = [fut for fut in done if fut in in_flight]
                 tickets = [in_flight.pop(fut) for fut in finished]
@@ -240,6 +247,15 @@ class Scheduler:
                     p.cancel.set()
         self._prune([], at_end=True)
         return reason
+
+    def _ahead(self, started: int) -> bool:
+        """Whether a candidate started now would be prepared ahead of a free slot (more
+        in flight than slots, at ``parallel`` > 1: ``Chain`` has its own at 1). Those wait
+        until every slot is held: the run's first candidates, then, get the processor to
+        themselves instead of sharing it with as many prepared ahead, whose slots free
+        only when an evaluation ends (issue 24: their start took the first ones 2-3x as
+        long, the slots idle meanwhile)."""
+        return not self.steps.chain.on and started >= self.p.slots.limit
 
     def _early(
         self,

@@ -13,6 +13,7 @@ import dataclasses
 import os
 import threading
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
@@ -58,6 +59,21 @@ class Slots:
     def __init__(self, n: int, cancel: threading.Event, budget: Budget) -> None:
         self.limit, self.used, self.cond = n, 0, threading.Condition()
         self.cancel, self.budget = cancel, budget
+        self._filled: list[Future[None]] = []  # told once every slot is held
+
+    def busy(self) -> bool:
+        with self.cond:
+            return self.used >= self.limit
+
+    def filled(self) -> Future[None]:
+        """A future done once every slot is held (done already if they are)."""
+        fut: Future[None] = Future()
+        with self.cond:
+            if self.used >= self.limit:
+                fut.set_result(None)
+            else:
+                self._filled.append(fut)
+        return fut
 
     @contextmanager
     def held(self, check: bool = True) -> Iterator[None]:
@@ -67,6 +83,10 @@ class Slots:
                     raise Cancelled("the run is stopping")
                 self.cond.wait(0.1)
             self.used += 1
+            if self.used >= self.limit:
+                for fut in self._filled:
+                    fut.set_result(None)
+                self._filled.clear()
         try:
             if check:
                 self.check()

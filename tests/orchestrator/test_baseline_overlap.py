@@ -99,3 +99,29 @@ def test_an_explicit_lookahead_of_zero_keeps_the_baseline_alone(
     search = {"parallel": 1, "num_drafts": 1, "lookahead": 0}
     _, seen = slow_baseline_run(tmp_path, home, store, search)
     assert seen and all(s is NodeStatus.SUCCEEDED for s, _ in seen), seen
+
+
+@pytest.mark.slow  # a 4-candidate run with a 1.5 s baseline
+def test_candidates_prepared_ahead_start_once_every_slot_is_held(
+    tmp_path: Path, home: Path, store: Store
+) -> None:
+    """At parallel 2 with 2 prepared ahead, the run starts with the baseline and one
+    candidate only: the two prepared ahead of a free slot start once both slots are
+    held (the baseline's, then that candidate's), rather than sharing the processor with
+    the first one while the second slot stays idle (issue 24)."""
+    task = make_task(tmp_path / "t", budget=5)
+    (task / "ev.py").write_text(SLOW_BASELINE)
+    with FakeLLMServer(Scientist()) as srv:
+        spec = load_task(task).with_overrides(
+            agents={"base_url": srv.openai_url},
+            search={"parallel": 2, "lookahead": 2, "num_drafts": 4},
+        )
+        run = create_run(store, spec, home)
+        Orchestrator(store, run.id, home=home).drive()
+    assert store.get_run(run.id).status is RunStatus.COMPLETED
+    events = store.events_since(run.id, 0, 10_000)
+    seq = {(e.kind, e.node_id): e.seq for e in events}
+    assert ("commit", 1) in seq and ("select", 2) in seq and ("select", 3) in seq, events
+    # node 1 was proposed and coded before any candidate prepared ahead was selected
+    assert seq[("commit", 1)] < seq[("select", 2)] and seq[("commit", 1)] < seq[("select", 3)]
+    assert len(store.nodes(run.id)) == 5
