@@ -184,16 +184,23 @@ class Scheduler:
             resume.sort(key=lambda t: self.mirror.by_ticket.get(t, len(self.mirror.nodes)))
         size = p.width() + chain.on if p.auto is None else 2 * AUTO_MAX  # auto: width moves
         early: dict[int, Future[None]] = {}  # node -> its final check begun (``_early``)
-        filled: Future[None] | None = None  # every slot held: candidates prepared ahead start
+        # the first wave: until every slot is held once (``filled``) or a ticket ends, no
+        # candidate starts ahead of a free slot (at parallel 1 ``Chain`` has its own), so
+        # the first ones get the processor to themselves rather than share it with those
+        # prepared ahead, whose slots free only as an evaluation ends (issue 24: at K = 4
+        # their proposals took 2-3x as long, the slots idle meanwhile); parked tickets
+        # hold no slot and do not count
+        filled: Future[None] | None = None
+        first_wave = not chain.on
         with ThreadPoolExecutor(size, thread_name_prefix="candidate") as pool:
             while not stop.is_set() and self.fatal is None:
                 resume += self._decided()
                 woke = chain.wake()  # before looking: a ticket ready meanwhile wakes
                 while len(in_flight) + len(self.waiting) < p.width() + chain.may_start():
-                    if self._ahead(len(in_flight) + len(self.waiting)) and not p.slots.busy():
-                        if filled is None or filled.done():  # one kept while it waits
-                            filled = p.slots.filled()
-                        if not filled.done():
+                    if first_wave and len(in_flight) >= p.slots.limit:
+                        filled = filled or p.slots.filled()
+                        first_wave = not filled.done()
+                        if first_wave:
                             break
                     new = not resume
                     if resume:
@@ -219,7 +226,7 @@ class Scheduler:
                     stop.wait(POLL)
                 # an early check that ends frees a slot for the next (``_early``)
                 checks = [f for f in early.values() if not f.done()]
-                pending = [filled] if filled is not None and not filled.done() else []
+                pending = [filled] if first_wave and filled and not filled.done() else []
                 looked: list[Future[Any]] = [*in_flight, woke, *checks, *pending]
                 done, _ = wait(looked, timeout=POLL, return_when=FIRST_COMPLETED)
                 finished = [fut for fut in done if fut in in_flight]
@@ -232,6 +239,7 @@ class Scheduler:
                         self.waiting[ticket] = self.mirror.by_ticket[ticket]
                 ended = zip(finished, tickets, strict=True)
                 self._prune([t for f, t in ended if f.result() in ("done", "error")])
+                first_wave = first_wave and not tickets  # a ticket ended: the run is on
                 if tickets:  # else woken by a ticket ready (``chain``): no slot freed
                     starved = self.tickets.ended(tickets) and not any(beside)
                 if time.monotonic() - last_beat > HEARTBEAT:
@@ -247,15 +255,6 @@ class Scheduler:
                     p.cancel.set()
         self._prune([], at_end=True)
         return reason
-
-    def _ahead(self, started: int) -> bool:
-        """Whether a candidate started now would be prepared ahead of a free slot (more
-        in flight than slots, at ``parallel`` > 1: ``Chain`` has its own at 1). Those wait
-        until every slot is held: the run's first candidates, then, get the processor to
-        themselves instead of sharing it with as many prepared ahead, whose slots free
-        only when an evaluation ends (issue 24: their start took the first ones 2-3x as
-        long, the slots idle meanwhile)."""
-        return not self.steps.chain.on and started >= self.p.slots.limit
 
     def _early(
         self,

@@ -61,10 +61,6 @@ class Slots:
         self.cancel, self.budget = cancel, budget
         self._filled: list[Future[None]] = []  # told once every slot is held
 
-    def busy(self) -> bool:
-        with self.cond:
-            return self.used >= self.limit
-
     def filled(self) -> Future[None]:
         """A future done once every slot is held (done already if they are)."""
         fut: Future[None] = Future()
@@ -83,10 +79,7 @@ class Slots:
                     raise Cancelled("the run is stopping")
                 self.cond.wait(0.1)
             self.used += 1
-            if self.used >= self.limit:
-                for fut in self._filled:
-                    fut.set_result(None)
-                self._filled.clear()
+            self._tell_filled()
         try:
             if check:
                 self.check()
@@ -115,7 +108,14 @@ class Slots:
     def resize(self, n: int) -> None:
         with self.cond:
             self.limit = max(1, n)
+            self._tell_filled()
             self.cond.notify_all()
+
+    def _tell_filled(self) -> None:
+        if self.used >= self.limit:
+            for fut in self._filled:
+                fut.set_result(None)
+            self._filled.clear()
 
     def maybe(self, slot: bool) -> AbstractContextManager[None]:
         """A slot, or nothing (the final checks run when the search is over)."""

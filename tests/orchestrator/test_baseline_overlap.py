@@ -101,16 +101,17 @@ def test_an_explicit_lookahead_of_zero_keeps_the_baseline_alone(
     assert seen and all(s is NodeStatus.SUCCEEDED for s, _ in seen), seen
 
 
-@pytest.mark.slow  # a 4-candidate run with a 1.5 s baseline
+@pytest.mark.slow  # a 4-candidate run with a 4 s baseline
 def test_candidates_prepared_ahead_start_once_every_slot_is_held(
     tmp_path: Path, home: Path, store: Store
 ) -> None:
     """At parallel 2 with 2 prepared ahead, the run starts with the baseline and one
     candidate only: the two prepared ahead of a free slot start once both slots are
     held (the baseline's, then that candidate's), rather than sharing the processor with
-    the first one while the second slot stays idle (issue 24)."""
+    the first one while the second slot stays idle (issue 24). (The first wave also ends
+    as a ticket ends: the baseline's takes 4 s, long past node 1's commit.)"""
     task = make_task(tmp_path / "t", budget=5)
-    (task / "ev.py").write_text(SLOW_BASELINE)
+    (task / "ev.py").write_text(SLOW_BASELINE.replace("time.sleep(1.5)", "time.sleep(4)"))
     with FakeLLMServer(Scientist()) as srv:
         spec = load_task(task).with_overrides(
             agents={"base_url": srv.openai_url},
