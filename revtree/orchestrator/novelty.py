@@ -268,8 +268,8 @@ class Novelty:
         numpy is imported only once there is a node to compare: not for a candidate whose
         only evaluated node is its parent, as the run's first one at ``parallel`` 1 (at
         more, its siblings evaluating are compared, and the first that is imports it)."""
-        with self.mirror.lock:
-            if not self._compared.keys() - set(skip):
+        with self.mirror.lock:  # (by count: no pass over the nodes per candidate)
+            if len(self._compared) <= len({i for i in skip if i in self._compared}):
                 return []
         import numpy as np
 
