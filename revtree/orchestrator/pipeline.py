@@ -36,7 +36,7 @@ but for the "new best?" edge after ``record``.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, TypedDict
 
 # from the modules, not langgraph.graph, whose __init__ is put off (revtree.deferred)
@@ -96,7 +96,7 @@ def build_pipeline(steps: Steps, checkpointer: Any) -> Any:
             return "review"
         return "code" if repairs.due(refusal, steps.agents.coder.repairs) else "record"
 
-    after_review = "approve" if approval else "evaluate"
+    after_review = reviewed(names)
 
     def rejected_or(nxt: str) -> Callable[[CandidateState], str]:
         return lambda state: "record" if state.get("verdict") else nxt
@@ -134,6 +134,13 @@ def build_pipeline(steps: Steps, checkpointer: Any) -> Any:
         graph.add_node(name, step, destinations=present)  # type: ignore[call-overload]
     graph.add_edge(START, "select")
     return graph.compile(checkpointer=checkpointer)
+
+
+def reviewed(steps: Iterable[str]) -> str:
+    """Where a reviewed candidate with no verdict goes: to ``approve`` in a graph that
+    has it (the run asks for approval), else to ``evaluate``. Also where ``retry``
+    sends a thread it forks to evaluate again: a new attempt waits for approval too."""
+    return "approve" if "approve" in steps else "evaluate"
 
 
 def _routed(

@@ -51,7 +51,7 @@ from revtree.errors import RevtreeError
 from revtree.memory import Event, Node, NodeStatus, RunInfo, RunStatus, Store
 from revtree.orchestrator.commands.fork import apply_sets
 from revtree.orchestrator.core import Orchestrator
-from revtree.orchestrator.pipeline import HANDED_ON
+from revtree.orchestrator.pipeline import HANDED_ON, reviewed
 from revtree.orchestrator.run import ROOT_TICKET, alive
 from revtree.tasks import TaskSpec
 
@@ -267,19 +267,12 @@ def rewind(orch: Orchestrator, ticket: str, step: str) -> bool:
             # what the steps before it handed on, cleared (as where the thread starts
             # over: ``pipeline.HANDED_ON``), and the edge ``before`` takes with nothing
             # handed on (each step routes itself, by a ``Command``: the fork names it)
-            goto = resume_at(orch.graph.nodes, step)
+            goto = reviewed(orch.graph.nodes) if step == "evaluate" else step
             orch.graph.update_state(
                 snap.config, Command(update=HANDED_ON, goto=goto), as_node=before
             )
             return True
     return False
-
-
-def resume_at(steps: Iterable[str], step: str) -> str:
-    """Where a thread forked to run ``step`` again goes (``REWIND_AFTER``): the step
-    itself, but for ``evaluate`` in a graph with ``approve``: a new attempt waits for
-    approval again, as the review's edge sends a candidate with no verdict."""
-    return "approve" if step == "evaluate" and "approve" in steps else step
 
 
 def _summary(node: Node, run_id: str) -> str:
