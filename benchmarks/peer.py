@@ -2,11 +2,12 @@
 
     python benchmarks/peer.py [--n 48] [--reps 3] [--sleep 0 1] [--parallel 1 2 4]
                               [--cache ~/.cache/revtree-bench] [--lookahead L]
-                              [--noise SIGMA] [--baseline REV]
+                              [--noise SIGMA] [--evaluator plain|numpy] [--baseline REV]
 
 Both search the same folder (``initial_program.py`` with ``A`` in its EVOLVE-BLOCK,
 ``evaluator.py`` that sleeps S seconds and scores ``-(A - 3)^2``, plus Gaussian noise
-with ``--noise``, one ``config.yaml``),
+with ``--noise``; with ``--evaluator numpy`` it imports numpy at its top and scores with
+it, as OpenEvolve's own examples' evaluators do; one ``config.yaml``),
 against one fake OpenAI-compatible server (``revtree.agents.llm.fake_server``, in a
 process of its own, so that neither system shares an interpreter lock with it) that
 answers each in the format it asks for (OpenEvolve: a SEARCH/REPLACE diff; revtree's
@@ -88,6 +89,23 @@ def evaluate(program_path):
     return {{"combined_score": -((p.value() - 3.0) ** 2){noise}}}
 """
 NOISE = " + __import__('random').gauss(0, {sigma})"  # --noise: a noisy evaluator
+# --evaluator numpy: as OpenEvolve's own examples write theirs, numpy at the top
+NUMPY_EVALUATOR = """\
+import importlib.util
+import time
+
+import numpy as np
+
+
+def evaluate(program_path):
+    time.sleep({sleep})
+    spec = importlib.util.spec_from_file_location("p", program_path)
+    p = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(p)
+    x = np.array([p.value()])
+    return {{"combined_score": float(-np.sum((x - 3.0) ** 2)){noise}}}
+"""
+EVALUATORS = {"plain": EVALUATOR, "numpy": NUMPY_EVALUATOR}
 CONFIG = """\
 max_iterations: {n}
 random_seed: 42
@@ -206,11 +224,19 @@ def _a(text: str) -> float:
     return float(m.group(1)) if m else 0.0
 
 
-def make_folder(root: Path, sleep: float, n: int, k: int, url: str, noise: float = 0.0) -> Path:
+def make_folder(
+    root: Path,
+    sleep: float,
+    n: int,
+    k: int,
+    url: str,
+    noise: float = 0.0,
+    evaluator: str = "plain",
+) -> Path:
     root.mkdir(parents=True)
     (root / "initial_program.py").write_text(PROGRAM)
     noisy = NOISE.format(sigma=noise) if noise else ""
-    (root / "evaluator.py").write_text(EVALUATOR.format(sleep=sleep, noise=noisy))
+    (root / "evaluator.py").write_text(EVALUATORS[evaluator].format(sleep=sleep, noise=noisy))
     (root / "config.yaml").write_text(CONFIG.format(n=n, k=k, url=url))
     return root
 
@@ -402,6 +428,13 @@ def main() -> None:
         help="the evaluator adds Gaussian noise of this sigma to each score (default: none)",
     )
     parser.add_argument(
+        "--evaluator",
+        choices=sorted(EVALUATORS),
+        default="plain",
+        help="plain: the standard library only; numpy: numpy imported at the top, as "
+        "OpenEvolve's examples do (default: plain)",
+    )
+    parser.add_argument(
         "--baseline", help="a revision of revtree that runs too, interleaved (a git worktree)"
     )
     args = parser.parse_args()
@@ -429,7 +462,8 @@ def run_all(args: argparse.Namespace, py: Path, base: Path | None) -> None:
         "disk/cand (KB)",
         "best",
         title=f"revtree vs OpenEvolve {OE_VERSION}, N={args.n}, {args.reps} interleaved reps"
-        + (f", evaluator noise sigma {args.noise:g}" if args.noise else ""),
+        + (f", evaluator noise sigma {args.noise:g}" if args.noise else "")
+        + (f", {args.evaluator} evaluator" if args.evaluator != "plain" else ""),
         caption="disk: revtree keeps every candidate (resumable); OpenEvolve writes a "
         "checkpoint only every checkpoint_interval iterations (100 by default, none here): "
         "what it leaves is no run it could resume",
@@ -444,7 +478,9 @@ def run_all(args: argparse.Namespace, py: Path, base: Path | None) -> None:
                     for system in rows:
                         where = tmp / f"{system}-{sleep}-{k}-{rep}"
                         with served(Model(seed=rep)) as (url, count):
-                            folder = make_folder(where / "task", sleep, args.n, k, url, args.noise)
+                            folder = make_folder(
+                                where / "task", sleep, args.n, k, url, args.noise, args.evaluator
+                            )
                             if system != "openevolve":
                                 tree = None if system == "revtree" else base
                                 r = run_revtree(

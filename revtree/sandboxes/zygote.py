@@ -58,7 +58,8 @@ import sys
 import types
 import warnings
 
-import supervise  # the sibling module: this file runs as a script from its folder
+import supervise  # the sibling modules: this file runs as a script from its folder
+import zygote_preload
 
 # what a typical evaluation imports first, loaded once here (each fork still gets its
 # own copy); nothing that starts a thread, opens a file or seeds a generator for good
@@ -150,7 +151,9 @@ def _run_script(
         path = os.path.abspath(argv[0])
         sys.argv[:] = argv
         sys.path[0] = os.path.dirname(os.path.realpath(path))
-        sys.modules.pop("supervise", None)  # ours, not a module the script may import
+        sys.modules.pop("supervise", None)  # ours, not modules the script may import
+        sys.modules.pop("zygote_preload", None)
+        zygote_preload.reseed()
         main = types.ModuleType("__main__")
         loader = importlib.machinery.SourceFileLoader("__main__", path)
         main.__dict__.update(
@@ -330,6 +333,8 @@ def _serve(
         script = header.get("script")
         if script and _shadows(os.path.dirname(os.path.realpath(script[0]))):
             script = None  # a module of the workspace would lose to one loaded here
+        if script and zygote_preload.LOADED and not zygote_preload.same_env(header["env"]):
+            script = None  # what was loaded ahead read another environment
 
         def start(command: str) -> None:
             os.close(status_fd)
@@ -399,6 +404,8 @@ def main(control: int) -> None:
                     os._exit(127)
         for fd in fds:
             os.close(fd)
+        if zygote_preload.learn(header):  # what its files import, for the next forks
+            gc.freeze()
         spare = _spare(control, me)  # no request's descriptor is open here now
 
 
