@@ -17,8 +17,9 @@ imports the modules they name that qualify:
   site-packages (``ROOTS``), never in a folder an evaluation can write;
 - not named like a file or folder of the request's folder or its script's (a fresh
   Python would import that one instead);
-- only for a request whose environment is the server's own but for ``HOME`` and
-  ``TMPDIR`` (which differ per evaluation): a module may read it as it loads. Once
+- only for a request whose environment is the server's own but for what differs per
+  evaluation (``HOME``, ``TMPDIR``, revtree's ``REVTREE_NODE``, ``_STAGE``, ``_REPEAT``,
+  ``_SEED``): a module may read it as it loads. Once
   anything is loaded, a request with another environment runs cold (``same_env``).
 
 An import that fails is not tried again, and one that succeeds stays for every later
@@ -58,7 +59,9 @@ ANTICS = frozenset(
         "__main__",
     }
 )
-PER_EVALUATION = ("HOME", "TMPDIR")  # set per evaluation, so never read as it loads
+# set per evaluation (a module that loads reads none of them: revtree's own, the folders)
+PER_EVALUATION = ("HOME", "TMPDIR")
+OURS = "REVTREE_"  # the node, stage, repeat and seed of each evaluation
 FILES = 16  # Python files read per request, at most (the first in name order)
 FILE_MAX = 64 * 1024  # bytes of one file parsed, at most
 SCAN_MAX = 4096  # entries of the request's folder looked at, at most
@@ -68,7 +71,13 @@ ROOTS = tuple(
     for p in {sysconfig.get_path(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")}
     if p
 )
-STARTED = {k: v for k, v in os.environ.items() if k not in PER_EVALUATION}
+
+
+def _kept(env: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in env.items() if k not in PER_EVALUATION and not k.startswith(OURS)}
+
+
+STARTED = _kept(dict(os.environ))
 LOADED: list[str] = []  # what this process loaded ahead, in order
 _tried: set[str] = set()
 _parsed: dict[bytes, frozenset[str]] = {}
@@ -91,8 +100,9 @@ def imports(source: bytes) -> frozenset[str]:
 
 
 def same_env(env: dict[str, str]) -> bool:
-    """Whether ``env`` is this process's start environment, but for ``PER_EVALUATION``."""
-    return {k: v for k, v in env.items() if k not in PER_EVALUATION} == STARTED
+    """Whether ``env`` is this process's start environment, but for what is set per
+    evaluation (``PER_EVALUATION``, and revtree's own ``REVTREE_*``)."""
+    return _kept(env) == STARTED
 
 
 def qualifies(name: str, folders: tuple[str, ...]) -> bool:

@@ -5,6 +5,7 @@ workspace has some, a module's output as it loads, the environment it was given)
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 
@@ -32,6 +33,8 @@ print(json.dumps({"ahead": ahead, "draw": evaluator.evaluate("x"),
                   "forked": b"zygote.py" in open("/proc/self/cmdline", "rb").read()}))
 """
 
+NODES = itertools.count()
+
 
 @pytest.fixture
 def sandbox(tmp_path, monkeypatch):
@@ -42,8 +45,11 @@ def sandbox(tmp_path, monkeypatch):
 
 
 def run(box: LocalSandbox, files: dict[str, str], env: dict[str, str] | None = None) -> ExecResult:
+    """Run ``probe.py`` as the evaluator runs an evaluation: with revtree's variables,
+    which differ per evaluation (``REVTREE_NODE``, ...)."""
     archive = archive_of({k: v.encode() for k, v in files.items()})
-    request = ExecRequest(archive, "python probe.py", Limits(timeout=60), env=env or {})
+    ours = {"REVTREE_NODE": str(next(NODES)), "REVTREE_STAGE": "full", "REVTREE_SEED": "42"}
+    request = ExecRequest(archive, "python probe.py", Limits(timeout=60), env=ours | (env or {}))
     result = box.execute(request)
     assert result.exit_code == 0, result.stderr
     return result
@@ -99,8 +105,9 @@ def test_hostile_files_beside_the_script_cost_the_server_nothing(sandbox):
         "bytes.py": "\udcff",  # not UTF-8 once encoded with surrogates below
     }
     archive = archive_of({k: v.encode("utf-8", "surrogateescape") for k, v in files.items()})
-    for _ in range(3):
-        r = sandbox.execute(ExecRequest(archive, "python probe.py", Limits(timeout=60)))
+    for i in range(3):
+        env = {"REVTREE_NODE": str(i)}
+        r = sandbox.execute(ExecRequest(archive, "python probe.py", Limits(timeout=60), env=env))
         assert r.exit_code == 0, r.stderr
     assert seen(r)["ahead"] and seen(r)["forked"], r.stdout
 
