@@ -12,7 +12,8 @@ imports the modules they name that qualify:
   or of a package in ``PACKAGES`` (numerical libraries whose load depends on neither
   the folder nor the time, and whose forks are safe: numpy's global generator is
   reseeded in each fork, ``reseed``), with what such a package loads only as it is
-  first touched (``LAZY``: ``numpy.random`` took 13 ms of each fork that drew a number);
+  first touched (``LAZY``: ``numpy.random`` took 13 ms of each fork that drew a number,
+  and OpenEvolve's example evaluators time each trial out with a ``ThreadPoolExecutor``);
 - found by the server's own search path in its interpreter's standard library or
   site-packages (``ROOTS``), never in a folder an evaluation can write;
 - not named like a file or folder of the request's folder or its script's (a fresh
@@ -39,7 +40,10 @@ import sysconfig
 
 PACKAGES = frozenset({"numpy", "scipy", "pandas", "sympy", "networkx"})
 # what a package loads only as it is first touched, and evaluations touch often
-LAZY = {"numpy": ("numpy.random", "numpy.fft")}
+LAZY = {
+    "numpy": ("numpy.random", "numpy.fft"),
+    "concurrent.futures": ("concurrent.futures.thread",),  # OpenEvolve's timeouts
+}
 ANTICS = frozenset(
     {
         "__hello__",
