@@ -82,8 +82,8 @@ class Forked:
         self._status, self._lines = status, lines
 
     def exit_fd(self) -> int:
-        """A descriptor readable once the supervisor has exited (its status socket: its
-        last line, then the end, come as it exits)."""
+        """A descriptor readable once the command's tree is dead (its status socket: the
+        supervisor's last line, or the end where it was killed)."""
         return self._status.fileno()
 
     def close(self) -> None:
@@ -93,16 +93,16 @@ class Forked:
 
     def wait(self) -> int:
         """The command's exit code, or minus the signal that killed it (``SIGKILL``
-        where the supervisor was killed before it could tell)."""
-        data = b""
+        where the supervisor was killed before it could tell). Read from its status
+        line, not at its exit: the supervisor says it once its command's tree is dead."""
+        line = b""
         with contextlib.suppress(OSError):
-            data = self._lines.read()
+            while (line := self._lines.readline()) and not line.startswith(b"S"):
+                pass
         self.close()
-        line = next((x for x in data.split(b"\n") if x.startswith(b"S")), None)
-        if line is None:
+        if not line.startswith(b"S"):
             return -signal.SIGKILL
-        st = int(line[1:])
-        return os.waitstatus_to_exitcode(st)
+        return os.waitstatus_to_exitcode(int(line[1:]))
 
 
 class _Server:

@@ -16,9 +16,10 @@ Requests come on CONTROL_FD (an ``AF_UNIX`` ``SOCK_SEQPACKET`` socket): one JSON
 (``cwd``, ``env``, ``memory``, ``cpu``, ``command``, ``script``) with four descriptors:
 the command's stdout and stderr, its metrics file (descriptor 3 in the command) and a
 status socket. The forked supervisor writes ``P<pid>`` on the status socket once it is
-bound to this process, and ``S<wait status>`` when every descendant is dead, then exits
-as the command did. The client reads a closed status socket with no ``S`` as a
-supervisor killed (``SIGKILL``).
+bound to this process, and ``S<wait status>`` when every descendant is dead (its copies
+of the command's pipes closed first, so that they end then too), then exits as the
+command did. The client reads a closed status socket with no ``S`` as a supervisor
+killed (``SIGKILL``).
 
 ``script`` (a list: ``[path, *args]``) asks the command's process to run a Python
 script itself, as ``python path args`` would (``__main__``, ``sys.argv``,
@@ -347,6 +348,9 @@ def _serve(
         )
         if script and st is not None:
             st = _as_shell(st)
+        # the command's tree is dead: its pipes end (and its status is told) now, not
+        # once this process has unmapped what it inherited (1-2 ms with numpy loaded)
+        os.closerange(0, supervise.METRICS_FD + 1)
         if st is not None:
             os.write(status_fd, b"S%d\n" % st)
         supervise._exit_as(st)
