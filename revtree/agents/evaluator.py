@@ -52,6 +52,7 @@ from revtree.sandboxes.base import (
     Warmed,
     archive_of,
 )
+from revtree.sandboxes.zygote_preload import module_imports
 from revtree.tasks.names import matches
 from revtree.tasks.spec import TaskSpec
 
@@ -131,6 +132,7 @@ class Evaluator:
     ) -> None:
         self.spec, self.sandbox, self.log_dir = spec, sandbox, log_dir
         self.protected = dict(protected or {})
+        self.imports = module_imports(self.protected)  # for a backend to load ahead
         self.prepared = Prepared()
         sb = spec.sandbox
         self.base_env = {**{k: os.environ[k] for k in sb.pass_env if k in os.environ}, **sb.env}
@@ -209,7 +211,7 @@ class Evaluator:
         hides = grade is not None and grade.hides_stage
         request = ExecRequest(
             archive, command, self._limits(timeout), run_env(env, hides), dict(labels or {}),
-            outputs,
+            outputs, () if grade else self.imports,  # (a run step runs the candidate's own)
         )  # fmt: skip
         run = self.sandbox.execute(request, cancel)
         steps = [_Step("run step" if grade else "", command, run)]
@@ -233,6 +235,7 @@ class Evaluator:
             self._limits(grade.timeout),
             {**env, "REVTREE_OUTPUTS": OUTPUTS},
             {**(labels or {}), "revtree.step": "grade"},
+            imports=self.imports,
         )
         graded = self.sandbox.execute(request, cancel)
         steps.append(_Step("grade step", grade.command, graded))

@@ -65,6 +65,9 @@ class ExecRequest:
     env: Mapping[str, str] = field(default_factory=dict)
     labels: Mapping[str, str] = field(default_factory=dict)
     outputs: tuple[str, ...] = ()  # globs of workspace files to copy out afterwards
+    # what the task's own evaluator files import as they load (``zygote_preload``): a
+    # backend may load it ahead (the local fork server does, once for every later fork)
+    imports: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

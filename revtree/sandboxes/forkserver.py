@@ -178,9 +178,18 @@ class ForkServer:
         weakref.finalize(self, self._server.stop)  # a sandbox dropped unclosed
 
     def spawn(
-        self, cwd: Path, env: Mapping[str, str], fd: int, memory: int, cpu: int, command: str
+        self,
+        cwd: Path,
+        env: Mapping[str, str],
+        fd: int,
+        memory: int,
+        cpu: int,
+        command: str,
+        imports: tuple[str, ...] = (),
     ) -> Forked | None:
-        """Start ``command`` under a supervisor forked by the server; None if it cannot."""
+        """Start ``command`` under a supervisor forked by the server; None if it cannot.
+        ``imports``: what the task's own evaluator files import as they load, which the
+        server may load ahead for the later forks (``zygote_preload``)."""
         env = {k: v for k, v in env.items() if k != PARENT_ENV}  # bound to the server instead
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
@@ -197,6 +206,7 @@ class ForkServer:
                     "cpu": cpu,
                     "command": command,
                     "script": script_of(command, env, server.started),
+                    "imports": list(imports),
                 }
                 socket.send_fds(
                     control, [json.dumps(header).encode()], [out_w, err_w, fd, theirs.fileno()]

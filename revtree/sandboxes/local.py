@@ -392,7 +392,8 @@ def _run(
 ) -> ExecResult:
     command, limits = request.command, request.limits
     if forks is not None and how.preexec is None:
-        proc: Any = forks.spawn(how.cwd, how.env, how.pass_fds[0], *_caps(limits), command)
+        fd, imports = how.pass_fds[0], request.imports
+        proc: Any = forks.spawn(how.cwd, how.env, fd, *_caps(limits), command, imports)
     else:
         proc = None
     start = time.monotonic()  # a fork server that did not answer spends none of the timeout

@@ -221,7 +221,7 @@ def _shadows(folder: str) -> bool:
         entries = os.listdir(folder)
     except OSError:
         return True
-    return any(e.removesuffix(".py") in loaded for e in entries)
+    return any(e.partition(".")[0] in loaded for e in entries)  # a source, a .pyc, a .so
 
 
 def _bind(control: int, zygote: int) -> None:
@@ -408,7 +408,7 @@ def main(control: int) -> None:
                     os._exit(127)
         for fd in fds:
             os.close(fd)
-        if zygote_preload.learn(header):  # what its files import, for the next forks
+        if zygote_preload.learn(header):  # what the task's files import, for the next forks
             gc.freeze()
         spare = _spare(control, me)  # no request's descriptor is open here now
 

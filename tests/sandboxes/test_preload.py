@@ -1,20 +1,22 @@
-"""The fork server loads ahead what an evaluation's files import (``zygote_preload``):
-an evaluator's numpy is loaded once, not in each fresh process, and each evaluation
-still sees what a fresh Python would (its own random draws, its own modules where the
-workspace has some, a module's output as it loads, the environment it was given)."""
+"""The fork server loads ahead what the task's own evaluator files import as they load
+(``zygote_preload``): an evaluator's numpy is loaded once, not in each fresh process,
+and each evaluation still sees what a fresh Python would (its own random draws, its own
+modules where the workspace has some, a module's output as it loads, the environment it
+was given); a candidate names nothing that later evaluations get."""
 
 from __future__ import annotations
 
 import itertools
 import json
-import os
+import py_compile
+import time
 
 import pytest
 
 from revtree.sandboxes import ExecRequest, ExecResult, Limits
 from revtree.sandboxes.base import archive_of
 from revtree.sandboxes.local import LocalSandbox
-from revtree.sandboxes.zygote_preload import imports, qualifies
+from revtree.sandboxes.zygote_preload import module_imports, qualifies
 
 pytest.importorskip("numpy")
 
@@ -32,7 +34,7 @@ import evaluator
 print(json.dumps({"ahead": ahead, "draw": evaluator.evaluate("x"),
                   "forked": b"zygote.py" in open("/proc/self/cmdline", "rb").read()}))
 """
-
+FILES = {"probe.py": PROBE, "evaluator.py": EVALUATOR}
 NODES = itertools.count()
 
 
@@ -44,12 +46,23 @@ def sandbox(tmp_path, monkeypatch):
     box.close()
 
 
-def run(box: LocalSandbox, files: dict[str, str], env: dict[str, str] | None = None) -> ExecResult:
+def run(
+    box: LocalSandbox,
+    files: dict[str, str | bytes],
+    env: dict[str, str] | None = None,
+    imports: tuple[str, ...] | None = None,
+) -> ExecResult:
     """Run ``probe.py`` as the evaluator runs an evaluation: with revtree's variables,
-    which differ per evaluation (``REVTREE_NODE``, ...)."""
-    archive = archive_of({k: v.encode() for k, v in files.items()})
+    which differ per evaluation (``REVTREE_NODE``, ...), and what ``evaluator.py`` (the
+    task's file here) imports as it loads."""
+    data = {k: v if isinstance(v, bytes) else v.encode() for k, v in files.items()}
+    if imports is None:
+        imports = module_imports({k: v for k, v in data.items() if k == "evaluator.py"})
     ours = {"REVTREE_NODE": str(next(NODES)), "REVTREE_STAGE": "full", "REVTREE_SEED": "42"}
-    request = ExecRequest(archive, "python probe.py", Limits(timeout=60), env=ours | (env or {}))
+    request = ExecRequest(
+        archive_of(data), "python probe.py", Limits(timeout=60), ours | (env or {}),
+        imports=imports,
+    )  # fmt: skip
     result = box.execute(request)
     assert result.exit_code == 0, result.stderr
     return result
@@ -60,8 +73,7 @@ def seen(result: ExecResult) -> dict:
 
 
 def test_an_evaluators_numpy_is_loaded_once_and_each_fork_draws_its_own_numbers(sandbox):
-    files = {"probe.py": PROBE, "evaluator.py": EVALUATOR}
-    runs = [seen(run(sandbox, files)) for _ in range(4)]
+    runs = [seen(run(sandbox, FILES)) for _ in range(4)]
     assert all(r["forked"] for r in runs), runs  # (else nothing here was tested)
     assert not runs[0]["ahead"]  # the first evaluation loads it itself, as ever
     assert all(r["ahead"] for r in runs[1:]), runs
@@ -69,58 +81,110 @@ def test_an_evaluators_numpy_is_loaded_once_and_each_fork_draws_its_own_numbers(
     assert len(set(draws)) == len(draws), draws  # numpy's global generator reseeded
 
 
-def test_a_workspace_module_named_like_a_package_is_the_one_imported(sandbox):
-    files = {
-        "probe.py": "import numpy\nprint(numpy.WHO)\n",
-        "numpy.py": "WHO = 'workspace'\n",
-    }
-    outs = [run(sandbox, files).stdout for _ in range(3)]
+def test_what_a_candidates_own_file_imports_is_not_loaded_for_the_next(sandbox):
+    """The names come from the task's files as the orchestrator read them, never from
+    the workspace: a candidate's program that imports numpy names nothing ahead."""
+    runs = [seen(run(sandbox, FILES, imports=())) for _ in range(3)]
+    assert all(r["forked"] and not r["ahead"] for r in runs), runs
+
+
+@pytest.mark.parametrize("shadow", ["csv.py", "csv.pyc", "csv"])
+def test_a_workspace_module_named_like_a_loaded_one_is_the_one_imported(sandbox, tmp_path, shadow):
+    """A source, bytecode or a package of the workspace wins over the standard
+    library's, first evaluation or later, as in a fresh Python."""
+    src = tmp_path / "csv_src.py"
+    src.write_text("WHO = 'workspace'\n")
+    if shadow == "csv.pyc":
+        py_compile.compile(str(src), cfile=str(tmp_path / "csv.pyc"), doraise=True)
+        mine: dict[str, str | bytes] = {"csv.pyc": (tmp_path / "csv.pyc").read_bytes()}
+    elif shadow == "csv":
+        mine = {"csv/__init__.py": "WHO = 'workspace'\n"}
+    else:
+        mine = {"csv.py": "WHO = 'workspace'\n"}
+    files = {"probe.py": "import csv\nprint(csv.WHO)\n", **mine}
+    outs = [run(sandbox, files, imports=("csv",)).stdout for _ in range(3)]
     assert outs == ["workspace\n"] * 3, outs
 
 
-def test_a_module_that_acts_as_it_loads_is_never_loaded_ahead(sandbox):
-    """``this`` prints as it loads: each evaluation prints it, as a fresh Python does."""
-    files = {"probe.py": "import this\n"}
-    outs = [run(sandbox, files).stdout for _ in range(3)]
-    assert all(out.startswith("The Zen of Python") for out in outs), outs
+def test_a_module_that_warns_or_prints_as_it_loads_does_so_in_each_evaluation(sandbox):
+    """``this`` prints as it loads and is never loaded ahead; ``cgi`` is deprecated (it
+    warns as it loads, where warnings show): each evaluation says what a fresh Python
+    says."""
+    zen = {"probe.py": "import this\n"}
+    assert all(
+        run(sandbox, zen, imports=("this",)).stdout.startswith("The Zen of Python")
+        for _ in range(3)
+    )
+    cgi = {"probe.py": "import warnings\nwarnings.simplefilter('default')\nimport cgi\n"}
+    errs = [run(sandbox, cgi, imports=("cgi",)).stderr for _ in range(3)]
+    assert all("DeprecationWarning" in e for e in errs), errs
 
 
 def test_an_evaluation_with_another_environment_loads_its_own(sandbox):
     """Once numpy is loaded ahead for one environment, an evaluation given another one
     starts cold and loads numpy itself (it may read that environment as it loads)."""
-    files = {"probe.py": PROBE, "evaluator.py": EVALUATOR}
     for _ in range(2):
-        run(sandbox, files, {"OPENBLAS_NUM_THREADS": "1"})
-    assert seen(run(sandbox, files, {"OPENBLAS_NUM_THREADS": "1"}))["ahead"]
-    other = seen(run(sandbox, files, {"OPENBLAS_NUM_THREADS": "2"}))
+        run(sandbox, FILES, {"OPENBLAS_NUM_THREADS": "1"})
+    assert seen(run(sandbox, FILES, {"OPENBLAS_NUM_THREADS": "1"}))["ahead"]
+    other = seen(run(sandbox, FILES, {"OPENBLAS_NUM_THREADS": "2"}))
     assert not other["ahead"] and not other["forked"], other
 
 
-def test_hostile_files_beside_the_script_cost_the_server_nothing(sandbox):
-    files = {
-        "probe.py": PROBE,
-        "evaluator.py": EVALUATOR,
-        "deep.py": "x = " + "(" * 100_000 + ")" * 100_000 + "\n",
-        "big.py": "import numpy\n" + "#" * 200_000 + "\n",
-        "bytes.py": "\udcff",  # not UTF-8 once encoded with surrogates below
-    }
-    archive = archive_of({k: v.encode("utf-8", "surrogateescape") for k, v in files.items()})
-    for i in range(3):
-        env = {"REVTREE_NODE": str(i)}
-        r = sandbox.execute(ExecRequest(archive, "python probe.py", Limits(timeout=60), env=env))
-        assert r.exit_code == 0, r.stderr
-    assert seen(r)["ahead"] and seen(r)["forked"], r.stdout
+INTERRUPT = """\
+import os, signal, time
+def stat(pid):
+    return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+server = os.getpid()
+while b"zygote.py" in open(f"/proc/{stat(server)[1]}/cmdline", "rb").read():
+    server = int(stat(server)[1])
+time.sleep(0.01)  # the server is loading numpy now (a load takes 50-100 ms here)
+os.kill(server, signal.SIGINT)
+print("sent")
+"""
 
 
-def test_what_qualifies():
-    assert imports(b"import numpy as np\nfrom scipy.optimize import x\n") == {
+def test_a_candidate_that_interrupts_the_server_as_it_loads_costs_no_later_evaluation(
+    sandbox,
+):
+    """The server loads numpy right after it hands this request on: a SIGINT then must
+    not leave numpy half loaded for every later fork."""
+    hit = run(sandbox, {"probe.py": INTERRUPT, "evaluator.py": EVALUATOR})
+    assert hit.stdout == "sent\n"
+    time.sleep(0.5)
+    runs = [seen(run(sandbox, FILES)) for _ in range(3)]
+    assert all(isinstance(r["draw"], float) for r in runs), runs
+
+
+def test_what_the_task_imports_as_it_loads(tmp_path):
+    source = b"""\
+import numpy as np
+from scipy.optimize import minimize
+from . import near
+try:
+    import json
+except ImportError:
+    json = None
+if True:
+    import csv
+class K:
+    import heapq
+
+def f():
+    import sqlite3
+
+async def g():
+    import asyncio
+"""
+    assert module_imports({"evaluator.py": source, "data.txt": b"import os"}) == (
+        "csv",
+        "heapq",
+        "json",
         "numpy",
         "scipy.optimize",
-    }
-    assert imports(b"def f():\n    import json\nfrom . import near\n") == {"json"}
-    assert imports(b"def (:\n") == frozenset()
-    here = os.path.dirname(__file__)
+    )
+    assert module_imports({"broken.py": b"def (:\n"}) == ()
     assert qualifies("json", ()) and qualifies("numpy", ())
-    assert not qualifies("this", ()) and not qualifies("antigravity", ())
+    assert not qualifies("this", ()) and not qualifies("multiprocessing", ())
     assert not qualifies("revtree", ())  # neither the standard library nor a listed package
-    assert not qualifies("conftest", (here,))
+    (tmp_path / "json.cpython-311-x86_64-linux-gnu.so").write_bytes(b"")
+    assert not qualifies("json", (str(tmp_path),))  # the folder's would be imported
