@@ -193,11 +193,17 @@ def _run_script(
 
         atexit._run_exitfuncs()
         # as Python's own shutdown: the script's modules are cleared, so that files left
-        # open are flushed and closed (descriptor 3's metrics too) and __del__ runs
+        # open are flushed and closed (descriptor 3's metrics too) and __del__ runs; as
+        # it clears them, names are set to None (``_``-names first), not removed: a late
+        # callback (logging's handler refs) then finds None, never a NameError on stderr
         for name in reversed([n for n in sys.modules if n not in before or n == "__main__"]):
             module = sys.modules.get(name)
             if module is not None:
-                module.__dict__.clear()
+                names = vars(module)
+                for first in (True, False):
+                    for key in [k for k in names if k != "__builtins__"]:
+                        if not first or (str(key)[:1] == "_" and str(key)[:2] != "__"):
+                            names[key] = None
         import gc
 
         gc.collect()

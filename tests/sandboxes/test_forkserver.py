@@ -306,6 +306,28 @@ def test_a_traceback_shows_the_scripts_frames_only(tmp_path, monkeypatch):
     ]
 
 
+LOGS = """\
+import logging, logging.handlers
+logging.basicConfig()
+logging.getLogger().addHandler(logging.handlers.MemoryHandler(10))
+logging.getLogger("eval").warning("scored")
+"""
+
+
+def test_a_script_that_logs_ends_with_the_stderr_of_a_fresh_python(tmp_path, monkeypatch):
+    """The fork's shutdown clears the script's modules as Python's does (names set to
+    None): logging's late handler callbacks once printed a NameError traceback on the
+    stderr of every forked evaluation that logged, which the agents read."""
+    errs = {}
+    for warm in (True, False):
+        sandbox = box(tmp_path, monkeypatch, warm)
+        try:
+            errs[warm] = [run(sandbox, {"l.py": LOGS}, "python l.py").stderr for _ in range(2)]
+        finally:
+            sandbox.close()
+    assert errs[True] == errs[False] == ["WARNING:eval:scored\n"] * 2, errs
+
+
 def test_a_workspace_module_named_like_a_loaded_one_is_imported_as_cold(tmp_path, monkeypatch):
     files = {"json.py": "WHO = 'workspace'\n", "m.py": "import json\nprint(json.WHO)\n"}
     sandbox = box(tmp_path, monkeypatch, True)
