@@ -50,6 +50,10 @@ from revtree.orchestrator.wiring import Parts
 State = dict[str, Any]  # the graph state (``pipeline.CandidateState``)
 Picked = tuple[Selection | None, dict[str, Any], str | None]  # choice, policy state before, note
 DIFF_LINES = 60  # of a candidate's diff, shown in the live log when it waits for approval
+# seconds: where a run's evaluations take less, the next candidate starts as one is
+# launched, not once its process runs (its preparation, not the launch, is then
+# what the next evaluation waits for)
+QUICK = 0.1
 
 
 class Steps:
@@ -66,6 +70,7 @@ class Steps:
         beside = contains(parts.sandbox) and parts.spec.search.approve != "evaluate"
         self.beside = Beside(beside and bool(parts.agents.reviewers))
         self.chain = Chain(parts.chained())  # the next candidate beside an evaluation
+        self.quick = False  # the last evaluation ran under QUICK seconds a run
         if self.agents.context is not None:  # a prompt that waits for a score held
             self.agents.context.tell_waits(self.chain.prepared)
 
@@ -381,8 +386,10 @@ class Steps:
         begin = functools.partial(self._evaluating, node, state["ticket"])
         staged = self.p.evaluator.staged(archive, done, begin)  # unpacked while it waits
         with staged as later, self.p.slots.turns(self.chain.on) as turns:  # parallel 1: per run
-            if not later:  # else as its first run's process starts: the next one waits
-                begin()  # for that (two cores: the next one's proposal slows its start)
+            # else as its first run's process starts: the next one waits for that (two
+            # cores: its proposal slows the start), but where evaluations are quick
+            if not later or self.quick:
+                begin()
             with self.beside.dropped_on_error(key), self.chain.readied(state["ticket"]):
                 outcome = self.p.evaluator.evaluate(
                     node.id,
@@ -395,6 +402,8 @@ class Steps:
                     {"revtree.run": self.run_id, "revtree.node": str(node.id)},
                     turns.run,
                 )
+        if outcome.n_evals:
+            self.quick = outcome.sandbox_seconds / outcome.n_evals < QUICK
         if node.id == 0 and not outcome.ok:
             raise BaselineFailed(outcome.error or "no score")
         return self._reviewed_beside(node, outcome)
