@@ -79,33 +79,22 @@ PROGRAM = "# EVOLVE-BLOCK-START\nA = 0.0\n# EVOLVE-BLOCK-END\n\n\ndef value():\n
 EVALUATOR = """\
 import importlib.util
 import time
-
+{imports}
 
 def evaluate(program_path):
     time.sleep({sleep})
     spec = importlib.util.spec_from_file_location("p", program_path)
     p = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(p)
-    return {{"combined_score": -((p.value() - 3.0) ** 2){noise}}}
+    return {{"combined_score": {score}{noise}}}
 """
 NOISE = " + __import__('random').gauss(0, {sigma})"  # --noise: a noisy evaluator
-# --evaluator numpy: as OpenEvolve's own examples write theirs, numpy at the top
-NUMPY_EVALUATOR = """\
-import importlib.util
-import time
-
-import numpy as np
-
-
-def evaluate(program_path):
-    time.sleep({sleep})
-    spec = importlib.util.spec_from_file_location("p", program_path)
-    p = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(p)
-    x = np.array([p.value()])
-    return {{"combined_score": float(-np.sum((x - 3.0) ** 2)){noise}}}
-"""
-EVALUATORS = {"plain": EVALUATOR, "numpy": NUMPY_EVALUATOR}
+# the evaluator's imports and score: the standard library only, or (--evaluator numpy)
+# as OpenEvolve's own examples write theirs, numpy at the top
+EVALUATORS = {
+    "plain": ("", "-((p.value() - 3.0) ** 2)"),
+    "numpy": ("\nimport numpy as np\n", "float(-np.sum((np.array([p.value()]) - 3.0) ** 2))"),
+}
 CONFIG = """\
 max_iterations: {n}
 random_seed: 42
@@ -236,7 +225,10 @@ def make_folder(
     root.mkdir(parents=True)
     (root / "initial_program.py").write_text(PROGRAM)
     noisy = NOISE.format(sigma=noise) if noise else ""
-    (root / "evaluator.py").write_text(EVALUATORS[evaluator].format(sleep=sleep, noise=noisy))
+    imports, score = EVALUATORS[evaluator]
+    (root / "evaluator.py").write_text(
+        EVALUATOR.format(imports=imports, sleep=sleep, score=score, noise=noisy)
+    )
     (root / "config.yaml").write_text(CONFIG.format(n=n, k=k, url=url))
     return root
 

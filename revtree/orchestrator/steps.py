@@ -15,7 +15,6 @@ scheduler reads it (``failure_of``) when the candidate's thread ends.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import time
 from collections.abc import Callable
 from typing import Any
@@ -51,8 +50,7 @@ State = dict[str, Any]  # the graph state (``pipeline.CandidateState``)
 Picked = tuple[Selection | None, dict[str, Any], str | None]  # choice, policy state before, note
 DIFF_LINES = 60  # of a candidate's diff, shown in the live log when it waits for approval
 # seconds: where a run's evaluations take less, the next candidate starts as one is
-# launched, not once its process runs (its preparation, not the launch, is then
-# what the next evaluation waits for)
+# launched (its preparation, not the launch, is what the next evaluation waits for)
 QUICK = 0.1
 
 
@@ -383,12 +381,18 @@ class Steps:
         assert node.commit is not None
         self.chain.prepared(state["ticket"])  # reviewed: the outcome before it may be recorded
         archive = self.p.git.archive(node.commit, self.p.overlay)
-        begin = functools.partial(self._evaluating, node, state["ticket"])
+        said: list[bool] = []
+
+        def begin() -> None:  # once: where the launch begins, or as its process runs
+            if not said:
+                said.append(True)
+                self._evaluating(node, state["ticket"])
+
         staged = self.p.evaluator.staged(archive, done, begin)  # unpacked while it waits
         with staged as later, self.p.slots.turns(self.chain.on) as turns:  # parallel 1: per run
             # else as its first run's process starts: the next one waits for that (two
             # cores: its proposal slows the start), but where evaluations are quick
-            if not later or self.quick:
+            if not later or (self.quick and self.chain.on):
                 begin()
             with self.beside.dropped_on_error(key), self.chain.readied(state["ticket"]):
                 outcome = self.p.evaluator.evaluate(
@@ -402,7 +406,7 @@ class Steps:
                     {"revtree.run": self.run_id, "revtree.node": str(node.id)},
                     turns.run,
                 )
-        if outcome.n_evals:
+        if outcome.ok and outcome.n_evals:  # (a candidate that crashes at once says nothing)
             self.quick = outcome.sandbox_seconds / outcome.n_evals < QUICK
         if node.id == 0 and not outcome.ok:
             raise BaselineFailed(outcome.error or "no score")

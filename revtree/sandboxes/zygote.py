@@ -146,6 +146,9 @@ def _run_script(
     """Run ``python argv[0] argv[1:]`` in this process and exit as that would
     (``ready``: its source as read and compiled by the server, if it is unchanged)."""
     code, before = 0, set[str]()
+    main: types.ModuleType | None = None
+    program: types.CodeType | None = None
+    error: BaseException | None = None
     try:
         _python_signals()
         prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
@@ -184,6 +187,7 @@ def _run_script(
         error = error.with_traceback(tb.tb_next if tb is not None else None)  # the script's
         sys.excepthook(type(error), error, error.__traceback__)
         code = -signal.SIGINT if isinstance(error, KeyboardInterrupt) else 1
+    main = program = error = None  # the script's, let go (its module lives where it does)
     try:
         # joins non-daemon threads, as Python's shutdown does: only where the script
         # imported threading (importing it here cost each evaluation 1-2 ms)
@@ -192,30 +196,58 @@ def _run_script(
         import atexit
 
         atexit._run_exitfuncs()
-        # as Python's own shutdown: the script's modules are cleared, so that files left
-        # open are flushed and closed (descriptor 3's metrics too) and __del__ runs; as
-        # it clears them, names are set to None (``_``-names first), not removed: a late
-        # callback (logging's handler refs) then finds None, never a NameError on stderr
-        for name in reversed([n for n in sys.modules if n not in before or n == "__main__"]):
-            module = sys.modules.get(name)
-            if module is not None:
-                names = vars(module)
-                for first in (True, False):
-                    for key in [k for k in names if k != "__builtins__"]:
-                        if not first or (str(key)[:1] == "_" and str(key)[:2] != "__"):
-                            names[key] = None
-        import gc
-
-        gc.collect()
-        for f in (sys.stdout, sys.stderr):
-            f.flush()
+        _finalize(before)
     except BaseException:
         pass
+    for f in (sys.stdout, sys.stderr):
+        try:  # noqa: SIM105  (contextlib is not loaded here)
+            f.flush()
+        except BaseException:
+            pass
     if code == -signal.SIGINT:  # as Python does: an uncaught KeyboardInterrupt dies by it
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGINT)
         code = 128 + signal.SIGINT
     os._exit(code)
+
+
+def _finalize(before: set[str]) -> None:
+    """The script's modules (those not in ``before``, and ``__main__``) finalized as
+    Python's shutdown finalizes modules (3.11's ``finalize_modules``), so that files left
+    open are flushed and closed (descriptor 3's metrics too) and ``__del__`` runs: the
+    files a module holds are flushed, each module is set to None in ``sys.modules`` and
+    dropped, the garbage is collected while their names are intact (a ``__del__`` may
+    still use them), and what is still alive is cleared as ``_PyModule_ClearDict``
+    clears it: names set to None, ``_``-names first (a late callback, logging's handler
+    refs, then finds None, not a NameError)."""
+    import gc
+    import weakref
+
+    alive = []
+    for name in reversed([n for n in sys.modules if n not in before or n == "__main__"]):
+        module = sys.modules.get(name)
+        for value in list(getattr(module, "__dict__", {}).values()):
+            if isinstance(value, io.IOBase) and not value.closed:  # (its own files first:
+                try:  # noqa: SIM105  a file in a collected cycle can lose its buffer)
+                    value.flush()
+                except Exception:
+                    pass
+        sys.modules[name] = None  # type: ignore[assignment]
+        try:  # noqa: SIM105  (contextlib is not loaded here)
+            alive.append(weakref.ref(module))
+        except TypeError:  # (None, or an object a module put there)
+            pass
+        del sys.modules[name]
+    module = value = None  # (no last reference kept here)
+    gc.collect()
+    for ref in alive:
+        names = getattr(ref(), "__dict__", None)
+        if isinstance(names, dict):
+            for first in (True, False):
+                for key in [k for k in names if k != "__builtins__"]:
+                    if not first or (str(key)[:1] == "_" and str(key)[:2] != "__"):
+                        names[key] = None
+    gc.collect()
 
 
 def _shadows(folder: str) -> bool:
@@ -227,7 +259,12 @@ def _shadows(folder: str) -> bool:
         entries = os.listdir(folder)
     except OSError:
         return True
-    return any(e.partition(".")[0] in loaded for e in entries)  # a source, a .pyc, a .so
+    return any(e.partition(".")[0] in loaded for e in entries if _module_like(e))
+
+
+def _module_like(entry: str) -> bool:
+    """A source, bytecode, an extension, or a folder (a package), by its name."""
+    return "." not in entry or entry.endswith(zygote_preload.SUFFIXES[1:])
 
 
 def _bind(control: int, zygote: int) -> None:

@@ -25,10 +25,11 @@ later ones get. After handing a request on, the server imports those that qualif
   ``_SEED``): a module may read it as it loads. Once anything is loaded, a request with
   another environment runs cold (``same_env``).
 
-An import runs with the stopping signals blocked (a candidate may signal the server: a
-package half loaded would fail in every later fork); one that fails or warns is undone
-(what it added to ``sys.modules`` dropped: a fork imports it itself, and says what a
-fresh Python would) and not tried again. Standard library only, as the server: in the
+Each is imported first in a throwaway fork (``_trial``): one that fails, exits, prints,
+shows a warning or loads a module of ``NOT_AHEAD`` is left to each evaluation to
+import itself, as a fresh Python would, and not tried again. The import here then runs
+with the stopping signals blocked (a candidate may signal the server: a package half
+loaded would fail in every later fork). Standard library only, as the server: in the
 server this file is a module beside it, which a fork forgets, as it forgets
 ``supervise``.
 """
@@ -39,6 +40,7 @@ import ast
 import importlib
 import importlib.machinery
 import importlib.util
+import io
 import os
 import re
 import signal
@@ -100,7 +102,7 @@ _tried: set[str] = set()
 def module_imports(files: Mapping[str, bytes]) -> tuple[str, ...]:
     """The absolute names that the Python files among ``files`` (path -> source) import
     as they load: their module-level imports, those in the branches and class bodies
-    that run then included, a function's not; sorted. A file that does not parse names
+    that run then included (``_at_load``); sorted. A file that does not parse names
     none."""
     names: set[str] = set()
     for path, source in files.items():
@@ -119,17 +121,32 @@ def module_imports(files: Mapping[str, bytes]) -> tuple[str, ...]:
 
 
 def _at_load(body: Iterable[ast.stmt]) -> Iterator[ast.stmt]:
-    """The statements of ``body`` that run as its module loads (not in a function)."""
+    """The statements of ``body`` that run as its module loads: not in a function, an
+    ``except`` fallback, an ``if TYPE_CHECKING:`` or an ``if __name__ == "__main__":``
+    (a file imported as a module, as an evaluator is)."""
     for node in body:
         yield node
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             continue
-        for field in ("body", "orelse", "finalbody", "handlers", "cases"):
+        if isinstance(node, ast.If) and _skipped(node.test):
+            yield from _at_load(node.orelse)
+            continue
+        for field in ("body", "orelse", "finalbody", "cases"):
             for child in getattr(node, field, ()):
                 if isinstance(child, ast.stmt):
                     yield from _at_load([child])
-                elif isinstance(child, (ast.ExceptHandler, ast.match_case)):
+                elif isinstance(child, ast.match_case):
                     yield from _at_load(child.body)
+
+
+def _skipped(test: ast.expr) -> bool:
+    """``TYPE_CHECKING`` (``typing.TYPE_CHECKING``) or ``__name__ == "__main__"``."""
+    if isinstance(test, ast.Name | ast.Attribute):
+        return ast.unparse(test).endswith("TYPE_CHECKING")
+    return (
+        isinstance(test, ast.Compare)
+        and ast.unparse(test).replace("'", '"') == '__name__ == "__main__"'
+    )
 
 
 def same_env(env: Mapping[str, str]) -> bool:
@@ -186,23 +203,51 @@ def learn(header: dict) -> bool:
 
 
 def _load(name: str) -> bool:
-    """Import ``name`` with the stopping signals held until it is done; undone (what it
-    added to ``sys.modules`` dropped) where it fails or warns."""
-    before = set(sys.modules)
+    """Import ``name`` here where a trial import in a throwaway fork (``_trial``) went
+    cleanly, with the stopping signals held until it is done (a candidate may signal
+    the server: a package half loaded would fail in every later fork)."""
+    if not _trial(name):
+        return False
     held = signal.pthread_sigmask(signal.SIG_BLOCK, STOPS)
     try:
-        with warnings.catch_warnings(record=True) as said:
-            warnings.simplefilter("default")  # (a deprecated module says so as it loads)
-            importlib.import_module(name)
-        if not said:
-            return True
-    except Exception:  # a fork imports it itself, and fails as it would
-        pass
+        importlib.import_module(name)
+        return True
+    except Exception:  # (the trial went cleanly: what fails now is left to the forks)
+        return False
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, held)
-    for added in set(sys.modules) - before:
-        sys.modules.pop(added, None)
-    return False
+
+
+def _trial(name: str) -> bool:
+    """Whether ``name`` imports, in a fork of this process, without an error, an exit,
+    a word on stdout or stderr, a warning of any kind, or a module of ``NOT_AHEAD``
+    loaded on the way (``concurrent.futures.process`` loads ``multiprocessing``): what
+    a fresh import would say or do in each evaluation then stays there. The server's
+    own state is untouched whatever the import does (a failed import's extension,
+    numpy's among them, could not be loaded again here)."""
+    try:
+        pid = os.fork()
+    except OSError:
+        return False
+    if pid == 0:  # never returns
+        code = 1
+        try:
+            said: list[object] = []
+            warnings.simplefilter("always")  # (any: the evaluation's filters are unknown)
+            warnings.showwarning = lambda *a, **k: said.append(a)
+            sys.stdout = sys.stderr = io.StringIO()
+            before = set(sys.modules)
+            importlib.import_module(name)
+            added = {m.partition(".")[0] for m in set(sys.modules) - before}
+            quiet = not said and not sys.stdout.getvalue()
+            code = 0 if quiet and not added & NOT_AHEAD else 1
+        finally:
+            os._exit(code)
+    try:
+        _, status = os.waitpid(pid, 0)
+    except ChildProcessError:
+        return False
+    return os.waitstatus_to_exitcode(status) == 0
 
 
 def reseed() -> None:

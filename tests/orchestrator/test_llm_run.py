@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import textwrap
+import warnings
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from revtree.memory import NodeStatus, RunStatus, Store
 from revtree.orchestrator import Orchestrator, create_run
 from revtree.orchestrator.commands.report import summarize
 from revtree.tasks import load_task
+from revtree.tasks.spec import TaskSpec
 
 EVALUATOR = """\
 import json, os, model
@@ -421,6 +423,28 @@ def make_openevolve_folder(root: Path) -> Path:
     return root
 
 
+def openevolve_spec(folder: Path, url: str, max_nodes: int, **agents: object) -> TaskSpec:
+    """An OpenEvolve folder loaded (its mapping's warnings quiet) for a run at parallel 1
+    in the local sandbox, the fake model at ``url`` answering every role, no reviewer;
+    ``agents``: more ``[agents]`` keys."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        spec = load_task(folder)
+    return spec.with_overrides(
+        budget={"max_nodes": max_nodes},
+        search={"parallel": 1},
+        sandbox={"backend": "local"},
+        agents={
+            "mode": "llm",
+            "model": "openai-compatible:fake-model",
+            "base_url": url,
+            "max_retries": 0,
+            "reviewer": {"enabled": False},
+            **agents,
+        },
+    )
+
+
 class OneCallModel:
     """Answers as OpenEvolve's model does: a line of prose, then the diff, in one call."""
 
@@ -441,28 +465,11 @@ class OneCallModel:
 def test_one_call_mode_on_an_openevolve_folder_makes_one_call_per_candidate(
     tmp_path: Path, home: Path, store: Store, how: str
 ) -> None:
-    import warnings
-
     folder = make_openevolve_folder(tmp_path / "oe")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        spec = load_task(folder)
     one = {"calls": "one"} if how == "calls" else {"proposer": {"enabled": False}}
     model = OneCallModel()
     with FakeLLMServer(model) as srv:
-        spec = spec.with_overrides(
-            budget={"max_nodes": 5},
-            search={"parallel": 1},
-            sandbox={"backend": "local"},
-            agents={
-                "mode": "llm",
-                "model": "openai-compatible:fake-model",
-                "base_url": srv.openai_url,
-                "max_retries": 0,
-                "reviewer": {"enabled": False},
-                **one,
-            },
-        )
+        spec = openevolve_spec(folder, srv.openai_url, 5, **one)
         run = create_run(store, spec, home)
         Orchestrator(store, run.id, home=home).drive()
         n_requests = len(srv.requests)

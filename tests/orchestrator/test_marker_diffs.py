@@ -9,7 +9,6 @@ diff must land on the first try: one model call per candidate, no repair round.
 
 from __future__ import annotations
 
-import warnings
 from pathlib import Path
 
 import pytest
@@ -17,7 +16,7 @@ import pytest
 from revtree.agents.llm.fake_server import FakeLLMServer, FakeRequest, current_file
 from revtree.memory import GitStore, NodeStatus, RunStatus, Store
 from revtree.orchestrator import Orchestrator, RunPaths, create_run
-from revtree.tasks import load_task
+from tests.orchestrator.test_llm_run import openevolve_spec
 
 PROGRAM = (
     "# Find A and B with A + B = 3\n# EVOLVE-BLOCK-START\nA = 2.25\nB = -0.75\n"
@@ -76,24 +75,9 @@ def test_diffs_quoting_markers_land_on_the_first_try_through_the_openai_sdk(
     folder.mkdir()
     (folder / "initial_program.py").write_bytes(PROGRAM.replace("\n", newline).encode())
     (folder / "evaluator.py").write_text(EVALUATOR)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        spec = load_task(folder)
     model = DiffWriter()
     with FakeLLMServer(model) as srv:
-        spec = spec.with_overrides(
-            budget={"max_nodes": 9},
-            search={"parallel": 1},
-            sandbox={"backend": "local"},
-            agents={
-                "mode": "llm",
-                "model": "openai-compatible:fake-model",
-                "base_url": srv.openai_url,
-                "max_retries": 0,
-                "reviewer": {"enabled": False},
-                "proposer": {"enabled": False},
-            },
-        )
+        spec = openevolve_spec(folder, srv.openai_url, 9, proposer={"enabled": False})
         run = create_run(store, spec, home)
         Orchestrator(store, run.id, home=home).drive()
         n_requests = len(srv.requests)

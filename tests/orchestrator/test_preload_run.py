@@ -5,7 +5,6 @@ evaluation carries variables of its own (``REVTREE_NODE``, ``REVTREE_SEED``, ...
 
 from __future__ import annotations
 
-import warnings
 from pathlib import Path
 
 import pytest
@@ -13,8 +12,11 @@ import pytest
 from revtree.agents.llm.fake_server import FakeLLMServer
 from revtree.memory import NodeStatus, Store
 from revtree.orchestrator import Orchestrator, create_run
-from revtree.tasks import load_task
-from tests.orchestrator.test_llm_run import OneCallModel, make_openevolve_folder
+from tests.orchestrator.test_llm_run import (
+    OneCallModel,
+    make_openevolve_folder,
+    openevolve_spec,
+)
 
 pytest.importorskip("numpy")
 
@@ -40,23 +42,8 @@ def test_an_openevolve_evaluators_numpy_is_loaded_once_for_the_whole_run(
     monkeypatch.setenv("REVTREE_FORK_SERVER", "1")
     folder = make_openevolve_folder(tmp_path / "oe")
     (folder / "evaluator.py").write_text(EVALUATOR)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        spec = load_task(folder)
     with FakeLLMServer(OneCallModel()) as srv:
-        spec = spec.with_overrides(
-            budget={"max_nodes": 5},
-            search={"parallel": 1},
-            sandbox={"backend": "local"},
-            agents={
-                "mode": "llm",
-                "model": "openai-compatible:fake-model",
-                "base_url": srv.openai_url,
-                "max_retries": 0,
-                "reviewer": {"enabled": False},
-            },
-        )
-        run = create_run(store, spec, home)
+        run = create_run(store, openevolve_spec(folder, srv.openai_url, 5), home)
         orch = Orchestrator(store, run.id, home=home)
         try:
             orch.drive()

@@ -76,3 +76,6 @@ def test_the_next_candidate_starts_at_the_launch_where_evaluations_are_quick(
     assert len(started) >= 3 and {1, 2} <= set(nodes), (started, nodes)
     # node 1 is evaluated once the baseline's quick (or slow) evaluation is known
     assert (nodes[2].created_at < started[1]) is quick, (nodes[2].created_at, started)
+    # said once per node, whether at the launch or as its process runs
+    said = [e.node_id for e in store.events_since(run.id) if "evaluating" in e.message]
+    assert sorted(said) == sorted(set(said)) and {0, 1, 2} <= set(said), said

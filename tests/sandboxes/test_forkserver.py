@@ -328,6 +328,29 @@ def test_a_script_that_logs_ends_with_the_stderr_of_a_fresh_python(tmp_path, mon
     assert errs[True] == errs[False] == ["WARNING:eval:scored\n"] * 2, errs
 
 
+FINAL = """\
+import json, sys
+class Last:
+    def __del__(self):  # at the interpreter's end, the module's names still there
+        sys.stdout.write(json.dumps({"last": "word"}) + "\\n")
+keep = Last()
+"""
+
+
+def test_a_del_at_exit_still_sees_its_modules_names(tmp_path, monkeypatch):
+    """As Python's shutdown: the script's modules are dropped and collected before any
+    is cleared, so a ``__del__`` run then (a final write of metrics, say) works."""
+    outs = {}
+    for warm in (True, False):
+        sandbox = box(tmp_path, monkeypatch, warm)
+        try:
+            r = run(sandbox, {"f.py": FINAL}, "python f.py")
+        finally:
+            sandbox.close()
+        outs[warm] = (r.stdout, r.stderr)
+    assert outs[True] == outs[False] == ('{"last": "word"}\n', ""), outs
+
+
 def test_a_workspace_module_named_like_a_loaded_one_is_imported_as_cold(tmp_path, monkeypatch):
     files = {"json.py": "WHO = 'workspace'\n", "m.py": "import json\nprint(json.WHO)\n"}
     sandbox = box(tmp_path, monkeypatch, True)

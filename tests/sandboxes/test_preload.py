@@ -120,6 +120,22 @@ def test_a_module_that_warns_or_prints_as_it_loads_does_so_in_each_evaluation(sa
     assert all("DeprecationWarning" in e for e in errs), errs
 
 
+def test_nothing_that_loads_multiprocessing_is_loaded_ahead(sandbox):
+    """``concurrent.futures.process`` loads ``multiprocessing``, whose authentication
+    key and start folder are per process: the trial import refuses it, so each
+    evaluation loads its own."""
+    probe = {"probe.py": "import sys\nprint('multiprocessing' in sys.modules)\n"}
+    outs = [run(sandbox, probe, imports=("concurrent.futures.process",)).stdout for _ in range(3)]
+    assert outs == ["False\n"] * 3, outs
+
+
+def test_a_data_file_named_like_a_module_costs_the_fork_nothing(sandbox):
+    """``json.log`` beside the script shadows no module: the script still runs in the
+    server's fork (a ``json.py`` would not: ``test_..._is_the_one_imported``)."""
+    files = {**FILES, "json.log": "not a module\n"}
+    assert all(seen(run(sandbox, files))["forked"] for _ in range(2))
+
+
 def test_an_evaluation_with_another_environment_loads_its_own(sandbox):
     """Once numpy is loaded ahead for one environment, an evaluation given another one
     starts cold and loads numpy itself (it may read that environment as it loads)."""
@@ -168,6 +184,16 @@ if True:
     import csv
 class K:
     import heapq
+if TYPE_CHECKING:
+    import decimal
+if typing.TYPE_CHECKING:
+    import fractions
+if __name__ == "__main__":
+    import argparse
+try:
+    import tomllib
+except ImportError:
+    import tomli
 
 def f():
     import sqlite3
@@ -181,6 +207,7 @@ async def g():
         "json",
         "numpy",
         "scipy.optimize",
+        "tomllib",
     )
     assert module_imports({"broken.py": b"def (:\n"}) == ()
     assert qualifies("json", ()) and qualifies("numpy", ())
