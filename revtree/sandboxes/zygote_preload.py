@@ -232,14 +232,18 @@ def _trial(name: str) -> bool:
     if pid == 0:  # never returns
         code = 1
         try:
-            said: list[object] = []
-            warnings.simplefilter("always")  # (any: the evaluation's filters are unknown)
-            warnings.showwarning = lambda *a, **k: said.append(a)
-            sys.stdout = sys.stderr = io.StringIO()
-            before = set(sys.modules)
-            importlib.import_module(name)
+            import contextlib  # (in the throwaway fork only)
+
+            out, before = io.StringIO(), set(sys.modules)
+            with (
+                warnings.catch_warnings(record=True) as said,
+                contextlib.redirect_stdout(out),
+                contextlib.redirect_stderr(out),
+            ):
+                warnings.simplefilter("always")  # (any: the evaluation's filters are unknown)
+                importlib.import_module(name)
             added = {m.partition(".")[0] for m in set(sys.modules) - before}
-            quiet = not said and not sys.stdout.getvalue()
+            quiet = not said and not out.getvalue()
             code = 0 if quiet and not added & NOT_AHEAD else 1
         finally:
             os._exit(code)
