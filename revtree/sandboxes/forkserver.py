@@ -171,7 +171,9 @@ class ForkServer:
     """One warm server per sandbox, started ahead (``start_soon``) or on first use;
     thread-safe."""
 
-    def __init__(self) -> None:
+    def __init__(self, packages: tuple[str, ...] = ()) -> None:
+        """``packages``: those beside numpy and scipy the server may load ahead."""
+        self.packages = packages
         self._lock = threading.Lock()
         self._server = _Server()
         self._retired: list[_Server] = []  # servers that stopped answering, not yet killed
@@ -207,6 +209,7 @@ class ForkServer:
                     "command": command,
                     "script": script_of(command, env, server.started),
                     "imports": list(imports),
+                    "packages": list(self.packages),
                 }
                 socket.send_fds(
                     control, [json.dumps(header).encode()], [out_w, err_w, fd, theirs.fileno()]

@@ -102,9 +102,9 @@ def protect_orchestrator() -> bool:
 
 
 def build(context: SandboxContext) -> LocalSandbox:
-    """The local backend: the context's ``base_dir``; its ``[sandbox]`` (``Config``:
-    limits, environment) comes with each request."""
-    return LocalSandbox(context.base_dir)
+    """The local backend: the context's ``base_dir`` and ``[sandbox] preload``; the rest
+    of its ``[sandbox]`` (``Config``: limits, environment) comes with each request."""
+    return LocalSandbox(context.base_dir, getattr(context.config, "preload", ()))
 
 
 class LocalSandbox:
@@ -114,11 +114,13 @@ class LocalSandbox:
     contained = False  # the host's filesystem and network: reviewed before evaluated
     warm = True  # commands start from a fork server (forkserver.py), where it is enabled
 
-    def __init__(self, base_dir: str | Path | None = None) -> None:
+    def __init__(self, base_dir: str | Path | None = None, preload: tuple[str, ...] = ()) -> None:
+        """``preload``: packages beside numpy and scipy that the fork server may load
+        ahead, where the task's files import them (``zygote_preload``)."""
         self.base_dir = Path(base_dir) if base_dir else None
         if self.base_dir:
             self.base_dir.mkdir(parents=True, exist_ok=True)
-        self.forks = ForkServer() if self.warm and enabled() else None
+        self.forks = ForkServer(tuple(preload)) if self.warm and enabled() else None
         self.trash = Trash()
         self._ready: list[_Stage] = []  # workspaces unpacked ahead (``staged``)
         self._lock = threading.Lock()

@@ -11,7 +11,8 @@ So every evaluation of the run imports them anyway, and no candidate can name wh
 later ones get. After handing a request on, the server imports those that qualify:
 
 - a module of the standard library, but for those that act, or keep per-process state,
-  as they load (``NOT_AHEAD``), or of a package in ``PACKAGES``, whose load depends on
+  as they load (``NOT_AHEAD``), or of a package in ``PACKAGES`` (or in the task's
+  ``[sandbox] preload``, the request's ``packages``: its author's word), whose load depends on
   neither the folder nor the time and whose forks are safe (numpy's global generator is
   reseeded in each fork, ``reseed``), with what such a package loads only as it is
   first touched (``LAZY``: ``numpy.random`` took 13 ms of each fork that drew a number,
@@ -155,10 +156,12 @@ def same_env(env: Mapping[str, str]) -> bool:
     return _kept(env) == STARTED
 
 
-def qualifies(name: str, folders: tuple[str, ...]) -> bool:
-    """Whether ``name`` may be loaded here for forks that run in ``folders``."""
+def qualifies(name: str, folders: tuple[str, ...], packages: Iterable[str] = ()) -> bool:
+    """Whether ``name`` may be loaded here for forks that run in ``folders``
+    (``packages``: the task's own beside ``PACKAGES``, its ``[sandbox] preload``)."""
     top = name.partition(".")[0]
-    if top in NOT_AHEAD or not (top in PACKAGES or top in sys.stdlib_module_names):
+    listed = top in PACKAGES or top in packages or top in sys.stdlib_module_names
+    if top in NOT_AHEAD or not listed:
         return False
     if any(os.path.lexists(os.path.join(f, top + s)) for f in folders for s in SUFFIXES):
         return False  # the folder's own would be imported
@@ -189,6 +192,8 @@ def learn(header: dict) -> bool:
     folders: tuple[str, ...] = (cwd,)
     if script and isinstance(script[0], str):
         folders += (os.path.dirname(os.path.join(cwd, script[0])),)
+    packages = header.get("packages") or []
+    packages = {p for p in packages if isinstance(p, str)} if isinstance(packages, list) else set()
     wanted = {n for n in names[:NAMES] if isinstance(n, str) and NAME.fullmatch(n)}
     wanted.update(*(LAZY.get(name, ()) for name in list(wanted)))
     new = False
@@ -196,7 +201,7 @@ def learn(header: dict) -> bool:
         if name in sys.modules:
             continue
         _tried.add(name)
-        if qualifies(name, folders) and _load(name):
+        if qualifies(name, folders, packages) and _load(name):
             LOADED.append(name)
             new = True
     return new

@@ -2,7 +2,7 @@
 
 :class:`SandboxBase` holds the keys every backend honours (limits and environment, which
 the evaluator puts into each request); each built-in backend's model adds its own:
-:class:`LocalConfig` and :class:`BwrapConfig` none, :class:`DockerConfig` the
+:class:`LocalConfig` ``preload``, :class:`BwrapConfig` none, :class:`DockerConfig` the
 container's (image, CPUs, GPUs, network, mounts, warm pool, outputs, disk). The backend
 modules name theirs as ``Config`` beside ``build`` (``revtree.sandboxes.local.Config``
 is :class:`LocalConfig`); the models live here because the task layer validates
@@ -68,8 +68,30 @@ class SandboxBase(Section):
         return value
 
 
-class LocalConfig(SandboxBase):
-    """``backend = "local"``: a subprocess as this user; the common keys only."""
+class LocalKeys(SandboxBase):
+    """The local backend's own key (which ``auto`` takes too, as it may pick it)."""
+
+    preload: tuple[str, ...] = Field(
+        (),
+        description="Packages the local backend's fork server may also load once, ahead "
+        "of the evaluations, where the task's protected files import them (beside the "
+        "standard library, numpy and scipy; e.g. 'sklearn'): each evaluation is still a "
+        "fresh fork, without their import. Name only packages whose import starts no "
+        "thread and touches no GPU.",
+    )
+
+    @field_validator("preload")
+    @classmethod
+    def _names(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        bad = [n for n in value if not n.isidentifier()]
+        if bad:
+            raise ValueError(f"preload names top-level packages (like 'sklearn'), not {bad}")
+        return value
+
+
+class LocalConfig(LocalKeys):
+    """``backend = "local"``: a subprocess as this user; the common keys, and
+    ``preload``."""
 
     backend: Literal["local"] = "local"
 
@@ -137,7 +159,7 @@ class DockerConfig(DockerKeys):
     backend: Literal["docker"] = "docker"
 
 
-class AutoConfig(DockerKeys):
+class AutoConfig(DockerKeys, LocalKeys):
     """``backend = "auto"`` (the default): the keys of every built-in it may pick, each
     narrowed to the picked backend's model when the run is wired (:func:`narrow`)."""
 

@@ -136,6 +136,47 @@ def test_a_data_file_named_like_a_module_costs_the_fork_nothing(sandbox):
     assert all(seen(run(sandbox, files))["forked"] for _ in range(2))
 
 
+def test_a_package_the_task_names_in_preload_is_loaded_ahead_too(tmp_path, monkeypatch):
+    """``[sandbox] preload`` adds packages beside numpy and scipy (its author's word
+    that they fork safely): the evaluator's yaml then loads once; unnamed, it loads in
+    each evaluation."""
+    from revtree.tasks.sandbox import LocalConfig
+
+    monkeypatch.setenv("REVTREE_FORK_SERVER", "1")
+    probe = {
+        "probe.py": "import sys\nprint('yaml' in sys.modules)\nimport evaluator\n",
+        "evaluator.py": "import yaml\n",
+    }
+    seen_ahead = {}
+    for named in (True, False):
+        config = LocalConfig(preload=["yaml"] if named else [])
+        box = LocalSandbox(tmp_path / f"box{named}", config.preload)
+        try:
+            seen_ahead[named] = [run(box, probe).stdout for _ in range(3)]
+        finally:
+            box.close()
+    assert seen_ahead == {True: ["False\n", "True\n", "True\n"], False: ["False\n"] * 3}
+    with pytest.raises(ValueError, match="top-level packages"):
+        LocalConfig(preload=["sklearn.linear_model"])
+
+
+def test_a_task_files_preload_reaches_the_local_backends_fork_server(tmp_path):
+    from revtree.sandboxes import make_sandbox
+    from revtree.tasks import load_task
+    from tests.orchestrator.conftest import make_task
+
+    task = make_task(tmp_path / "t")
+    toml = (task / "task.toml").read_text()
+    mine = toml.replace("[sandbox]\n", '[sandbox]\nbackend = "local"\npreload = ["yaml"]\n')
+    (task / "task.toml").write_text(mine)
+    spec = load_task(task)
+    box = make_sandbox("local", config=spec.sandbox, base_dir=tmp_path / "b")
+    try:
+        assert box.forks is not None and box.forks.packages == ("yaml",)
+    finally:
+        box.close()
+
+
 def test_an_evaluation_with_another_environment_loads_its_own(sandbox):
     """Once numpy is loaded ahead for one environment, an evaluation given another one
     starts cold and loads numpy itself (it may read that environment as it loads)."""
