@@ -80,6 +80,7 @@ NOT_AHEAD = frozenset(
 PER_EVALUATION = ("HOME", "TMPDIR")  # set per evaluation (a module that loads reads none)
 OURS = "REVTREE_"  # the node, stage, repeat and seed of each evaluation
 NAMES = 64  # names taken from one request, at most
+TRIAL_WAIT = 5.0  # seconds a trial import may take
 NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*){0,7}")
 STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1)
 ROOTS = tuple(
@@ -229,7 +230,9 @@ def _trial(name: str) -> bool:
     loaded on the way (``concurrent.futures.process`` loads ``multiprocessing``): what
     a fresh import would say or do in each evaluation then stays there. The server's
     own state is untouched whatever the import does (a failed import's extension,
-    numpy's among them, could not be loaded again here)."""
+    numpy's among them, could not be loaded again here). It holds none of the server's
+    descriptors, and one that takes over ``TRIAL_WAIT`` seconds is killed and refused:
+    requests wait meanwhile (a client gives up on the server after 10 s)."""
     try:
         pid = os.fork()
     except OSError:
@@ -237,6 +240,7 @@ def _trial(name: str) -> bool:
     if pid == 0:  # never returns
         code = 1
         try:
+            os.closerange(3, 1 << 16)  # (the control socket above all)
             import contextlib  # (in the throwaway fork only)
 
             out, before = io.StringIO(), set(sys.modules)
@@ -252,11 +256,17 @@ def _trial(name: str) -> bool:
             code = 0 if quiet and not added & NOT_AHEAD else 1
         finally:
             os._exit(code)
+    deadline = time.monotonic() + TRIAL_WAIT
     try:
-        _, status = os.waitpid(pid, 0)
+        while (done := os.waitpid(pid, os.WNOHANG))[0] == 0:
+            if time.monotonic() > deadline:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                return False
+            time.sleep(0.002)
     except ChildProcessError:
         return False
-    return os.waitstatus_to_exitcode(status) == 0
+    return os.waitstatus_to_exitcode(done[1]) == 0
 
 
 def reseed() -> None:

@@ -256,3 +256,18 @@ async def g():
     assert not qualifies("revtree", ())  # neither the standard library nor a listed package
     (tmp_path / "json.cpython-311-x86_64-linux-gnu.so").write_bytes(b"")
     assert not qualifies("json", (str(tmp_path),))  # the folder's would be imported
+
+
+def test_an_import_that_hangs_is_refused_within_its_bound(tmp_path, monkeypatch):
+    """The trial import of a module that never finishes loading is killed after
+    ``TRIAL_WAIT`` and refused (the server's requests wait no longer than that)."""
+    from revtree.sandboxes import zygote_preload
+
+    (tmp_path / "hangs_as_it_loads.py").write_text("import time\ntime.sleep(60)\n")
+    (tmp_path / "loads_cleanly.py").write_text("X = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(zygote_preload, "TRIAL_WAIT", 0.5)
+    t0 = time.monotonic()
+    assert not zygote_preload._trial("hangs_as_it_loads")
+    assert time.monotonic() - t0 < 5
+    assert zygote_preload._trial("loads_cleanly")
