@@ -212,41 +212,37 @@ def _run_script(
 
 
 def _finalize(before: set[str]) -> None:
-    """The script's modules (those not in ``before``, and ``__main__``) finalized as
-    Python's shutdown finalizes modules (3.11's ``finalize_modules``), so that files left
-    open are flushed and closed (descriptor 3's metrics too) and ``__del__`` runs: the
-    files a module holds are flushed, each module is set to None in ``sys.modules`` and
-    dropped, the garbage is collected while their names are intact (a ``__del__`` may
-    still use them), and what is still alive is cleared as ``_PyModule_ClearDict``
-    clears it: names set to None, ``_``-names first (a late callback, logging's handler
-    refs, then finds None, not a NameError)."""
+    """The script's modules (``__main__``, then those not in ``before``, last loaded
+    first) finalized at its end, so that files left open are flushed and closed
+    (descriptor 3's metrics too) and ``__del__`` runs, as after a fresh Python's: the
+    script's signal handlers and exception hook let go (as Python's shutdown lets go of
+    them), each module dropped from ``sys.modules``, then its names set to None, the last
+    bound first, so that what the script made last goes first, while what it uses is
+    still there (a ``__del__`` that writes a score with ``json``; a file it holds then
+    closes by its count, its buffer written: in a collected cycle it could be lost),
+    and None, not a missing name, is what a late callback finds (logging's handler
+    refs). Then the rest is collected."""
     import gc
-    import weakref
 
-    alive = []
-    for name in reversed([n for n in sys.modules if n not in before or n == "__main__"]):
-        module = sys.modules.get(name)
-        for value in list(getattr(module, "__dict__", {}).values()):
-            if isinstance(value, io.IOBase) and not value.closed:  # (its own files first:
-                try:  # noqa: SIM105  a file in a collected cycle can lose its buffer)
-                    value.flush()
-                except Exception:
-                    pass
-        sys.modules[name] = None  # type: ignore[assignment]
-        try:  # noqa: SIM105  (contextlib is not loaded here)
-            alive.append(weakref.ref(module))
-        except TypeError:  # (None, or an object a module put there)
+    for sig in signal.valid_signals():
+        try:
+            if callable(signal.getsignal(sig)) and sig != signal.SIGINT:
+                signal.signal(sig, signal.SIG_DFL)
+        except (OSError, ValueError):
             pass
-        del sys.modules[name]
-    module = value = None  # (no last reference kept here)
-    gc.collect()
-    for ref in alive:
-        names = getattr(ref(), "__dict__", None)
+    vars(sys)["excepthook"] = sys.__excepthook__
+    mine = [n for n in sys.modules if n not in before and n != "__main__"]
+    dicts = []
+    for name in ["__main__", *reversed(mine)]:
+        names = getattr(sys.modules.pop(name, None), "__dict__", None)
         if isinstance(names, dict):
-            for first in (True, False):
-                for key in [k for k in names if k != "__builtins__"]:
-                    if not first or (str(key)[:1] == "_" and str(key)[:2] != "__"):
-                        names[key] = None
+            dicts.append(names)
+    names = None
+    for names in dicts:
+        for key in reversed([k for k in names if k != "__builtins__"]):
+            names[key] = None
+    names = None
+    dicts.clear()
     gc.collect()
 
 

@@ -80,7 +80,9 @@ NOT_AHEAD = frozenset(
 PER_EVALUATION = ("HOME", "TMPDIR")  # set per evaluation (a module that loads reads none)
 OURS = "REVTREE_"  # the node, stage, repeat and seed of each evaluation
 NAMES = 64  # names taken from one request, at most
-TRIAL_WAIT = 5.0  # seconds a trial import may take
+TRIAL_WAIT = 5.0  # seconds the trial imports for one request may take in all
+CLEAN = 57  # a trial's exit code where its import went cleanly
+HERE = os.path.dirname(os.path.realpath(__file__))  # the server's folder: not searched
 NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*){0,7}")
 STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1)
 ROOTS = tuple(
@@ -197,22 +199,29 @@ def learn(header: dict) -> bool:
     packages = {p for p in packages if isinstance(p, str)} if isinstance(packages, list) else set()
     wanted = {n for n in names[:NAMES] if isinstance(n, str) and NAME.fullmatch(n)}
     wanted.update(*(LAZY.get(name, ()) for name in list(wanted)))
-    new = False
-    for name in sorted(wanted - _tried):
-        if name in sys.modules:
-            continue
-        _tried.add(name)
-        if qualifies(name, folders, packages) and _load(name):
-            LOADED.append(name)
-            new = True
+    new, until = False, time.monotonic() + TRIAL_WAIT
+    path = sys.path[:]
+    sys.path[:] = [p for p in path if os.path.realpath(p or ".") != HERE]  # (not ours)
+    try:
+        for name in sorted(wanted - _tried):
+            if name in sys.modules:
+                continue
+            if time.monotonic() > until:
+                break  # the rest at the next request: requests wait meanwhile
+            _tried.add(name)
+            if qualifies(name, folders, packages) and _load(name, until):
+                LOADED.append(name)
+                new = True
+    finally:
+        sys.path[:] = path
     return new
 
 
-def _load(name: str) -> bool:
+def _load(name: str, until: float) -> bool:
     """Import ``name`` here where a trial import in a throwaway fork (``_trial``) went
     cleanly, with the stopping signals held until it is done (a candidate may signal
     the server: a package half loaded would fail in every later fork)."""
-    if not _trial(name):
+    if not _trial(name, until):
         return False
     held = signal.pthread_sigmask(signal.SIG_BLOCK, STOPS)
     try:
@@ -224,15 +233,16 @@ def _load(name: str) -> bool:
         signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
-def _trial(name: str) -> bool:
+def _trial(name: str, until: float) -> bool:
     """Whether ``name`` imports, in a fork of this process, without an error, an exit,
     a word on stdout or stderr, a warning of any kind, or a module of ``NOT_AHEAD``
     loaded on the way (``concurrent.futures.process`` loads ``multiprocessing``): what
     a fresh import would say or do in each evaluation then stays there. The server's
     own state is untouched whatever the import does (a failed import's extension,
     numpy's among them, could not be loaded again here). It holds none of the server's
-    descriptors, and one that takes over ``TRIAL_WAIT`` seconds is killed and refused:
-    requests wait meanwhile (a client gives up on the server after 10 s)."""
+    descriptors and dies with it, and one still loading at ``until`` (a request's learning
+    has ``TRIAL_WAIT`` seconds in all) is killed and refused: requests wait meanwhile
+    (a client gives up on the server after 10 s)."""
     try:
         pid = os.fork()
     except OSError:
@@ -242,6 +252,9 @@ def _trial(name: str) -> bool:
         try:
             os.closerange(3, 1 << 16)  # (the control socket above all)
             import contextlib  # (in the throwaway fork only)
+            import ctypes
+
+            ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
 
             out, before = io.StringIO(), set(sys.modules)
             with (
@@ -253,20 +266,19 @@ def _trial(name: str) -> bool:
                 importlib.import_module(name)
             added = {m.partition(".")[0] for m in set(sys.modules) - before}
             quiet = not said and not out.getvalue()
-            code = 0 if quiet and not added & NOT_AHEAD else 1
+            code = CLEAN if quiet and not added & NOT_AHEAD else 1
         finally:
             os._exit(code)
-    deadline = time.monotonic() + TRIAL_WAIT
     try:
         while (done := os.waitpid(pid, os.WNOHANG))[0] == 0:
-            if time.monotonic() > deadline:
+            if time.monotonic() > until:
                 os.kill(pid, signal.SIGKILL)
                 os.waitpid(pid, 0)
                 return False
             time.sleep(0.002)
     except ChildProcessError:
         return False
-    return os.waitstatus_to_exitcode(done[1]) == 0
+    return os.waitstatus_to_exitcode(done[1]) == CLEAN  # (a module's own exit is not)
 
 
 def reseed() -> None:

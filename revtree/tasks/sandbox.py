@@ -75,9 +75,9 @@ class LocalKeys(SandboxBase):
         (),
         description="Packages the local backend's fork server may also load once, ahead "
         "of the evaluations, where the task's protected files import them (beside the "
-        "standard library, numpy and scipy; e.g. 'sklearn'): each evaluation is still a "
-        "fresh fork, without their import. Name only packages whose import starts no "
-        "thread and touches no GPU.",
+        "standard library, numpy and scipy; e.g. 'pandas'): each evaluation is still a "
+        "fresh fork, without their import. Name only packages that are safe to fork after "
+        "loading (no GPU touched as they load).",
     )
 
     @field_validator("preload")
@@ -85,7 +85,7 @@ class LocalKeys(SandboxBase):
     def _names(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         bad = [n for n in value if not n.isidentifier()]
         if bad:
-            raise ValueError(f"preload names top-level packages (like 'sklearn'), not {bad}")
+            raise ValueError(f"preload names top-level packages (like 'pandas'), not {bad}")
         return value
 
 

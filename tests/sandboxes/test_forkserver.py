@@ -351,6 +351,36 @@ def test_a_del_at_exit_still_sees_its_modules_names(tmp_path, monkeypatch):
     assert outs[True] == outs[False] == ('{"last": "word"}\n', ""), outs
 
 
+HELD = """\
+import json, os, signal, sys
+def on_alarm(signum, frame):  # the usual evaluator timeout: a handler keeps these globals
+    raise TimeoutError
+signal.signal(signal.SIGALRM, on_alarm)
+class Report:
+    def __init__(self):
+        self.f = os.fdopen(3, "w")
+    def __del__(self):
+        self.f.write(json.dumps({"score": 2}))
+        print("W finalized")
+report = Report()
+"""
+
+
+def test_a_script_whose_globals_a_handler_holds_still_ends_as_a_fresh_one(tmp_path, monkeypatch):
+    """Found by the third read: a signal handler kept the script's globals alive past
+    its end, so an object holding metrics on descriptor 3 was never finalized."""
+    got = {}
+    for warm in (True, False):
+        sandbox = box(tmp_path, monkeypatch, warm)
+        try:
+            archive = archive_of({"h.py": HELD.encode()})
+            r = sandbox.execute(ExecRequest(archive, "python h.py", Limits(timeout=60)))
+        finally:
+            sandbox.close()
+        got[warm] = (r.exit_code, r.metrics_text, r.stdout, r.stderr)
+    assert got[True] == got[False] == (0, '{"score": 2}', "W finalized\n", ""), got
+
+
 def test_a_workspace_module_named_like_a_loaded_one_is_imported_as_cold(tmp_path, monkeypatch):
     files = {"json.py": "WHO = 'workspace'\n", "m.py": "import json\nprint(json.WHO)\n"}
     sandbox = box(tmp_path, monkeypatch, True)

@@ -259,15 +259,17 @@ async def g():
 
 
 def test_an_import_that_hangs_is_refused_within_its_bound(tmp_path, monkeypatch):
-    """The trial import of a module that never finishes loading is killed after
-    ``TRIAL_WAIT`` and refused (the server's requests wait no longer than that)."""
+    """The trial import of a module that never finishes loading is killed at its
+    deadline and refused (the server's requests wait no longer than that); one that
+    exits as it loads is refused too."""
     from revtree.sandboxes import zygote_preload
 
     (tmp_path / "hangs_as_it_loads.py").write_text("import time\ntime.sleep(60)\n")
     (tmp_path / "loads_cleanly.py").write_text("X = 1\n")
+    (tmp_path / "exits_as_it_loads.py").write_text("import os\nos._exit(0)\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(zygote_preload, "TRIAL_WAIT", 0.5)
     t0 = time.monotonic()
-    assert not zygote_preload._trial("hangs_as_it_loads")
+    assert not zygote_preload._trial("hangs_as_it_loads", t0 + 0.5)
     assert time.monotonic() - t0 < 5
-    assert zygote_preload._trial("loads_cleanly")
+    assert not zygote_preload._trial("exits_as_it_loads", time.monotonic() + 5)
+    assert zygote_preload._trial("loads_cleanly", time.monotonic() + 5)
