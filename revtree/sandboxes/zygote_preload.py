@@ -184,32 +184,33 @@ def qualifies(name: str, folders: tuple[str, ...], packages: Iterable[str] = ())
 
 def learn(header: dict) -> bool:
     """Load here what the request ``header`` (the server's: ``imports``, ``cwd``,
-    ``env``, ``script``) names and qualifies; whether anything new loaded."""
-    names = header.get("imports")
-    env, cwd = header.get("env"), header.get("cwd")
+    ``env``, ``script``, ``packages``) names and qualifies; whether anything new loaded.
+    A request that names nothing untried (every one after the first few) costs a set
+    difference: the environment and the search path are looked at only for new names."""
+    names, env, cwd = header.get("imports"), header.get("env"), header.get("cwd")
     if not isinstance(names, list) or not isinstance(env, dict) or not isinstance(cwd, str):
         return False
-    if not same_env(env):
+    wanted = {n for n in names[:NAMES] if isinstance(n, str) and NAME.fullmatch(n)}
+    wanted.update(*(LAZY.get(name, ()) for name in list(wanted)))
+    todo = sorted(n for n in wanted - _tried if n not in sys.modules)
+    if not todo or not same_env(env):
         return False
-    script = header.get("script")
+    script, packages = header.get("script"), header.get("packages")
     folders: tuple[str, ...] = (cwd,)
     if script and isinstance(script[0], str):
         folders += (os.path.dirname(os.path.join(cwd, script[0])),)
-    packages = header.get("packages") or []
-    packages = {p for p in packages if isinstance(p, str)} if isinstance(packages, list) else set()
-    wanted = {n for n in names[:NAMES] if isinstance(n, str) and NAME.fullmatch(n)}
-    wanted.update(*(LAZY.get(name, ()) for name in list(wanted)))
+    listed = {p for p in packages if isinstance(p, str)} if isinstance(packages, list) else set()
     new, until = False, time.monotonic() + TRIAL_WAIT
     path = sys.path[:]
     sys.path[:] = [p for p in path if os.path.realpath(p or ".") != HERE]  # (not ours)
     try:
-        for name in sorted(wanted - _tried):
-            if name in sys.modules:
+        for name in todo:
+            if name in sys.modules:  # (loaded by one before it)
                 continue
             if time.monotonic() > until:
                 break  # the rest at the next request: requests wait meanwhile
             _tried.add(name)
-            if qualifies(name, folders, packages) and _load(name, until):
+            if qualifies(name, folders, listed) and _load(name, until):
                 LOADED.append(name)
                 new = True
     finally:
