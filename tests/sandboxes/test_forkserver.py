@@ -9,7 +9,9 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -52,6 +54,20 @@ def run(sandbox: LocalSandbox, files: dict[str, str], command: str) -> ExecResul
     archive = archive_of({k: v.encode() for k, v in files.items()})
     env = {"REVTREE_SEED": "7"}
     return sandbox.execute(ExecRequest(archive, command, Limits(timeout=60), env=env))
+
+
+def both(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, go: Callable[[LocalSandbox], Any]
+) -> dict[bool, Any]:
+    """``go(sandbox)`` in a warm sandbox, then in a cold one: {warm: what it gave}."""
+    got = {}
+    for warm in (True, False):
+        sandbox = box(tmp_path, monkeypatch, warm)
+        try:
+            got[warm] = go(sandbox)
+        finally:
+            sandbox.close()
+    return got
 
 
 def test_a_script_run_by_the_fork_server_sees_what_a_fresh_python_sees(tmp_path, monkeypatch):
@@ -278,28 +294,20 @@ keep = Last()
 def test_files_left_open_are_flushed_as_a_fresh_python_flushes_them(tmp_path, monkeypatch):
     """Found by the second read: metrics written to descriptor 3 and never closed were
     lost in the fork (no interpreter shutdown), a score the cold path had."""
-    got = {}
-    for warm in (True, False):
-        sandbox = box(tmp_path, monkeypatch, warm)
-        try:
-            archive = archive_of({"u.py": UNCLOSED.encode()})
-            request = ExecRequest(archive, "python u.py", Limits(timeout=60), outputs=("o.txt",))
-            r = sandbox.execute(request)
-        finally:
-            sandbox.close()
-        got[warm] = (r.exit_code, r.metrics_text, r.files.get("o.txt"), r.stdout)
+    archive = archive_of({"u.py": UNCLOSED.encode()})
+    request = ExecRequest(archive, "python u.py", Limits(timeout=60), outputs=("o.txt",))
+
+    def go(sandbox: LocalSandbox) -> tuple:
+        r = sandbox.execute(request)
+        return (r.exit_code, r.metrics_text, r.files.get("o.txt"), r.stdout)
+
+    got = both(tmp_path, monkeypatch, go)
     assert got[True] == got[False] == (0, '{"score": 1}', b"data", "finalized\n"), got
 
 
 def test_a_traceback_shows_the_scripts_frames_only(tmp_path, monkeypatch):
     code = "def f():\n    raise ValueError('broken')\nf()\n"
-    errs = {}
-    for warm in (True, False):
-        sandbox = box(tmp_path, monkeypatch, warm)
-        try:
-            errs[warm] = run(sandbox, {"t.py": code}, "python t.py").stderr
-        finally:
-            sandbox.close()
+    errs = both(tmp_path, monkeypatch, lambda sb: run(sb, {"t.py": code}, "python t.py").stderr)
     assert "zygote.py" not in errs[True] and errs[True].count("File ") == 2, errs[True]
     assert [x for x in errs[True].splitlines() if "File" not in x] == [
         x for x in errs[False].splitlines() if "File" not in x
@@ -318,13 +326,11 @@ def test_a_script_that_logs_ends_with_the_stderr_of_a_fresh_python(tmp_path, mon
     """The fork's shutdown clears the script's modules as Python's does (names set to
     None): logging's late handler callbacks once printed a NameError traceback on the
     stderr of every forked evaluation that logged, which the agents read."""
-    errs = {}
-    for warm in (True, False):
-        sandbox = box(tmp_path, monkeypatch, warm)
-        try:
-            errs[warm] = [run(sandbox, {"l.py": LOGS}, "python l.py").stderr for _ in range(2)]
-        finally:
-            sandbox.close()
+    errs = both(
+        tmp_path,
+        monkeypatch,
+        lambda sb: [run(sb, {"l.py": LOGS}, "python l.py").stderr for _ in range(2)],
+    )
     assert errs[True] == errs[False] == ["WARNING:eval:scored\n"] * 2, errs
 
 
@@ -340,14 +346,12 @@ keep = Last()
 def test_a_del_at_exit_still_sees_its_modules_names(tmp_path, monkeypatch):
     """As Python's shutdown: the script's modules are dropped and collected before any
     is cleared, so a ``__del__`` run then (a final write of metrics, say) works."""
-    outs = {}
-    for warm in (True, False):
-        sandbox = box(tmp_path, monkeypatch, warm)
-        try:
-            r = run(sandbox, {"f.py": FINAL}, "python f.py")
-        finally:
-            sandbox.close()
-        outs[warm] = (r.stdout, r.stderr)
+
+    def go(sandbox: LocalSandbox) -> tuple[str, str]:
+        r = run(sandbox, {"f.py": FINAL}, "python f.py")
+        return (r.stdout, r.stderr)
+
+    outs = both(tmp_path, monkeypatch, go)
     assert outs[True] == outs[False] == ('{"last": "word"}\n', ""), outs
 
 
@@ -369,15 +373,13 @@ report = Report()
 def test_a_script_whose_globals_a_handler_holds_still_ends_as_a_fresh_one(tmp_path, monkeypatch):
     """Found by the third read: a signal handler kept the script's globals alive past
     its end, so an object holding metrics on descriptor 3 was never finalized."""
-    got = {}
-    for warm in (True, False):
-        sandbox = box(tmp_path, monkeypatch, warm)
-        try:
-            archive = archive_of({"h.py": HELD.encode()})
-            r = sandbox.execute(ExecRequest(archive, "python h.py", Limits(timeout=60)))
-        finally:
-            sandbox.close()
-        got[warm] = (r.exit_code, r.metrics_text, r.stdout, r.stderr)
+    archive = archive_of({"h.py": HELD.encode()})
+
+    def go(sandbox: LocalSandbox) -> tuple:
+        r = sandbox.execute(ExecRequest(archive, "python h.py", Limits(timeout=60)))
+        return (r.exit_code, r.metrics_text, r.stdout, r.stderr)
+
+    got = both(tmp_path, monkeypatch, go)
     assert got[True] == got[False] == (0, '{"score": 2}', "W finalized\n", ""), got
 
 
@@ -440,13 +442,9 @@ def test_a_script_compiled_once_by_the_server_still_names_its_own_file(tmp_path,
         frames = [x.strip() for x in stderr.splitlines() if x.strip().startswith("File ")]
         return [f.split('"')[1].rsplit("/", 1)[-1] + f.split('"')[2] for f in frames]
 
-    outs = {}
-    for warm in (True, False):
-        sandbox = box(tmp_path, monkeypatch, warm)
-        try:
-            outs[warm] = [run(sandbox, {"t.py": code}, "python t.py") for _ in range(3)]
-        finally:
-            sandbox.close()
+    outs = both(
+        tmp_path, monkeypatch, lambda sb: [run(sb, {"t.py": code}, "python t.py") for _ in range(3)]
+    )
     cold = outs[False][0]
     assert shown(cold.stderr) == ["t.py, line 5, in <module>", "t.py, line 4, in f"], cold.stderr
     for r in outs[True]:  # the first run compiled it; the next two forked with that code
