@@ -1,9 +1,11 @@
 """One evaluation's cost in the local sandbox, today's tree against a baseline revision.
 
     python benchmarks/evaluation.py [--n 200] [--rounds 3] [--baseline fd38c7d]
+                                    [--folder PATH]
 
 The task is an OpenEvolve folder (``initial_program.py``, an ``evaluator.py`` that
-scores ``-(A - 3)^2`` at once: what ``peer.py`` runs at S = 0), evaluated N times in a
+scores ``-(A - 3)^2`` at once: what ``peer.py`` runs at S = 0; or ``--folder``, any
+OpenEvolve folder, such as one of OpenEvolve's own examples), evaluated N times in a
 row through ``Evaluator.evaluate`` and the ``local`` sandbox (its fork server warm after
 the first), in a Python of its own per block. The baseline runs from a git worktree of
 ``--baseline`` (its modules first on ``PYTHONPATH``), the blocks alternating so that a
@@ -17,6 +19,7 @@ import argparse
 import io
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -43,8 +46,9 @@ def evaluate(program_path):
 """
 
 
-def child(n: int) -> None:
-    """N evaluations with the revtree importable here; their wall times (s) as JSON."""
+def child(n: int, source: str | None) -> None:
+    """N evaluations with the revtree importable here (of the folder ``source``, else
+    the built-in one); their wall times (s) as JSON."""
     from revtree.agents import Evaluator
     from revtree.sandboxes.local import LocalSandbox
     from revtree.tasks import code_files, load_task
@@ -52,9 +56,12 @@ def child(n: int) -> None:
 
     with tempfile.TemporaryDirectory() as d:
         folder = Path(d) / "task"
-        folder.mkdir()
-        (folder / "initial_program.py").write_text(PROGRAM)
-        (folder / "evaluator.py").write_text(EVALUATOR)
+        if source is not None:
+            shutil.copytree(source, folder)
+        else:
+            folder.mkdir()
+            (folder / "initial_program.py").write_text(PROGRAM)
+            (folder / "evaluator.py").write_text(EVALUATOR)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             spec = load_task(folder)
@@ -81,11 +88,12 @@ def child(n: int) -> None:
     print(json.dumps(times[1:]))
 
 
-def block(n: int, path: str | None) -> list[float]:
+def block(n: int, path: str | None, folder: Path | None) -> list[float]:
     env = dict(os.environ)
     if path is not None:
         env["PYTHONPATH"] = path
     cmd = [sys.executable, __file__, "--child", str(n)]
+    cmd += ["--folder", str(folder)] if folder is not None else []
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed:\n{done.stderr[-2000:]}")
@@ -97,17 +105,22 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=200, help="evaluations per block")
     parser.add_argument("--rounds", type=int, default=3, help="blocks of each side")
     parser.add_argument("--baseline", default="fd38c7d", help="a revision of this repository")
+    parser.add_argument(
+        "--folder", type=Path, help="an OpenEvolve folder to evaluate (default: built in)"
+    )
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    folder = args.folder.resolve() if args.folder else None
     if args.child is not None:
-        child(args.child)
+        child(args.child, None if folder is None else str(folder))
         return
     with worktree(args.baseline) as tree:
         got: dict[str, list[float]] = {"baseline": [], "today": []}
         for _ in range(args.rounds):
-            got["baseline"] += block(args.n, str(tree))
-            got["today"] += block(args.n, None)
-    table = Table(title=f"one evaluation, local sandbox, {args.rounds} x {args.n} each (ms)")
+            got["baseline"] += block(args.n, str(tree), folder)
+            got["today"] += block(args.n, None, folder)
+    what = f", {folder.name}" if folder is not None else ""
+    table = Table(title=f"one evaluation{what}, local sandbox, {args.rounds} x {args.n} each (ms)")
     for col in ("tree", "p50", "p95", "min"):
         table.add_column(col)
     stats = {}

@@ -68,6 +68,9 @@ class ExecRequest:
     # what the task's own evaluator files import as they load (``zygote_preload``): a
     # backend may load it ahead (the local fork server does, once for every later fork)
     imports: tuple[str, ...] = ()
+    # the task's own module files (their paths in the workspace): a backend may compile
+    # them ahead (the local fork server does, once per source, for every later fork)
+    sources: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

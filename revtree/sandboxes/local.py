@@ -394,8 +394,8 @@ def _run(
 ) -> ExecResult:
     command, limits = request.command, request.limits
     if forks is not None and how.preexec is None:
-        fd, imports = how.pass_fds[0], request.imports
-        proc: Any = forks.spawn(how.cwd, how.env, fd, *_caps(limits), command, imports)
+        fd, ahead = how.pass_fds[0], (request.imports, request.sources)
+        proc: Any = forks.spawn(how.cwd, how.env, fd, *_caps(limits), command, *ahead)
     else:
         proc = None
     start = time.monotonic()  # a fork server that did not answer spends none of the timeout
