@@ -51,7 +51,7 @@ def child(n: int, source: str | None) -> None:
     the built-in one); their wall times (s) as JSON."""
     from revtree.agents import Evaluator
     from revtree.sandboxes.local import LocalSandbox
-    from revtree.tasks import code_files, load_task
+    from revtree.tasks import code_files, load_task, matches
     from revtree.tasks.load import source_dir
 
     with tempfile.TemporaryDirectory() as d:
@@ -74,7 +74,11 @@ def child(n: int, source: str | None) -> None:
                 info.size = len(data)
                 tar.addfile(info, io.BytesIO(data))
         sandbox = LocalSandbox(Path(d) / "boxes")
-        evaluator = Evaluator(spec, sandbox, None)
+        # the protected files, as a run overlays them (``wiring.protected_files``): what
+        # the fork server loads and compiles ahead comes from them
+        protected = {r: d for r, d in files.items() if matches(r, spec.protected)}
+        protected |= {rel: text.encode() for rel, text in spec.support_files.items()}
+        evaluator = Evaluator(spec, sandbox, None, protected)
         times = []
         try:
             for _ in range(n + 1):  # the first starts the fork server: not counted
