@@ -67,6 +67,18 @@ def sandbox(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Sandbox]
     box.close()
 
 
+@pytest.fixture
+def forked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Sandbox]:
+    """A local sandbox whose commands start from its fork server (on here whatever the
+    environment says)."""
+    from revtree.sandboxes.local import LocalSandbox
+
+    monkeypatch.setenv("REVTREE_FORK_SERVER", "1")
+    box = LocalSandbox(tmp_path / "box")
+    yield box
+    box.close()
+
+
 def leftovers(sandbox: Sandbox, tmp_path: Path) -> list[str]:
     """What this sandbox left behind once the background removals handed over so far
     are done: workspace folders, or containers and volumes, less the warm pool's unused

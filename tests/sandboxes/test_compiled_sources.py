@@ -47,11 +47,8 @@ NODES = itertools.count()
 
 
 @pytest.fixture
-def sandbox(tmp_path, monkeypatch):
-    monkeypatch.setenv("REVTREE_FORK_SERVER", "1")
-    box = LocalSandbox(tmp_path / "box")
-    yield box
-    box.close()
+def sandbox(forked):
+    return forked  # (conftest's: the fork server on)
 
 
 def run(box: LocalSandbox, evaluator: str, sources: tuple[str, ...]) -> dict:
