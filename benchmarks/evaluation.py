@@ -76,8 +76,8 @@ def child(n: int, source: str | None) -> None:
         sandbox = LocalSandbox(Path(d) / "boxes")
         # the protected files, as a run overlays them (``wiring.protected_files``): what
         # the fork server loads and compiles ahead comes from them
-        protected = {r: d for r, d in files.items() if matches(r, spec.protected)}
-        protected |= {rel: text.encode() for rel, text in spec.support_files.items()}
+        shims = {rel: text.encode() for rel, text in spec.support_files.items()}
+        protected = {r: b for r, b in files.items() if matches(r, spec.protected)} | shims
         evaluator = Evaluator(spec, sandbox, None, protected)
         times = []
         try:

@@ -32,7 +32,7 @@ ALLOWED = {
     ("agents/knobs.py", "self.study.sampler"): "Optuna's study: a sampler per trial",
     ("orchestrator/steps.py", "run.__name__"): "a function object's name (a graph node)",
     ("deferred.py", "spec.loader"): "a found spec's loader, wrapped as importlib's docs do",
-    ("sandboxes/zygote.py", "loader.source_to_code"): "importlib's source loader, in an "
+    ("sandboxes/zygote_compile.py", "loader.source_to_code"): "importlib's source loader, in an "
     "evaluation's own forked process: code the fork server compiled from the same bytes",
     ("deferred.py", "module.__getattr__"): "the PEP 562 hook its loader gives a new module",
     ("agents/stage_inputs.py", "info.size"): TAR,

@@ -52,6 +52,7 @@ from revtree.sandboxes.base import (
     Warmed,
     archive_of,
 )
+from revtree.sandboxes.zygote_compile import sources
 from revtree.sandboxes.zygote_preload import module_imports
 from revtree.tasks.names import matches
 from revtree.tasks.spec import TaskSpec
@@ -133,7 +134,7 @@ class Evaluator:
         self.spec, self.sandbox, self.log_dir = spec, sandbox, log_dir
         self.protected = dict(protected or {})
         self.imports = module_imports(self.protected)  # for a backend to load ahead
-        self.sources = tuple(sorted(p for p in self.protected if p.endswith(".py")))  # (compile)
+        self.sources = sources(self.protected)  # for a backend to compile ahead
         self.prepared = Prepared()
         sb = spec.sandbox
         self.base_env = {**{k: os.environ[k] for k in sb.pass_env if k in os.environ}, **sb.env}
@@ -213,7 +214,7 @@ class Evaluator:
         request = ExecRequest(
             archive, command, self._limits(timeout), run_env(env, hides), dict(labels or {}),
             outputs, () if grade else self.imports,  # (a run step runs the candidate's own)
-            () if grade else self.sources,
+            () if grade else self.sources,  # (not a grade step's: kept from run steps)
         )  # fmt: skip
         run = self.sandbox.execute(request, cancel)
         steps = [_Step("run step" if grade else "", command, run)]
@@ -238,7 +239,6 @@ class Evaluator:
             {**env, "REVTREE_OUTPUTS": OUTPUTS},
             {**(labels or {}), "revtree.step": "grade"},
             imports=self.imports,
-            sources=self.sources,
         )
         graded = self.sandbox.execute(request, cancel)
         steps.append(_Step("grade step", grade.command, graded))

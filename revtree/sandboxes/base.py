@@ -68,9 +68,10 @@ class ExecRequest:
     # what the task's own evaluator files import as they load (``zygote_preload``): a
     # backend may load it ahead (the local fork server does, once for every later fork)
     imports: tuple[str, ...] = ()
-    # the task's own module files (their paths in the workspace): a backend may compile
-    # them ahead (the local fork server does, once per source, for every later fork)
-    sources: tuple[str, ...] = ()
+    # the task's own module files, (path in the workspace, SHA-256 of the bytes overlaid
+    # there): a backend may compile them ahead (the local fork server does, once each,
+    # for every later fork, where the file holds those bytes: ``zygote_compile``)
+    sources: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)

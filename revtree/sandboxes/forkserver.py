@@ -188,12 +188,12 @@ class ForkServer:
         cpu: int,
         command: str,
         imports: tuple[str, ...] = (),
-        sources: tuple[str, ...] = (),
+        sources: tuple[tuple[str, str], ...] = (),
     ) -> Forked | None:
         """Start ``command`` under a supervisor forked by the server; None if it cannot.
         ``imports``: what the task's own evaluator files import as they load, which the
         server may load ahead for the later forks (``zygote_preload``); ``sources``: those
-        files' paths in ``cwd``, which it compiles once for the later forks (``zygote``)."""
+        files, (path in ``cwd``, SHA-256), which it compiles once (``zygote_compile``)."""
         env = {k: v for k, v in env.items() if k != PARENT_ENV}  # bound to the server instead
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
@@ -211,7 +211,7 @@ class ForkServer:
                     "command": command,
                     "script": script_of(command, env, server.started),
                     "imports": list(imports),
-                    "sources": list(sources),
+                    "sources": [list(s) for s in sources],
                     "packages": list(self.packages),
                 }
                 socket.send_fds(

@@ -13,7 +13,8 @@ its request, which this process hands it (``_hand``); a spare gone or stopped (a
 candidate of the same user can signal it) is killed and the request forked as before.
 
 Requests come on CONTROL_FD (an ``AF_UNIX`` ``SOCK_SEQPACKET`` socket): one JSON header
-(``cwd``, ``env``, ``memory``, ``cpu``, ``command``, ``script``) with four descriptors:
+(``cwd``, ``env``, ``memory``, ``cpu``, ``command``, ``script``, and what the server may
+load or compile ahead: ``imports``, ``packages``, ``sources``) with four descriptors:
 the command's stdout and stderr, its metrics file (descriptor 3 in the command) and a
 status socket. The forked supervisor writes ``P<pid>`` on the status socket once it is
 bound to this process, and ``S<wait status>`` when every descendant is dead (its copies
@@ -26,11 +27,10 @@ script itself, as ``python path args`` would (``__main__``, ``sys.argv``,
 ``sys.path[0]``, the exit code of ``SystemExit`` or 1 with the traceback), instead of
 ``/bin/sh -c command``. The client asks for it only where ``python`` on the request's
 ``PATH`` is this interpreter and the variables read at Python's start are the ones
-this process started with (``forkserver.py``). This process compiles the script before
-it forks (once per source, the last ``CODE_CACHE`` kept: every evaluation of a run
-starts the same runner), and the fork runs that code under its own file's name if the
-file it reads is the same source; so too the task's own module files a request names
-(``sources``, compiled after it is handed on), which the fork's imports take by source.
+this process started with (``forkserver.py``). This process compiles the script, and
+the task's own module files the request names (``sources``), once per source
+(``zygote_compile``): the fork runs, and imports, that code where its files hold the
+same bytes.
 What this process loaded is frozen out of the garbage collector (``gc.freeze``): the
 collection at a fork's exit walks only what the script made, not every page inherited.
 
@@ -55,13 +55,11 @@ import resource  # noqa: F401  (the supervisor's limits: loaded once here, not p
 import select
 import signal
 import socket
-import stat
 import sys
 import types
-import warnings
-from typing import Any
 
 import supervise  # the sibling modules: this file runs as a script from its folder
+import zygote_compile
 import zygote_preload
 
 # what a typical evaluation imports first, loaded once here (each fork still gets its
@@ -69,10 +67,6 @@ import zygote_preload
 PRELOAD = ("collections", "functools", "importlib.util", "math", "re", "traceback", "typing")
 for _name in PRELOAD:
     importlib.import_module(_name)
-CODE_CACHE = 16  # scripts kept compiled (by their source); the evaluator's runner mostly
-_CACHE: dict[bytes, types.CodeType] = {}  # the server's, inherited by each fork
-SCRIPT_MAX = 256 * 1024  # bytes of a script or source compiled here, at most
-SOURCES_MAX = 32  # a request's module files compiled here, at most
 
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER = 1, 4, 36
 HIGH = 10  # the status socket moves at or above this descriptor, out of the command's way
@@ -103,81 +97,6 @@ def _as_shell(status: int) -> int:
     return (128 + sig) << 8
 
 
-def _compiled(
-    header: dict, cache: dict[bytes, types.CodeType]
-) -> tuple[bytes, types.CodeType] | None:
-    """In the server, before the fork: the request's script compiled (once per source:
-    every evaluation of a run starts the same runner), or None (``_compile_file``)."""
-    script = header.get("script")
-    return _compile_file(os.path.join(header["cwd"], script[0]), cache) if script else None
-
-
-def _compile_sources(header: dict, cache: dict[bytes, types.CodeType]) -> None:
-    """In the server, after the hand-off: the task's own module files that the request
-    names (``sources``: the evaluator's, by their paths in its workspace) compiled once
-    per source, for the later forks' imports (``_cached_imports``). Keyed by the very
-    bytes: a file rewritten meanwhile is compiled as what it now holds, and a fork uses
-    a code object only for a file that holds the same bytes (what compiling it would
-    make), so no file here can change what another evaluation runs."""
-    for rel in list(header.get("sources") or ())[:SOURCES_MAX]:
-        if isinstance(rel, str) and not os.path.isabs(rel) and ".." not in rel.split("/"):
-            _compile_file(os.path.join(header["cwd"], rel), cache)
-
-
-def _compile_file(
-    path: str, cache: dict[bytes, types.CodeType]
-) -> tuple[bytes, types.CodeType] | None:
-    """``path``'s source and code, compiled here once per source (the last ``CODE_CACHE``
-    kept), or None where it cannot be read as a small regular file, does not compile,
-    or compiles with a warning (the fork then reads and compiles it itself, and says
-    what ``python`` would say)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-        try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode) or st.st_size > SCRIPT_MAX:
-                return None
-            source = os.read(fd, SCRIPT_MAX + 1)
-        finally:
-            os.close(fd)
-        code = cache.get(source)
-        if code is None:
-            with warnings.catch_warnings(record=True) as said:
-                warnings.simplefilter("always")
-                code = compile(source, "<script>", "exec", dont_inherit=True)
-            if said:  # a SyntaxWarning is the script's stderr's: the fork compiles it
-                return None
-            if len(cache) >= CODE_CACHE:
-                cache.pop(next(iter(cache)))
-            cache[source] = code
-        return source, code
-    except Exception:  # unreadable, or no compile here: the fork tries as python would
-        return None
-
-
-def _cached_imports() -> None:
-    """In the fork, before its script runs: a module loaded from a source file whose very
-    bytes the server compiled (the script's own evaluator files, ``_compile_sources``)
-    gets that code, named for its file, instead of being compiled again (1-2 ms for an
-    evaluator of a few hundred lines, in every evaluation); any other compiles as ever."""
-    loader = importlib.machinery.SourceFileLoader
-    plain = loader.source_to_code
-
-    def source_to_code(self: Any, data: Any, path: Any, *, _optimize: int = -1) -> Any:
-        code = _CACHE.get(data) if isinstance(data, bytes) and _optimize == -1 else None
-        if code is None or not isinstance(path, str):
-            return plain(self, data, path, _optimize=_optimize)
-        return _named(code, path)
-
-    loader.source_to_code = source_to_code  # type: ignore[method-assign]
-
-
-def _named(code: types.CodeType, path: str) -> types.CodeType:
-    """``code`` and the code objects in it, as compiled from the file ``path``."""
-    consts = tuple(_named(c, path) if isinstance(c, types.CodeType) else c for c in code.co_consts)
-    return code.replace(co_filename=path, co_consts=consts)
-
-
 def _run_script(
     argv: list[str], ready: tuple[bytes, types.CodeType] | None = None
 ) -> None:  # never returns
@@ -195,6 +114,7 @@ def _run_script(
         sys.path[0] = os.path.dirname(os.path.realpath(path))
         sys.modules.pop("supervise", None)  # ours, not modules the script may import
         sys.modules.pop("zygote_preload", None)
+        sys.modules.pop("zygote_compile", None)
         zygote_preload.reseed()
         main = types.ModuleType("__main__")
         loader = importlib.machinery.SourceFileLoader("__main__", path)
@@ -205,9 +125,9 @@ def _run_script(
         sys.modules["__main__"] = main
         with io.open_code(path) as src:
             source = src.read()
-        _cached_imports()
+        zygote_compile.cached_imports()
         if ready is not None and ready[0] == source:
-            program = _named(ready[1], path)
+            program = zygote_compile.named(ready[1], path)
         else:
             program = compile(source, path, "exec", dont_inherit=True)
         exec(program, main.__dict__)
@@ -346,7 +266,7 @@ def _spare(control: int, zygote: int) -> tuple[int, socket.socket] | None:
         if not msg:  # the server ended
             os._exit(0)
         header = json.loads(msg)
-        _serve(header, fds, zygote, _compiled(header, _CACHE))
+        _serve(header, fds, zygote, zygote_compile.compiled(header))
     finally:
         os._exit(127)
 
@@ -472,7 +392,7 @@ def main(control: int) -> None:
             for fd in fds:
                 os.close(fd)
             continue
-        compiled = _compiled(header, _CACHE)  # (here first: the next spare has it)
+        compiled = zygote_compile.compiled(header)  # (here first: the next spare has it)
         if spare is None or not _hand(spare, msg, fds):
             try:
                 child = os.fork()
@@ -486,7 +406,7 @@ def main(control: int) -> None:
                     os._exit(127)
         for fd in fds:
             os.close(fd)
-        _compile_sources(header, _CACHE)  # (after the hand-off: the next spare has them)
+        zygote_compile.compile_sources(header)  # (after the hand-off: so has the next spare)
         if zygote_preload.learn(header):  # what the task's files import, for the next forks
             gc.freeze()
         spare = _spare(control, me)  # no request's descriptor is open here now

@@ -1,7 +1,9 @@
 """A real run on an OpenEvolve-format folder whose evaluator imports numpy at its top,
 as OpenEvolve's own examples do: the local sandbox's fork server loads numpy once
 (``sandboxes/zygote_preload.py``), for every evaluation after the first, though each
-evaluation carries variables of its own (``REVTREE_NODE``, ``REVTREE_SEED``, ...)."""
+evaluation carries variables of its own (``REVTREE_NODE``, ``REVTREE_SEED``, ...), and
+compiles the evaluator's files once (``sandboxes/zygote_compile.py``: the run names
+them with the digests of the bytes it overlays)."""
 
 from __future__ import annotations
 
@@ -21,10 +23,13 @@ from tests.orchestrator.test_llm_run import (
 pytest.importorskip("numpy")
 
 EVALUATOR = """\
+import importlib.machinery
 import importlib.util
 import sys
 
 AHEAD = "numpy" in sys.modules  # loaded before this file asked for it
+# the fork takes the server's code for the files it compiled (none: the loader as ever)
+COMPILED = importlib.machinery.SourceFileLoader.source_to_code.__module__ == "zygote_compile"
 import numpy as np
 
 
@@ -32,7 +37,8 @@ def evaluate(program_path):
     spec = importlib.util.spec_from_file_location("p", program_path)
     p = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(p)
-    return {"combined_score": float(-np.square(p.value() - 3.0)), "ahead": AHEAD}
+    return {"combined_score": float(-np.square(p.value() - 3.0)), "ahead": AHEAD,
+            "compiled": COMPILED}
 """
 
 
@@ -58,3 +64,6 @@ def test_an_openevolve_evaluators_numpy_is_loaded_once_for_the_whole_run(
     assert ahead[(0, 0)] is False, ahead  # the first evaluation loads it itself
     later = [v for k, v in ahead.items() if k != (0, 0)]
     assert len(later) >= 4 and all(v is True for v in later), ahead
+    compiled = {(e.node_id, e.repeat): e.metrics.get("compiled") for e in evals}
+    assert compiled[(0, 0)] is False, compiled  # its fork was made before any request
+    assert all(v is True for k, v in compiled.items() if k != (0, 0)), compiled

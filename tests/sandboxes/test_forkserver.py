@@ -468,7 +468,7 @@ def test_scripts_of_one_name_run_each_their_own_source(tmp_path, monkeypatch):
 CACHE_PROBE = """
 import json, os, sys, tempfile
 sys.path.insert(0, sys.argv[1])
-import zygote
+import zygote_compile as zc
 d = tempfile.mkdtemp()
 for name, text in {"a.py": "def f():\\n    return 1\\n", "w.py": "x = 1 is 1\\n",
                    "bad.py": "print(\\n"}.items():
@@ -476,15 +476,15 @@ for name, text in {"a.py": "def f():\\n    return 1\\n", "w.py": "x = 1 is 1\\n"
         f.write(text)
 os.mkfifo(os.path.join(d, "fifo.py"))
 cache = {}
-first = zygote._compiled({"cwd": d, "script": ["a.py"]}, cache)
-again = zygote._compiled({"cwd": d, "script": ["a.py"]}, cache)
+first = zc.compiled({"cwd": d, "script": ["a.py"]}, cache)
+again = zc.compiled({"cwd": d, "script": ["a.py"]}, cache)
 print(json.dumps({
     "hit": first is not None and again is not None and first[1] is again[1],
     "cached": len(cache),
-    "warned": zygote._compiled({"cwd": d, "script": ["w.py"]}, cache),
-    "broken": zygote._compiled({"cwd": d, "script": ["bad.py"]}, cache),
-    "fifo": zygote._compiled({"cwd": d, "script": ["fifo.py"]}, cache),
-    "named": zygote._named(first[1], "/x/a.py").co_consts[0].co_filename,
+    "warned": zc.compiled({"cwd": d, "script": ["w.py"]}, cache),
+    "broken": zc.compiled({"cwd": d, "script": ["bad.py"]}, cache),
+    "fifo": zc.compiled({"cwd": d, "script": ["fifo.py"]}, cache),
+    "named": zc.named(first[1], "/x/a.py").co_consts[0].co_filename,
 }))
 """
 
