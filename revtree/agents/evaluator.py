@@ -214,7 +214,7 @@ class Evaluator:
         request = ExecRequest(
             archive, command, self._limits(timeout), run_env(env, hides), dict(labels or {}),
             outputs, () if grade else self.imports,  # (a run step runs the candidate's own)
-            () if grade else self.sources,  # (not a grade step's: kept from run steps)
+            () if grade else self.sources,  # (none where there is a grade step)
         )  # fmt: skip
         run = self.sandbox.execute(request, cancel)
         steps = [_Step("run step" if grade else "", command, run)]

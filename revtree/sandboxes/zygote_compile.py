@@ -14,15 +14,15 @@ request's script, and the task's own module files, each once per source.
   of compiling it again: 1.4 ms of each evaluation for an evaluator of 238 lines.
 
 Each cache is keyed by the source's bytes and keeps the last used (``SCRIPTS``,
-``SOURCES`` entries). A file that cannot be read as a small regular file (not through
-a symbolic link), does not compile, or compiles with a warning is left to the fork,
+``SOURCES`` entries; a source already compiled is found by its digest, not read again).
+A file that cannot be read as a regular file of at most ``SCRIPT_MAX`` bytes (its last
+component no symbolic link), does not compile, or compiles with a warning is left to the fork,
 which says what ``python`` would say; one that did not compile cleanly is remembered
 (by its bytes' hash) and not compiled here again. Standard library only, as the server.
 """
 
 from __future__ import annotations
 
-import hashlib
 import importlib.machinery
 import os
 import stat
@@ -33,6 +33,12 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+try:  # CPython's own SHA-256, not OpenSSL's: hashlib here would load OpenSSL into
+    # every fork, set up as the server's environment said (OPENSSL_CONF)
+    from _sha2 import sha256  # 3.12 and later
+except ImportError:
+    from _sha256 import sha256  # 3.11
+
 SCRIPTS = 16  # scripts kept compiled: the evaluator's runner, mostly
 SOURCES = 64  # module files kept compiled
 SCRIPT_MAX = 256 * 1024  # bytes of a script or a module file compiled here, at most
@@ -41,13 +47,14 @@ REFUSED_MAX = 1024  # hashes of sources that did not compile cleanly, remembered
 _SCRIPTS: dict[bytes, types.CodeType] = {}  # the server's, inherited by each fork
 _SOURCES: dict[bytes, types.CodeType] = {}
 _REFUSED: set[int] = set()
+_BY_DIGEST: dict[str, bytes] = {}  # a source compiled here, by its SHA-256
 
 
 def sources(files: Mapping[str, bytes]) -> tuple[tuple[str, str], ...]:
     """In the orchestrator: the Python files among ``files`` (path -> the bytes it
     overlays on every workspace) as ``ExecRequest.sources`` names them: (path, SHA-256)."""
     py = sorted(p for p in files if p.endswith(".py"))
-    return tuple((p, hashlib.sha256(files[p]).hexdigest()) for p in py)
+    return tuple((p, sha256(files[p]).hexdigest()) for p in py)
 
 
 def compiled(
@@ -75,8 +82,14 @@ def compile_sources(header: dict, cache: dict[bytes, types.CodeType] | None = No
             rel, digest = entry
         except (TypeError, ValueError):
             continue
-        if isinstance(rel, str) and isinstance(digest, str) and not os.path.isabs(rel):
-            _compile_file(os.path.join(header["cwd"], rel), cache, SOURCES, digest)
+        if not isinstance(rel, str) or not isinstance(digest, str) or os.path.isabs(rel):
+            continue
+        if (known := _BY_DIGEST.get(digest)) is not None and known in cache:
+            cache[known] = cache.pop(known)  # compiled already: kept as used, not read again
+        elif done := _compile_file(os.path.join(header["cwd"], rel), cache, SOURCES, digest):
+            if len(_BY_DIGEST) >= 4 * SOURCES:
+                _BY_DIGEST.clear()
+            _BY_DIGEST[digest] = done[0]
 
 
 def _compile_file(
@@ -93,13 +106,15 @@ def _compile_file(
             source = os.read(fd, SCRIPT_MAX + 1)
         finally:
             os.close(fd)
-        if digest is not None and hashlib.sha256(source).hexdigest() != digest:
+        if digest is not None and sha256(source).hexdigest() != digest:
             return None  # not the bytes the orchestrator put there
-    except OSError:  # unreadable: the fork tries as python would
+    except (OSError, ValueError):  # unreadable: the fork tries as python would
         return None
     code = cache.pop(source, None)
     if code is None:
-        if hash(source) in _REFUSED or (code := _clean(source)) is None:
+        if hash(source) in _REFUSED:
+            return None  # (a clash of hashes leaves a file to the fork: slower, as right)
+        if (code := _clean(source)) is None:
             if len(_REFUSED) >= REFUSED_MAX:
                 _REFUSED.clear()
             _REFUSED.add(hash(source))

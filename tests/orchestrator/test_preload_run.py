@@ -28,8 +28,10 @@ import importlib.util
 import sys
 
 AHEAD = "numpy" in sys.modules  # loaded before this file asked for it
-# the fork takes the server's code for the files it compiled (none: the loader as ever)
-COMPILED = importlib.machinery.SourceFileLoader.source_to_code.__module__ == "zygote_compile"
+# whether the fork server had compiled this very file's bytes for this fork's import
+_load = importlib.machinery.SourceFileLoader.source_to_code
+with open(__file__, "rb") as _f:
+    COMPILED = _f.read() in getattr(_load, "__globals__", {}).get("_SOURCES", {})
 import numpy as np
 
 
