@@ -10,8 +10,6 @@ from __future__ import annotations
 import itertools
 import json
 
-import pytest
-
 from revtree.sandboxes import ExecRequest, ExecResult, Limits
 from revtree.sandboxes.base import archive_of
 from revtree.sandboxes.local import LocalSandbox
@@ -51,11 +49,6 @@ HELPER = "def twice(x):\n    return 2 * x\n"
 NODES = itertools.count()
 
 
-@pytest.fixture
-def sandbox(forked):
-    return forked  # (conftest's: the fork server on)
-
-
 def run(
     box: LocalSandbox,
     evaluator: str,
@@ -83,9 +76,9 @@ def run(
     return {**seen, "stderr": result.stderr}
 
 
-def test_an_evaluators_module_is_compiled_once_and_imported_from_then_on(sandbox):
+def test_an_evaluators_module_is_compiled_once_and_imported_from_then_on(forked):
     evaluator = EVALUATOR.format(extra=1)
-    runs = [run(sandbox, evaluator) for _ in range(3)]
+    runs = [run(forked, evaluator) for _ in range(3)]
     # the first evaluation compiles it itself (its process was forked before the request)
     assert "evaluator.py" in runs[0]["compiled"] and "mod.py" in runs[0]["compiled"]
     for seen in runs[1:]:
@@ -100,43 +93,43 @@ def test_an_evaluators_module_is_compiled_once_and_imported_from_then_on(sandbox
         assert 'raise ValueError("from the evaluator")' in seen["where"]
 
 
-def test_a_module_whose_bytes_differ_is_compiled_as_it_now_reads(sandbox):
-    run(sandbox, EVALUATOR.format(extra=1))
-    run(sandbox, EVALUATOR.format(extra=1))  # compiled by the server now
-    rewritten = run(sandbox, EVALUATOR.format(extra=100))
+def test_a_module_whose_bytes_differ_is_compiled_as_it_now_reads(forked):
+    run(forked, EVALUATOR.format(extra=1))
+    run(forked, EVALUATOR.format(extra=1))  # compiled by the server now
+    rewritten = run(forked, EVALUATOR.format(extra=100))
     assert "evaluator.py" in rewritten["compiled"]
     assert rewritten["value"] == 104
 
 
-def test_the_server_compiles_no_bytes_but_those_the_orchestrator_named(sandbox):
+def test_the_server_compiles_no_bytes_but_those_the_orchestrator_named(forked):
     """A candidate that rewrote the evaluator in its workspace (the request names the
     digest of the orchestrator's bytes): the server never compiles what it wrote."""
     ours = {"evaluator.py": EVALUATOR.format(extra=1), **PACKAGE}
-    runs = [run(sandbox, EVALUATOR.format(extra=7), ours) for _ in range(3)]
+    runs = [run(forked, EVALUATOR.format(extra=7), ours) for _ in range(3)]
     assert all("evaluator.py" in seen["compiled"] for seen in runs), runs
     assert all(seen["value"] == 11 for seen in runs)  # its own bytes, compiled in the fork
 
 
-def test_a_file_the_request_does_not_name_is_never_compiled_ahead(sandbox):
-    runs = [run(sandbox, EVALUATOR.format(extra=1), {}) for _ in range(3)]
+def test_a_file_the_request_does_not_name_is_never_compiled_ahead(forked):
+    runs = [run(forked, EVALUATOR.format(extra=1), {}) for _ in range(3)]
     assert all("evaluator.py" in seen["compiled"] for seen in runs), runs
 
 
-def test_more_module_files_than_scripts_kept_stay_compiled_together(sandbox):
+def test_more_module_files_than_scripts_kept_stay_compiled_together(forked):
     """More named files than the scripts' cache keeps: each is compiled once all the
     same."""
     many = {f"m{i}.py": f"V = {i}\n" for i in range(SCRIPTS + 4)}
     evaluator = "import " + ", ".join(m[:-3] for m in many) + "\n" + EVALUATOR.format(extra=1)
     named = {"evaluator.py": evaluator, **PACKAGE, **many}
-    runs = [run(sandbox, evaluator, named, many) for _ in range(3)]
+    runs = [run(forked, evaluator, named, many) for _ in range(3)]
     assert "m0.py" in runs[0]["compiled"]
     for seen in runs[1:]:
         assert not {p.rsplit("/", 1)[-1] for p in named} & set(seen["compiled"]), seen
 
 
-def test_a_module_that_compiles_with_a_warning_warns_in_every_evaluation(sandbox):
+def test_a_module_that_compiles_with_a_warning_warns_in_every_evaluation(forked):
     warned = EVALUATOR.format(extra=1) + 'assert (1, "always true")\n'
-    runs = [run(sandbox, warned) for _ in range(3)]
+    runs = [run(forked, warned) for _ in range(3)]
     for seen in runs:
         assert "evaluator.py" in seen["compiled"]
         assert "SyntaxWarning: assertion is always true" in seen["stderr"], seen["stderr"]

@@ -38,11 +38,6 @@ FILES = {"probe.py": PROBE, "evaluator.py": EVALUATOR}
 NODES = itertools.count()
 
 
-@pytest.fixture
-def sandbox(forked):
-    return forked  # (conftest's: the fork server on)
-
-
 def run(
     box: LocalSandbox,
     files: dict[str, str | bytes],
@@ -69,8 +64,8 @@ def seen(result: ExecResult) -> dict:
     return json.loads(result.stdout.splitlines()[-1])
 
 
-def test_an_evaluators_numpy_is_loaded_once_and_each_fork_draws_its_own_numbers(sandbox):
-    runs = [seen(run(sandbox, FILES)) for _ in range(4)]
+def test_an_evaluators_numpy_is_loaded_once_and_each_fork_draws_its_own_numbers(forked):
+    runs = [seen(run(forked, FILES)) for _ in range(4)]
     assert all(r["forked"] for r in runs), runs  # (else nothing here was tested)
     assert not runs[0]["ahead"]  # the first evaluation loads it itself, as ever
     assert all(r["ahead"] for r in runs[1:]), runs
@@ -78,15 +73,15 @@ def test_an_evaluators_numpy_is_loaded_once_and_each_fork_draws_its_own_numbers(
     assert len(set(draws)) == len(draws), draws  # numpy's global generator reseeded
 
 
-def test_what_a_candidates_own_file_imports_is_not_loaded_for_the_next(sandbox):
+def test_what_a_candidates_own_file_imports_is_not_loaded_for_the_next(forked):
     """The names come from the task's files as the orchestrator read them, never from
     the workspace: a candidate's program that imports numpy names nothing ahead."""
-    runs = [seen(run(sandbox, FILES, imports=())) for _ in range(3)]
+    runs = [seen(run(forked, FILES, imports=())) for _ in range(3)]
     assert all(r["forked"] and not r["ahead"] for r in runs), runs
 
 
 @pytest.mark.parametrize("shadow", ["csv.py", "csv.pyc", "csv"])
-def test_a_workspace_module_named_like_a_loaded_one_is_the_one_imported(sandbox, tmp_path, shadow):
+def test_a_workspace_module_named_like_a_loaded_one_is_the_one_imported(forked, tmp_path, shadow):
     """A source, bytecode or a package of the workspace wins over the standard
     library's, first evaluation or later, as in a fresh Python."""
     src = tmp_path / "csv_src.py"
@@ -99,38 +94,37 @@ def test_a_workspace_module_named_like_a_loaded_one_is_the_one_imported(sandbox,
     else:
         mine = {"csv.py": "WHO = 'workspace'\n"}
     files = {"probe.py": "import csv\nprint(csv.WHO)\n", **mine}
-    outs = [run(sandbox, files, imports=("csv",)).stdout for _ in range(3)]
+    outs = [run(forked, files, imports=("csv",)).stdout for _ in range(3)]
     assert outs == ["workspace\n"] * 3, outs
 
 
-def test_a_module_that_warns_or_prints_as_it_loads_does_so_in_each_evaluation(sandbox):
+def test_a_module_that_warns_or_prints_as_it_loads_does_so_in_each_evaluation(forked):
     """``this`` prints as it loads and is never loaded ahead; ``cgi`` is deprecated (it
     warns as it loads, where warnings show): each evaluation says what a fresh Python
     says."""
     zen = {"probe.py": "import this\n"}
     assert all(
-        run(sandbox, zen, imports=("this",)).stdout.startswith("The Zen of Python")
-        for _ in range(3)
+        run(forked, zen, imports=("this",)).stdout.startswith("The Zen of Python") for _ in range(3)
     )
     cgi = {"probe.py": "import warnings\nwarnings.simplefilter('default')\nimport cgi\n"}
-    errs = [run(sandbox, cgi, imports=("cgi",)).stderr for _ in range(3)]
+    errs = [run(forked, cgi, imports=("cgi",)).stderr for _ in range(3)]
     assert all("DeprecationWarning" in e for e in errs), errs
 
 
-def test_nothing_that_loads_multiprocessing_is_loaded_ahead(sandbox):
+def test_nothing_that_loads_multiprocessing_is_loaded_ahead(forked):
     """``concurrent.futures.process`` loads ``multiprocessing``, whose authentication
     key and start folder are per process: the trial import refuses it, so each
     evaluation loads its own."""
     probe = {"probe.py": "import sys\nprint('multiprocessing' in sys.modules)\n"}
-    outs = [run(sandbox, probe, imports=("concurrent.futures.process",)).stdout for _ in range(3)]
+    outs = [run(forked, probe, imports=("concurrent.futures.process",)).stdout for _ in range(3)]
     assert outs == ["False\n"] * 3, outs
 
 
-def test_a_data_file_named_like_a_module_costs_the_fork_nothing(sandbox):
+def test_a_data_file_named_like_a_module_costs_the_fork_nothing(forked):
     """``json.log`` beside the script shadows no module: the script still runs in the
     server's fork (a ``json.py`` would not: ``test_..._is_the_one_imported``)."""
     files = {**FILES, "json.log": "not a module\n"}
-    assert all(seen(run(sandbox, files))["forked"] for _ in range(2))
+    assert all(seen(run(forked, files))["forked"] for _ in range(2))
 
 
 def test_a_package_the_task_names_in_preload_is_loaded_ahead_too(tmp_path, monkeypatch):
@@ -174,13 +168,13 @@ def test_a_task_files_preload_reaches_the_local_backends_fork_server(tmp_path):
         box.close()
 
 
-def test_an_evaluation_with_another_environment_loads_its_own(sandbox):
+def test_an_evaluation_with_another_environment_loads_its_own(forked):
     """Once numpy is loaded ahead for one environment, an evaluation given another one
     starts cold and loads numpy itself (it may read that environment as it loads)."""
     for _ in range(2):
-        run(sandbox, FILES, {"OPENBLAS_NUM_THREADS": "1"})
-    assert seen(run(sandbox, FILES, {"OPENBLAS_NUM_THREADS": "1"}))["ahead"]
-    other = seen(run(sandbox, FILES, {"OPENBLAS_NUM_THREADS": "2"}))
+        run(forked, FILES, {"OPENBLAS_NUM_THREADS": "1"})
+    assert seen(run(forked, FILES, {"OPENBLAS_NUM_THREADS": "1"}))["ahead"]
+    other = seen(run(forked, FILES, {"OPENBLAS_NUM_THREADS": "2"}))
     assert not other["ahead"] and not other["forked"], other
 
 
@@ -198,14 +192,14 @@ print("sent")
 
 
 def test_a_candidate_that_interrupts_the_server_as_it_loads_costs_no_later_evaluation(
-    sandbox,
+    forked,
 ):
     """The server loads numpy right after it hands this request on: a SIGINT then must
     not leave numpy half loaded for every later fork."""
-    hit = run(sandbox, {"probe.py": INTERRUPT, "evaluator.py": EVALUATOR})
+    hit = run(forked, {"probe.py": INTERRUPT, "evaluator.py": EVALUATOR})
     assert hit.stdout == "sent\n"
     time.sleep(0.5)
-    runs = [seen(run(sandbox, FILES)) for _ in range(3)]
+    runs = [seen(run(forked, FILES)) for _ in range(3)]
     assert all(isinstance(r["draw"], float) for r in runs), runs
 
 
