@@ -30,9 +30,9 @@ script itself, as ``python path args`` would (``__main__``, ``sys.argv``,
 this process started with (``forkserver.py``). This process compiles the script, and
 the task's own module files the request names (``sources``), once per source
 (``zygote_compile``): the fork runs, and imports, that code where its files hold the
-same bytes.
-What this process loaded is frozen out of the garbage collector (``gc.freeze``): the
-collection at a fork's exit walks only what the script made, not every page inherited.
+same bytes. What this process loaded is frozen out of the garbage collector
+(``gc.freeze``): the collection at a fork's exit walks only what the script made, not
+every page inherited.
 
 It exits when CONTROL_FD closes (the orchestrator ended or died); each supervisor gets
 SIGTERM when this process dies (``PR_SET_PDEATHSIG``) and kills its command's tree. It
