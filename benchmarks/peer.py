@@ -3,6 +3,7 @@
     python benchmarks/peer.py [--n 48] [--reps 3] [--sleep 0 1] [--parallel 1 2 4]
                               [--cache ~/.cache/revtree-bench] [--lookahead L]
                               [--noise SIGMA] [--evaluator plain|numpy] [--baseline REV]
+                              [--workspaces DIR]
 
 Both search the same folder (``initial_program.py`` with ``A`` in its EVOLVE-BLOCK,
 ``evaluator.py`` that sleeps S seconds and scores ``-(A - 3)^2``, plus Gaussian noise
@@ -254,7 +255,7 @@ import revtree
 from revtree.memory import Store
 from revtree.orchestrator import Orchestrator, create_run
 from revtree.tasks import load_task
-folder, home, n, k, url, lookahead = json.loads(sys.argv[1])
+folder, home, n, k, url, lookahead, spaces = json.loads(sys.argv[1])
 home = Path(home)
 store = Store(f"sqlite:///{home}/revtree.db")
 with warnings.catch_warnings():
@@ -263,7 +264,7 @@ with warnings.catch_warnings():
 spec = spec.with_overrides(
     budget={"max_nodes": n + 1},  # the baseline and N candidates
     search={"parallel": k, **({} if lookahead is None else {"lookahead": lookahead})},
-    sandbox={"backend": "local"},
+    sandbox={"backend": "local", **({"workspaces": spaces} if spaces else {})},
     agents={
         "mode": "llm",
         "model": "openai-compatible:fake-model",
@@ -309,6 +310,7 @@ def run_revtree(
     count: Counted,
     lookahead: int | None,
     tree: Path | None = None,
+    workspaces: str | None = None,
 ) -> dict[str, Any]:
     """One revtree run in a fresh interpreter, as OpenEvolve's: its start-up counts its
     imports (LangGraph, SQLAlchemy, the model SDK) as OpenEvolve's counts its own. It
@@ -319,7 +321,7 @@ def run_revtree(
     home = tmp / "home"
     home.mkdir(parents=True, exist_ok=True)
     before = count.count.value
-    params = json.dumps([str(folder), str(home), n, k, url, lookahead])
+    params = json.dumps([str(folder), str(home), n, k, url, lookahead, workspaces])
     out = subprocess.run(
         [sys.executable, "-c", REVTREE_DRIVER, params],
         capture_output=True,
@@ -429,6 +431,11 @@ def main() -> None:
     parser.add_argument(
         "--baseline", help="a revision of revtree that runs too, interleaved (a git worktree)"
     )
+    parser.add_argument(
+        "--workspaces",
+        help="revtree's [sandbox] workspaces (e.g. /dev/shm) for this tree's runs, not the "
+        "baseline's (default: the run's own folder)",
+    )
     args = parser.parse_args()
     py = oe_python(args.cache)
     with contextlib.ExitStack() as stack:
@@ -455,7 +462,8 @@ def run_all(args: argparse.Namespace, py: Path, base: Path | None) -> None:
         "best",
         title=f"revtree vs OpenEvolve {OE_VERSION}, N={args.n}, {args.reps} interleaved reps"
         + (f", evaluator noise sigma {args.noise:g}" if args.noise else "")
-        + (f", {args.evaluator} evaluator" if args.evaluator != "plain" else ""),
+        + (f", {args.evaluator} evaluator" if args.evaluator != "plain" else "")
+        + (f", revtree's workspaces in {args.workspaces}" if args.workspaces else ""),
         caption="disk: revtree keeps every candidate (resumable); OpenEvolve writes a "
         "checkpoint only every checkpoint_interval iterations (100 by default, none here): "
         "what it leaves is no run it could resume",
@@ -485,6 +493,7 @@ def run_all(args: argparse.Namespace, py: Path, base: Path | None) -> None:
                                     count,
                                     args.lookahead,
                                     tree,
+                                    args.workspaces if tree is None else None,
                                 )
                             else:
                                 r = run_openevolve(where, folder, args.n, sleep, py, count)

@@ -66,8 +66,8 @@ from revtree.sandboxes.env import sandbox_env
 from revtree.sandboxes.forkserver import ForkServer, enabled
 from revtree.sandboxes.shm import SHM, ShmJanitor
 from revtree.sandboxes.supervise import PARENT_ENV
-from revtree.sandboxes.watch import kill_group, watch
-from revtree.sandboxes.workspace import Trash, extract
+from revtree.sandboxes.watch import watch
+from revtree.sandboxes.workspace import ELSEWHERE, Trash, elsewhere, extract, ours, reap_in
 
 __all__ = ["SHM", "Launch", "LocalSandbox", "ShmJanitor", "build", "supervised"]
 
@@ -102,24 +102,36 @@ def protect_orchestrator() -> bool:
 
 
 def build(context: SandboxContext) -> LocalSandbox:
-    """The local backend: the context's ``base_dir`` and ``[sandbox] preload``; the rest
-    of its ``[sandbox]`` (``Config``: limits, environment) comes with each request."""
-    return LocalSandbox(context.base_dir, getattr(context.config, "preload", ()))
+    """The local backend: the context's ``base_dir`` and ``[sandbox] preload`` and
+    ``workspaces``; the rest of its ``[sandbox]`` (``Config``: limits, environment) comes
+    with each request."""
+    cfg = context.config
+    preload, spaces = getattr(cfg, "preload", ()), getattr(cfg, "workspaces", None)
+    return LocalSandbox(context.base_dir, preload, spaces)
 
 
 class LocalSandbox:
-    """Runs each request in a new folder under ``base_dir`` (default: the temp dir)."""
+    """Runs each request in a new folder under ``base_dir`` (default: the temp dir), or
+    under a folder of its own in ``workspaces`` (``[sandbox] workspaces``)."""
 
     name = "local"
     contained = False  # the host's filesystem and network: reviewed before evaluated
     warm = True  # commands start from a fork server (forkserver.py), where it is enabled
 
-    def __init__(self, base_dir: str | Path | None = None, preload: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        base_dir: str | Path | None = None,
+        preload: tuple[str, ...] = (),
+        workspaces: str | Path | None = None,
+    ) -> None:
         """``preload``: packages beside numpy and scipy that the fork server may load
-        ahead, where the task's files import them (``zygote_preload``)."""
+        ahead, where the task's files import them (``zygote_preload``); ``workspaces``:
+        an existing folder (a tmpfs, say) where this sandbox makes a folder of its own
+        for its workspaces (``workspace.elsewhere``), removed by ``close``."""
         self.base_dir = Path(base_dir) if base_dir else None
         if self.base_dir:
             self.base_dir.mkdir(parents=True, exist_ok=True)
+        self.spaces = elsewhere(Path(workspaces), self.base_dir) if workspaces else None
         self.forks = ForkServer(tuple(preload)) if self.warm and enabled() else None
         self.trash = Trash()
         self._ready: list[_Stage] = []  # workspaces unpacked ahead (``staged``)
@@ -193,7 +205,7 @@ class LocalSandbox:
     def _unpack(self, archive: bytes) -> Path:
         """A new folder under ``base_dir`` with ``archive`` unpacked in ``ws`` and an
         empty ``out``."""
-        tmp = Path(tempfile.mkdtemp(prefix="revtree-", dir=self.base_dir))
+        tmp = Path(tempfile.mkdtemp(prefix="revtree-", dir=self.spaces or self.base_dir))
         try:
             (tmp / "out").mkdir()
             extract(archive, tmp / "ws")
@@ -220,22 +232,25 @@ class LocalSandbox:
         if self.forks is not None:
             self.forks.close()
         self.trash.drain()
+        if self.spaces is not None:
+            shutil.rmtree(self.spaces, ignore_errors=True)
+            SHM.keep(self.spaces, kept=False)
 
     def reap(self) -> int:
         """Kill the process groups and remove the workspaces that a killed orchestrator
-        left in ``base_dir``. Call it only while no execution of this sandbox runs."""
+        left in ``base_dir``, and in the ``workspaces`` folders its sessions made
+        (recorded in ``base_dir``'s ``ELSEWHERE``). Call it only while no execution of
+        this sandbox runs."""
         if self.base_dir is None or not self.base_dir.is_dir():
             return 0
-        n = 0
-        for tmp in self.base_dir.glob("revtree-*"):
-            with contextlib.suppress(OSError, ValueError):
-                pgid = int((tmp / "pgid").read_text())
-                # the file sits beside a workspace the candidate could write: kill only a
-                # group whose leader still works in that workspace (never 0, 1 or ours)
-                if pgid > 1 and pgid != os.getpgrp() and _works_in(pgid, tmp):
-                    kill_group(pgid)
-            shutil.rmtree(tmp, ignore_errors=True)
-            n += 1
+        n = reap_in(self.base_dir)
+        with contextlib.suppress(OSError):
+            for line in (self.base_dir / ELSEWHERE).read_text().splitlines():
+                folder = Path(line)
+                if folder == self.spaces or not ours(folder):
+                    continue  # this session's, or no folder of ours (gone, or replaced)
+                n += reap_in(folder)
+                shutil.rmtree(folder, ignore_errors=True)
         return n
 
 
@@ -360,15 +375,6 @@ def supervised(command: str, fd: int, limits: Limits) -> list[str]:
     """The command line that runs ``command`` under the supervisor."""
     memory, cpu = _caps(limits)
     return [sys.executable, "-I", "-S", SUPERVISOR, str(fd), str(memory), str(cpu), command]
-
-
-def _works_in(pid: int, folder: Path) -> bool:
-    """Whether process ``pid``'s current folder is ``folder`` or inside it."""
-    try:
-        cwd = Path(os.readlink(f"/proc/{pid}/cwd").removesuffix(" (deleted)"))
-    except OSError:
-        return False
-    return cwd == folder.resolve() or folder.resolve() in cwd.parents
 
 
 @dataclasses.dataclass(frozen=True)

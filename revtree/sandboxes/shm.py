@@ -21,6 +21,7 @@ class ShmJanitor:
     def __init__(self, root: Path = Path("/dev/shm")) -> None:
         self.root = root
         self.removed: list[str] = []  # names removed so far, for tests and logs
+        self._kept: set[str] = set()  # our own folders here (``keep``), never swept
         self._lock = threading.Lock()
         self._inflight = 0
         self._before: frozenset[tuple[str, int]] = frozenset()
@@ -40,6 +41,13 @@ class ShmJanitor:
                 if self._inflight == 0:
                     self.removed += self._sweep()
 
+    def keep(self, path: Path, kept: bool = True) -> None:
+        """Never sweep ``path`` (a local sandbox's own workspaces folder, which may be
+        made here while another sandbox's evaluations run); ``kept=False`` lets go."""
+        if path.parent == self.root:
+            with self._lock:
+                (self._kept.add if kept else self._kept.discard)(path.name)
+
     def _entries(self) -> frozenset[tuple[str, int]]:
         uid = os.geteuid()
         try:
@@ -49,7 +57,7 @@ class ShmJanitor:
             return frozenset()
 
     def _sweep(self) -> list[str]:
-        new = sorted(name for name, _ in self._entries() - self._before)
+        new = sorted(name for name, _ in self._entries() - self._before if name not in self._kept)
         if not new:
             return []
         busy = _inodes_in_use(str(self.root))

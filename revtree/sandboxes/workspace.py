@@ -1,19 +1,26 @@
 """A local execution's workspace: unpacked from the request's tar into a new folder,
-and removed in the background once the execution returned."""
+and removed in the background once the execution returned; where a sandbox's
+workspaces go (``[sandbox] workspaces``: ``elsewhere``) and what ``reap`` removes of a
+killed session's (``reap_in``)."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import queue
 import shutil
+import stat
 import subprocess
 import tarfile
+import tempfile
 import threading
 import weakref
 from pathlib import Path
 
 from revtree.errors import SandboxError
+from revtree.sandboxes.shm import SHM
+from revtree.sandboxes.watch import kill_group
 
 BACKLOG = 4  # workspaces waiting for the remover; past it, the execution removes its own
 IDLE = 2.0  # seconds the remover waits for more work before it ends (``put`` starts one)
@@ -152,3 +159,57 @@ def _write_plain(tar: tarfile.TarFile, members: list[tarfile.TarInfo], dest: Pat
             os.utime(fd, (m.mtime, m.mtime))  # the archive's times, as tarfile sets them
         finally:
             os.close(fd)
+
+
+ELSEWHERE = "workspaces"  # in base_dir: the folders made in ``[sandbox] workspaces``
+
+
+def elsewhere(workspaces: Path, base_dir: Path | None) -> Path:
+    """A new folder of this sandbox's in ``workspaces`` (made as ``mkdtemp`` makes one:
+    mode 0700, a name no other user can guess where the folder is shared, as /dev/shm
+    is), recorded in ``base_dir`` for ``reap``, and kept from the /dev/shm janitor."""
+    if not workspaces.is_dir():
+        raise SandboxError(f"[sandbox] workspaces: {workspaces} is no folder")
+    folder = Path(tempfile.mkdtemp(prefix="revtree-ws-", dir=workspaces))
+    SHM.keep(folder)
+    if base_dir is not None:
+        with open(base_dir / ELSEWHERE, "a") as f:
+            f.write(f"{folder}\n")
+    return folder
+
+
+def ours(folder: Path) -> bool:
+    """A folder (no link) of our user's, as ``elsewhere`` made it."""
+    try:
+        st = folder.lstat()
+    except OSError:
+        return False
+    mine = stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid()
+    return mine and folder.name.startswith("revtree-ws-")
+
+
+def reap_in(folder: Path) -> int:
+    """``reap`` in one folder: each ``revtree-*`` workspace's process group killed where
+    its leader still works there, and the workspace removed; how many."""
+    n = 0
+    for tmp in folder.glob("revtree-*"):
+        if tmp.name.startswith("revtree-ws-"):
+            continue  # a workspaces folder (``elsewhere``): reaped by its record
+        with contextlib.suppress(OSError, ValueError):
+            pgid = int((tmp / "pgid").read_text())
+            # the file sits beside a workspace the candidate could write: kill only a
+            # group whose leader still works in that workspace (never 0, 1 or ours)
+            if pgid > 1 and pgid != os.getpgrp() and _works_in(pgid, tmp):
+                kill_group(pgid)
+        shutil.rmtree(tmp, ignore_errors=True)
+        n += 1
+    return n
+
+
+def _works_in(pid: int, folder: Path) -> bool:
+    """Whether process ``pid``'s current folder is ``folder`` or inside it."""
+    try:
+        cwd = Path(os.readlink(f"/proc/{pid}/cwd").removesuffix(" (deleted)"))
+    except OSError:
+        return False
+    return cwd == folder.resolve() or folder.resolve() in cwd.parents

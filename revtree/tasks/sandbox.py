@@ -24,6 +24,7 @@ backend's.
 from __future__ import annotations
 
 import functools
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -69,7 +70,7 @@ class SandboxBase(Section):
 
 
 class LocalKeys(SandboxBase):
-    """The local backend's own key (which ``auto`` takes too, as it may pick it)."""
+    """The local backend's own keys (which ``auto`` takes too, as it may pick it)."""
 
     preload: tuple[str, ...] = Field(
         (),
@@ -79,6 +80,23 @@ class LocalKeys(SandboxBase):
         "fresh fork, without their import. Name only packages that are safe to fork after "
         "loading (no GPU touched as they load).",
     )
+
+    workspaces: Path | None = Field(
+        None,
+        description="An existing folder for the local backend's evaluation workspaces, "
+        "instead of the run's own (a folder of its own is made in it per session, and "
+        "removed at the end). A tmpfs such as /dev/shm spares the disk's file system the "
+        "making and removal of a workspace per evaluation: about a fifth of revtree's own "
+        "cost per candidate where evaluations take milliseconds (ext4, here). The "
+        "workspaces then live in memory: only for evaluations that write little there.",
+    )
+
+    @field_validator("workspaces")
+    @classmethod
+    def _absolute(cls, value: Path | None) -> Path | None:
+        if value is not None and not value.is_absolute():
+            raise ValueError(f"workspaces is an absolute path (like /dev/shm), not {value}")
+        return value
 
     @field_validator("preload")
     @classmethod
@@ -90,8 +108,8 @@ class LocalKeys(SandboxBase):
 
 
 class LocalConfig(LocalKeys):
-    """``backend = "local"``: a subprocess as this user; the common keys, and
-    ``preload``."""
+    """``backend = "local"``: a subprocess as this user; the common keys, ``preload`` and
+    ``workspaces``."""
 
     backend: Literal["local"] = "local"
 
