@@ -36,7 +36,12 @@ def rm(
     children = [r.id for r in store.list_runs() if r.parent_run == found.id]
     if not yes and not typer.confirm(f"delete run {found.id}?"):
         raise typer.Exit(1)
-    path = RunPaths(revtree_home(), found.id).dir
+    paths = RunPaths(revtree_home(), found.id)
+    path = paths.dir
+    if paths.work.is_dir():  # the [sandbox] workspaces folders its sessions left
+        from revtree.sandboxes.workspace import reap_recorded
+
+        reap_recorded(paths.work, None)
     if children:  # forks borrow this run's git objects: keep them, drop the rest
         for sub in ("logs", "work"):
             shutil.rmtree(path / sub, ignore_errors=True)

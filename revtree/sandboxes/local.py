@@ -26,12 +26,14 @@ What is not covered (use the bwrap or docker backend for untrusted code):
 - the metrics descriptor is inherited by everything the shell starts, so a
   single-step evaluator that runs candidate code can be forged: use a grade step;
 - a workspace unpacked ahead for the next candidate (``staged``) sits in ``base_dir``
-  while the one before runs, which can read or change it as any file of that user;
+  (or the ``[sandbox] workspaces`` folder) while the one before runs, which can read or
+  change it as any file of that user;
 - ``/proc`` of the same user's processes: command lines, environments unless
   non-dumpable (as root, all of them: ``protect_orchestrator`` does not help);
 - a candidate can SIGKILL its supervisor: then a ``setsid`` daemon may survive;
 - ``/dev/shm``: files stay while evaluations run back to back, and after a killed
-  orchestrator; another program's new unheld entry is swept too; ``/tmp``, SysV IPC
+  orchestrator; another program's new unheld entry is swept too (a sandbox's own
+  workspaces folder, ``revtree-ws-*``, never); ``/tmp``, SysV IPC
   and abstract sockets are not swept.
 """
 
@@ -42,7 +44,6 @@ import ctypes
 import dataclasses
 import os
 import re
-import shutil
 import stat
 import subprocess
 import sys
@@ -67,7 +68,7 @@ from revtree.sandboxes.forkserver import ForkServer, enabled
 from revtree.sandboxes.shm import SHM, ShmJanitor
 from revtree.sandboxes.supervise import PARENT_ENV
 from revtree.sandboxes.watch import watch
-from revtree.sandboxes.workspace import ELSEWHERE, Trash, elsewhere, extract, ours, reap_in
+from revtree.sandboxes.workspace import Elsewhere, Trash, extract, reap_in, reap_recorded
 
 __all__ = ["SHM", "Launch", "LocalSandbox", "ShmJanitor", "build", "supervised"]
 
@@ -127,11 +128,11 @@ class LocalSandbox:
         """``preload``: packages beside numpy and scipy that the fork server may load
         ahead, where the task's files import them (``zygote_preload``); ``workspaces``:
         an existing folder (a tmpfs, say) where this sandbox makes a folder of its own
-        for its workspaces (``workspace.elsewhere``), removed by ``close``."""
+        for its workspaces (``workspace.Elsewhere``), removed by ``close``."""
         self.base_dir = Path(base_dir) if base_dir else None
         if self.base_dir:
             self.base_dir.mkdir(parents=True, exist_ok=True)
-        self.spaces = elsewhere(Path(workspaces), self.base_dir) if workspaces else None
+        self.spaces = Elsewhere(Path(workspaces), self.base_dir) if workspaces else None
         self.forks = ForkServer(tuple(preload)) if self.warm and enabled() else None
         self.trash = Trash()
         self._ready: list[_Stage] = []  # workspaces unpacked ahead (``staged``)
@@ -205,7 +206,8 @@ class LocalSandbox:
     def _unpack(self, archive: bytes) -> Path:
         """A new folder under ``base_dir`` with ``archive`` unpacked in ``ws`` and an
         empty ``out``."""
-        tmp = Path(tempfile.mkdtemp(prefix="revtree-", dir=self.spaces or self.base_dir))
+        where = self.spaces.folder() if self.spaces else self.base_dir
+        tmp = Path(tempfile.mkdtemp(prefix="revtree-", dir=where))
         try:
             (tmp / "out").mkdir()
             extract(archive, tmp / "ws")
@@ -233,8 +235,7 @@ class LocalSandbox:
             self.forks.close()
         self.trash.drain()
         if self.spaces is not None:
-            shutil.rmtree(self.spaces, ignore_errors=True)
-            SHM.keep(self.spaces, kept=False)
+            self.spaces.close()
 
     def reap(self) -> int:
         """Kill the process groups and remove the workspaces that a killed orchestrator
@@ -243,15 +244,8 @@ class LocalSandbox:
         this sandbox runs."""
         if self.base_dir is None or not self.base_dir.is_dir():
             return 0
-        n = reap_in(self.base_dir)
-        with contextlib.suppress(OSError):
-            for line in (self.base_dir / ELSEWHERE).read_text().splitlines():
-                folder = Path(line)
-                if folder == self.spaces or not ours(folder):
-                    continue  # this session's, or no folder of ours (gone, or replaced)
-                n += reap_in(folder)
-                shutil.rmtree(folder, ignore_errors=True)
-        return n
+        mine = self.spaces.path if self.spaces else None
+        return reap_in(self.base_dir) + reap_recorded(self.base_dir, mine)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

@@ -10,6 +10,8 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+PREFIX = "revtree-ws-"  # a local sandbox's workspaces folder (``[sandbox] workspaces``)
+
 
 class ShmJanitor:
     """Removes the entries of ``root`` (``/dev/shm``) owned by our uid that appeared
@@ -21,7 +23,6 @@ class ShmJanitor:
     def __init__(self, root: Path = Path("/dev/shm")) -> None:
         self.root = root
         self.removed: list[str] = []  # names removed so far, for tests and logs
-        self._kept: set[str] = set()  # our own folders here (``keep``), never swept
         self._lock = threading.Lock()
         self._inflight = 0
         self._before: frozenset[tuple[str, int]] = frozenset()
@@ -41,13 +42,6 @@ class ShmJanitor:
                 if self._inflight == 0:
                     self.removed += self._sweep()
 
-    def keep(self, path: Path, kept: bool = True) -> None:
-        """Never sweep ``path`` (a local sandbox's own workspaces folder, which may be
-        made here while another sandbox's evaluations run); ``kept=False`` lets go."""
-        if path.parent == self.root:
-            with self._lock:
-                (self._kept.add if kept else self._kept.discard)(path.name)
-
     def _entries(self) -> frozenset[tuple[str, int]]:
         uid = os.geteuid()
         try:
@@ -57,7 +51,9 @@ class ShmJanitor:
             return frozenset()
 
     def _sweep(self) -> list[str]:
-        new = sorted(name for name, _ in self._entries() - self._before if name not in self._kept)
+        new = sorted(
+            name for name, _ in self._entries() - self._before if not _ours(self.root, name)
+        )
         if not new:
             return []
         busy = _inodes_in_use(str(self.root))
@@ -73,6 +69,12 @@ class ShmJanitor:
                     path.unlink()
                 removed.append(name)
         return removed
+
+
+def _ours(root: Path, name: str) -> bool:
+    """A local sandbox's own workspaces folder (``workspace.Elsewhere``), of this process
+    or another's: never swept (a later session of its run reaps it by its record)."""
+    return name.startswith(PREFIX) and (root / name).is_dir() and not (root / name).is_symlink()
 
 
 def _owner(entry: os.DirEntry[str]) -> int:

@@ -1,7 +1,7 @@
 """A local execution's workspace: unpacked from the request's tar into a new folder,
 and removed in the background once the execution returned; where a sandbox's
-workspaces go (``[sandbox] workspaces``: ``elsewhere``) and what ``reap`` removes of a
-killed session's (``reap_in``)."""
+workspaces go (``[sandbox] workspaces``: ``Elsewhere``) and what ``reap`` removes of a
+killed session's (``reap_in``, ``reap_recorded``)."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ import threading
 import weakref
 from pathlib import Path
 
-from revtree.errors import SandboxError
-from revtree.sandboxes.shm import SHM
+from revtree.errors import InfrastructureError, SandboxError
+from revtree.sandboxes.shm import PREFIX
 from revtree.sandboxes.watch import kill_group
 
 BACKLOG = 4  # workspaces waiting for the remover; past it, the execution removes its own
@@ -164,28 +164,85 @@ def _write_plain(tar: tarfile.TarFile, members: list[tarfile.TarInfo], dest: Pat
 ELSEWHERE = "workspaces"  # in base_dir: the folders made in ``[sandbox] workspaces``
 
 
-def elsewhere(workspaces: Path, base_dir: Path | None) -> Path:
-    """A new folder of this sandbox's in ``workspaces`` (made as ``mkdtemp`` makes one:
-    mode 0700, a name no other user can guess where the folder is shared, as /dev/shm
-    is), recorded in ``base_dir`` for ``reap``, and kept from the /dev/shm janitor."""
-    if not workspaces.is_dir():
-        raise SandboxError(f"[sandbox] workspaces: {workspaces} is no folder")
-    folder = Path(tempfile.mkdtemp(prefix="revtree-ws-", dir=workspaces))
-    SHM.keep(folder)
-    if base_dir is not None:
-        with open(base_dir / ELSEWHERE, "a") as f:
-            f.write(f"{folder}\n")
-    return folder
+class Elsewhere:
+    """A sandbox's own folder inside ``[sandbox] workspaces`` (a tmpfs, say) for its
+    workspaces. Made at the first workspace (``folder``), so a session that fails to
+    start leaves none. It is made as ``mkdtemp`` makes one: mode 0700, a name no other
+    user can guess. It is recorded in ``base_dir`` for a later session's
+    ``reap_recorded``. Before each workspace, the folder is checked to be the very one
+    made (device and inode), ours, mode 0700 and no link. One gone or replaced (a
+    logout's IPC cleanup, another user in a shared /dev/shm) is an infrastructure
+    failure, which stops the run resumable, rather than a workspace unpacked into it."""
+
+    def __init__(self, parent: Path, base_dir: Path | None) -> None:
+        if not parent.is_dir():
+            raise SandboxError(f"[sandbox] workspaces: {parent} is no folder")
+        self.parent, self.base_dir = parent, base_dir
+        self.path: Path | None = None
+        self._made: tuple[int, int] = (-1, -1)  # (device, inode) of the folder made
+        self._lock = threading.Lock()
+
+    def folder(self) -> Path:
+        """The folder to make the next workspace in (made the first time)."""
+        with self._lock:
+            if self.path is None:
+                self.path = Path(tempfile.mkdtemp(prefix=PREFIX, dir=self.parent))
+                st = self.path.lstat()
+                self._made = (st.st_dev, st.st_ino)
+                if self.base_dir is not None:
+                    _record(self.base_dir / ELSEWHERE, [self.path], append=True)
+            elif not _ours(self.path, self._made):
+                raise InfrastructureError(
+                    f"the workspaces folder {self.path} ([sandbox] workspaces) is gone or "
+                    "is no longer the one revtree made; resume the run to go on"
+                )
+            return self.path
+
+    def close(self) -> None:
+        """Remove the folder and what is left in it (if it is still the one made)."""
+        with self._lock:
+            if self.path is not None and _ours(self.path, self._made):
+                remove(self.path)
 
 
-def ours(folder: Path) -> bool:
-    """A folder (no link) of our user's, as ``elsewhere`` made it."""
+def reap_recorded(base_dir: Path, keep: Path | None) -> int:
+    """``reap_in`` each folder that ``base_dir``'s record names but ``keep`` (this
+    session's), then the folder itself, where it is one of ours (no link, our user's,
+    0700, named as made); the record then names ``keep`` alone. How many workspaces."""
+    try:
+        lines = (base_dir / ELSEWHERE).read_bytes().splitlines()
+    except OSError:
+        return 0
+    n = 0
+    for line in lines:
+        folder = Path(os.fsdecode(line))
+        if folder != keep and folder.name.startswith(PREFIX) and _ours(folder):
+            n += reap_in(folder)
+            remove(folder)
+    with contextlib.suppress(OSError):
+        _record(base_dir / ELSEWHERE, [keep] if keep else [], append=False)
+    return n
+
+
+def _record(path: Path, folders: list[Path], append: bool) -> None:
+    """Write ``folders`` to the record ``path``, one per line, following no link."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | (os.O_APPEND if append else os.O_TRUNC)
+    fd = os.open(path, flags, 0o600)
+    try:
+        os.write(fd, b"".join(os.fsencode(str(f)) + b"\n" for f in folders))
+    finally:
+        os.close(fd)
+
+
+def _ours(folder: Path, made: tuple[int, int] | None = None) -> bool:
+    """A folder (no link) of our user's, mode 0700; where ``made``, that very one."""
     try:
         st = folder.lstat()
     except OSError:
         return False
     mine = stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid()
-    return mine and folder.name.startswith("revtree-ws-")
+    same = made is None or (st.st_dev, st.st_ino) == made
+    return mine and stat.S_IMODE(st.st_mode) == 0o700 and same
 
 
 def reap_in(folder: Path) -> int:
@@ -193,8 +250,8 @@ def reap_in(folder: Path) -> int:
     its leader still works there, and the workspace removed; how many."""
     n = 0
     for tmp in folder.glob("revtree-*"):
-        if tmp.name.startswith("revtree-ws-"):
-            continue  # a workspaces folder (``elsewhere``): reaped by its record
+        if tmp.name.startswith(PREFIX):
+            continue  # a workspaces folder (``Elsewhere``): reaped by its record
         with contextlib.suppress(OSError, ValueError):
             pgid = int((tmp / "pgid").read_text())
             # the file sits beside a workspace the candidate could write: kill only a

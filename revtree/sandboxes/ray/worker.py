@@ -73,6 +73,8 @@ def backend_for(config: SandboxBase, task_root: str | None, n_gpus: int) -> Back
     """This machine's sandbox backend for ``config`` with ``n_gpus`` GPUs per request."""
     if isinstance(config, DockerKeys):  # the backend leases the ids Ray assigned
         config = config.model_copy(update={"gpus": n_gpus})
+    if getattr(config, "workspaces", None) is not None:  # a worker's backends are never
+        config = config.model_copy(update={"workspaces": None})  # closed: its own temp dir
     key = f"{config.model_dump_json()}|{task_root}"
     if key not in BACKENDS:
         choice = choose_backend(config.backend, config)
