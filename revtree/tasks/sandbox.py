@@ -86,7 +86,7 @@ class LocalKeys(SandboxBase):
         description="An existing folder for the local backend's evaluation workspaces, "
         "instead of the run's own (a folder of its own is made in it per session, and "
         "removed at the end). A tmpfs such as /dev/shm spares the disk's file system the "
-        "making and removal of a workspace per evaluation: 15-20% of revtree's own cost "
+        "making and removal of a workspace per evaluation: 10-20% of revtree's own cost "
         "per candidate where evaluations take milliseconds (ext4, here). The workspaces "
         "then live in memory: only for evaluations that write little there.",
     )
