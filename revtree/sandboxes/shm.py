@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import stat
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -52,7 +53,9 @@ class ShmJanitor:
 
     def _sweep(self) -> list[str]:
         new = sorted(
-            name for name, _ in self._entries() - self._before if not _ours(self.root, name)
+            name
+            for name, _ in self._entries() - self._before
+            if not workspaces_folder(self.root / name)
         )
         if not new:
             return []
@@ -71,10 +74,18 @@ class ShmJanitor:
         return removed
 
 
-def _ours(root: Path, name: str) -> bool:
-    """A local sandbox's own workspaces folder (``workspace.Elsewhere``), of this process
-    or another's: never swept (a later session of its run reaps it by its record)."""
-    return name.startswith(PREFIX) and (root / name).is_dir() and not (root / name).is_symlink()
+def workspaces_folder(path: Path, made: tuple[int, int] | None = None) -> bool:
+    """A local sandbox's own workspaces folder (``workspace.Elsewhere``), of this
+    process or another's: named so, a folder (no link) of our user's, mode 0700; where
+    ``made``, that very one (device, inode). The janitor never sweeps one (a later
+    session of its run reaps it by its record)."""
+    try:
+        st = path.lstat()
+    except OSError:
+        return False
+    mine = stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid()
+    same = made is None or (st.st_dev, st.st_ino) == made
+    return path.name.startswith(PREFIX) and mine and stat.S_IMODE(st.st_mode) == 0o700 and same
 
 
 def _owner(entry: os.DirEntry[str]) -> int:

@@ -10,7 +10,6 @@ import io
 import os
 import queue
 import shutil
-import stat
 import subprocess
 import tarfile
 import tempfile
@@ -19,7 +18,7 @@ import weakref
 from pathlib import Path
 
 from revtree.errors import InfrastructureError, SandboxError
-from revtree.sandboxes.shm import PREFIX
+from revtree.sandboxes.shm import PREFIX, workspaces_folder
 from revtree.sandboxes.watch import kill_group
 
 BACKLOG = 4  # workspaces waiting for the remover; past it, the execution removes its own
@@ -191,7 +190,7 @@ class Elsewhere:
                 self._made = (st.st_dev, st.st_ino)
                 if self.base_dir is not None:
                     _record(self.base_dir / ELSEWHERE, [self.path], append=True)
-            elif not _ours(self.path, self._made):
+            elif not workspaces_folder(self.path, self._made):
                 raise InfrastructureError(
                     f"the workspaces folder {self.path} ([sandbox] workspaces) is gone or "
                     "is no longer the one revtree made; resume the run to go on"
@@ -201,14 +200,14 @@ class Elsewhere:
     def close(self) -> None:
         """Remove the folder and what is left in it (if it is still the one made)."""
         with self._lock:
-            if self.path is not None and _ours(self.path, self._made):
+            if self.path is not None and workspaces_folder(self.path, self._made):
                 remove(self.path)
 
 
 def reap_recorded(base_dir: Path, keep: Path | None) -> int:
     """``reap_in`` each folder that ``base_dir``'s record names but ``keep`` (this
-    session's), then the folder itself, where it is one of ours (no link, our user's,
-    0700, named as made); the record then names ``keep`` alone. How many workspaces."""
+    session's), then the folder itself, where it is one of ours (``workspaces_folder``);
+    the record then names ``keep`` alone. How many workspaces."""
     try:
         lines = (base_dir / ELSEWHERE).read_bytes().splitlines()
     except OSError:
@@ -216,7 +215,7 @@ def reap_recorded(base_dir: Path, keep: Path | None) -> int:
     n = 0
     for line in lines:
         folder = Path(os.fsdecode(line))
-        if folder != keep and folder.name.startswith(PREFIX) and _ours(folder):
+        if folder != keep and workspaces_folder(folder):
             n += reap_in(folder)
             remove(folder)
     with contextlib.suppress(OSError):
@@ -232,17 +231,6 @@ def _record(path: Path, folders: list[Path], append: bool) -> None:
         os.write(fd, b"".join(os.fsencode(str(f)) + b"\n" for f in folders))
     finally:
         os.close(fd)
-
-
-def _ours(folder: Path, made: tuple[int, int] | None = None) -> bool:
-    """A folder (no link) of our user's, mode 0700; where ``made``, that very one."""
-    try:
-        st = folder.lstat()
-    except OSError:
-        return False
-    mine = stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid()
-    same = made is None or (st.st_dev, st.st_ino) == made
-    return mine and stat.S_IMODE(st.st_mode) == 0o700 and same
 
 
 def reap_in(folder: Path) -> int:

@@ -2,8 +2,9 @@
 
 :class:`SandboxBase` holds the keys every backend honours (limits and environment, which
 the evaluator puts into each request); each built-in backend's model adds its own:
-:class:`LocalConfig` ``preload``, :class:`BwrapConfig` none, :class:`DockerConfig` the
-container's (image, CPUs, GPUs, network, mounts, warm pool, outputs, disk). The backend
+:class:`LocalConfig` ``preload`` and ``workspaces``, :class:`BwrapConfig` none,
+:class:`DockerConfig` the container's (image, CPUs, GPUs, network, mounts, warm pool,
+outputs, disk). The backend
 modules name theirs as ``Config`` beside ``build`` (``revtree.sandboxes.local.Config``
 is :class:`LocalConfig`); the models live here because the task layer validates
 ``[sandbox]`` when a task loads and may not import the sandboxes.
