@@ -31,6 +31,8 @@ module ``__getattr__`` has it answer the names it does not hold.
 
 from __future__ import annotations
 
+import importlib
+import os
 import sys
 import threading
 from importlib.machinery import ModuleSpec
@@ -44,6 +46,32 @@ PACKAGES = (
     "langgraph_sdk",
     "langgraph.graph",
 )
+
+
+# numpy's BLAS and OpenMP pools: a thread per core, each spinning as it starts (OpenBLAS:
+# about 0.1 s of a core in all on 2 cores), for the orchestrator's counting, which uses none
+THREADS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+_numpy_lock = threading.Lock()
+
+
+def numpy() -> ModuleType:
+    """numpy, imported on first use by the orchestrator's own counting (``novelty``'s
+    histograms, ``lessons``' shared words): element-wise work that no BLAS call does,
+    so its thread pools are made one thread wide, where the environment does not say
+    otherwise. The variables are set only while numpy loads (its libraries read them
+    then), so no process started later inherits them; the sandboxes' environments are
+    their own anyway (``sandboxes.env``)."""
+    if (np := sys.modules.get("numpy")) is not None:
+        return np
+    with _numpy_lock:
+        added = [k for k in THREADS if k not in os.environ]
+        for key in added:
+            os.environ[key] = "1"
+        try:
+            return importlib.import_module("numpy")
+        finally:
+            for key in added:
+                os.environ.pop(key, None)
 
 
 class _Finder:

@@ -13,6 +13,10 @@ a file and, like ``langsmith.types``, gathers its submodules' names:
   after a ``revtree run``'s imports put them off.
 
 A whole ``revtree run`` with them put off: tests/orchestrator/test_light_imports.py.
+
+``deferred.numpy``: numpy loaded with its BLAS pool one thread wide (no thread spinning
+beside the orchestrator's), the variables gone again once it is loaded, and a width the
+environment names kept.
 """
 
 from __future__ import annotations
@@ -225,3 +229,38 @@ out["model"] = openai.types.chat.ChatCompletion is ChatCompletion
     assert out["names"] == as_always
     assert sum(map(len, as_always.values())) > 500
     assert out["same"] is True and out["model"] is True
+
+
+NUMPY_THREADS = """\
+import json, os, sys
+if sys.argv[1] == "plain":
+    import numpy
+else:
+    from revtree import deferred
+    deferred.numpy()
+    deferred.numpy()  # (loaded: returned as it is)
+print(json.dumps([len(os.listdir("/proc/self/task")), os.environ.get("OPENBLAS_NUM_THREADS")]))
+"""
+
+
+def _numpy_threads(how: str, **env: str) -> tuple[int, str | None]:
+    out = subprocess.run(
+        [sys.executable, "-c", NUMPY_THREADS, how],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PATH": "/usr/bin:/bin", **env},
+    )
+    tasks, variable = json.loads(out.stdout)
+    return tasks, variable
+
+
+def test_numpy_for_the_orchestrator_starts_no_blas_threads_and_leaves_no_variable() -> None:
+    plain, _ = _numpy_threads("plain")
+    assert plain > 1, "numpy's BLAS started no thread of its own here: nothing to check"
+    assert _numpy_threads("deferred") == (1, None)
+    # a width the environment names is kept, as a plain import keeps it
+    assert _numpy_threads("deferred", OPENBLAS_NUM_THREADS="2") == (
+        _numpy_threads("plain", OPENBLAS_NUM_THREADS="2")[0],
+        "2",
+    )

@@ -18,6 +18,7 @@ import re
 from array import array
 from collections.abc import Mapping
 
+from revtree import deferred
 from revtree.agents.llm.base import estimate_tokens
 from revtree.memory.records import TWIN, Node, NodeStatus, directed
 
@@ -203,7 +204,7 @@ class Memory:
         postings = [self._words[w] for w in q if self._words.get(w)]
         if not postings:
             return []
-        import numpy as np
+        np = deferred.numpy()
 
         # copies: a view of an array would keep it from growing while it lives
         found = [np.array(p, dtype=np.int64) for p in postings]

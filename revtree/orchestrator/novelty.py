@@ -50,6 +50,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from revtree import deferred
 from revtree.agents.retrieval import Embedder, unit
 from revtree.memory import GitStore, Node, NodeStatus
 from revtree.orchestrator.mirror import Mirror
@@ -120,8 +121,7 @@ def histogram(lines: list[str]) -> np.ndarray:
     histograms' L1 distance is a lower bound of ``distance``, as a match pairs only equal
     characters and equal lines match whole (counting several characters as one keeps it
     one). It rules out, all at once, the nodes too far apart to be twins."""
-    import numpy as np
-
+    np = deferred.numpy()
     data = np.frombuffer("".join(lines).encode("latin-1", "replace"), np.uint8)
     return np.bincount(np.minimum(data, BINS - 1), minlength=BINS).astype(np.int32)
 
@@ -236,7 +236,7 @@ class Novelty:
 
     def _fill(self) -> None:
         """Make the histograms of the rows that have none yet."""
-        import numpy as np
+        np = deferred.numpy()
 
         with self._lock:
             todo = [(row, self._commits[row]) for row in self._unfilled]
@@ -271,7 +271,7 @@ class Novelty:
         with self.mirror.lock:  # (by count: no pass over the nodes per candidate)
             if len(self._compared) <= len({i for i in skip if i in self._compared}):
                 return []
-        import numpy as np
+        np = deferred.numpy()
 
         with self.mirror.lock:
             ids = np.fromiter(self._compared.keys(), np.int64, len(self._compared))
