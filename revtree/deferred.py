@@ -21,6 +21,9 @@ Importing a submodule (``import langsmith.types.run_select_field``) needs only
 did. Nothing is skipped, only put off until asked for. A namespace package (no
 ``__init__``) is imported as always.
 
+:func:`numpy` imports numpy for the orchestrator's own counting with its BLAS pool one
+thread wide (below).
+
 A lookup from another thread while the ``__init__`` runs waits for it to finish; within
 that ``__init__`` the module is partly made, as any module is while it is being imported.
 An ``__init__`` that fails raises from the lookup that ran it (an ``AttributeError`` of
