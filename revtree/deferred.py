@@ -63,10 +63,14 @@ def numpy() -> ModuleType:
     so its thread pools are made one thread wide, where the environment does not say
     otherwise. The variables are set only while numpy loads (its libraries read them
     then), so no process started later inherits them; the sandboxes' environments are
-    their own anyway (``sandboxes.env``)."""
-    if (np := sys.modules.get("numpy")) is not None:
+    their own anyway (``sandboxes.env``). A thread that asks while another loads it waits
+    for the whole module, as an ``import`` does (``sys.modules`` holds it half made)."""
+    np = sys.modules.get("numpy")
+    if np is not None and not getattr(np.__spec__, "_initializing", False):
         return np
     with _numpy_lock:
+        if "numpy" in sys.modules:  # loaded meanwhile, or by a thread of another's
+            return importlib.import_module("numpy")  # (waits for its end, if need be)
         added = [k for k in THREADS if k not in os.environ]
         for key in added:
             os.environ[key] = "1"

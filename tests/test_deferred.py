@@ -16,7 +16,8 @@ A whole ``revtree run`` with them put off: tests/orchestrator/test_light_imports
 
 ``deferred.numpy``: numpy loaded with its BLAS pool one thread wide (no thread spinning
 beside the orchestrator's), the variables gone again once it is loaded, and a width the
-environment names kept.
+environment names kept; eight threads asking at once each get numpy whole, never the
+module another thread is still loading.
 """
 
 from __future__ import annotations
@@ -264,3 +265,38 @@ def test_numpy_for_the_orchestrator_starts_no_blas_threads_and_leaves_no_variabl
         _numpy_threads("plain", OPENBLAS_NUM_THREADS="2")[0],
         "2",
     )
+
+
+NUMPY_AT_ONCE = """\
+import json, threading
+from revtree import deferred
+start, out = threading.Barrier(8), []
+def ask():
+    start.wait()
+    try:
+        np = deferred.numpy()
+        out.append(int(np.bincount(np.frombuffer(b"abca", np.uint8))[97]))
+    except Exception as e:
+        out.append(repr(e))
+threads = [threading.Thread(target=ask) for _ in range(8)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+print(json.dumps(out))
+"""
+
+
+def test_threads_asking_for_numpy_at_once_each_get_it_whole() -> None:
+    """The candidates' threads ask at once (each K > 1 run's first comparisons): a thread
+    that found numpy in ``sys.modules`` while another loaded it got a module half made
+    (``AttributeError``: its candidate failed in review, no model call)."""
+    for _ in range(3):
+        out = subprocess.run(
+            [sys.executable, "-c", NUMPY_AT_ONCE],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={"PATH": "/usr/bin:/bin"},
+        )
+        assert json.loads(out.stdout) == [2] * 8
