@@ -31,7 +31,9 @@ N candidates each. Per cell, means over the repetitions:
   the verification evaluations (each S long, in one of the K slots);
 - utilisation: (N*S/K) / wall, the share of the loop spent in candidate sleeps; and
   counting candidate evaluations only: (N*S/K) / (wall - T*S/K);
-- model calls per candidate (counted at the server);
+- model calls per candidate (counted at the server); a run whose count is not N, or
+  (revtree) with a node that did not succeed, is named under the table as not
+  comparable (its wall is not N candidates' work);
 - trust cost: evaluations spent re-running bests (revtree's verification; OpenEvolve
   has none);
 - disk per candidate: what the run left on disk over N (revtree: its home, the SQLite
@@ -279,9 +281,11 @@ t1 = time.monotonic()
 orchestrator.drive()
 wall = time.monotonic() - t1
 kinds = store.evaluations_by_kind(run.id, spec.evaluate.repeats)
-best = max(x.score for x in store.nodes(run.id) if x.score is not None)
+nodes = store.nodes(run.id)
+best = max(x.score for x in nodes if x.score is not None)
+failed = sum(x.status.value != "succeeded" for x in nodes)
 store.close()
-print(json.dumps({"wall": wall, "start": t1 - t0, "best": best, "t0": t0_wall,
+print(json.dumps({"wall": wall, "start": t1 - t0, "best": best, "t0": t0_wall, "failed": failed,
                   "trust": kinds.get("verify", 0), "revtree": revtree.__file__}))
 """
 
@@ -343,6 +347,7 @@ def run_revtree(
         "calls": count.count.value - before,
         "trust": r["trust"],
         "best": r["best"],
+        "failed": r["failed"],
         "disk": disk(home),
         "revtree": r["revtree"],
     }
@@ -445,6 +450,7 @@ def main() -> None:
 
 def run_all(args: argparse.Namespace, py: Path, base: Path | None) -> None:
     """Every cell's runs, interleaved, and the tables (``base``: a baseline's tree)."""
+    odd: list[str] = []  # runs that do not compare: a candidate failed or called no model
     table = Table(
         "S (s)",
         "K",
@@ -500,6 +506,13 @@ def run_all(args: argparse.Namespace, py: Path, base: Path | None) -> None:
                         rows[system].append(r)
                         shutil.rmtree(where, ignore_errors=True)
                 for system, rs in rows.items():
+                    for r in rs:  # a cell compares N candidates evaluated by each
+                        if r["calls"] != args.n or r.get("failed"):
+                            odd.append(
+                                f"S = {sleep:g}, K = {k}, {system}: {r['calls']} model calls "
+                                f"for {args.n} candidates, {r.get('failed', '?')} nodes not "
+                                "succeeded"
+                            )
                     wall = statistics.fmean(r["wall"] for r in rs)
                     ideal = args.n * sleep / k
                     trust = statistics.fmean(r["trust"] for r in rs)
@@ -521,6 +534,8 @@ def run_all(args: argparse.Namespace, py: Path, base: Path | None) -> None:
                         f"{statistics.fmean(r['best'] for r in rs):.3g}",
                     )
     console.print(table)
+    for line in odd:
+        console.print(f"[red]not comparable[/red]: {line}", markup=True, highlight=False)
     cli = Table("command", "median wall (s)", title=f"CLI start ({args.cli_reps} runs each)")
     for name, wall in cli_times(py, args.cli_reps).items():
         cli.add_row(name, f"{wall:.3f}")
