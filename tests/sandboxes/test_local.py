@@ -559,8 +559,8 @@ def test_a_staged_workspace_is_the_one_its_execution_runs_in_and_started_sees_it
     seen: list[str] = []
 
     def started() -> None:  # the command's process runs as it is called: its mark comes
-        deadline = time.monotonic() + BOUND
-        while not mark.exists() and time.monotonic() < deadline:
+        deadline = time.monotonic() + BOUND  # (whole: write_text makes the file, then writes)
+        while not (mark.exists() and mark.read_text()) and time.monotonic() < deadline:
             time.sleep(0.01)
         seen.append(mark.read_text() if mark.exists() else "no mark")
 
