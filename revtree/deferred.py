@@ -54,31 +54,35 @@ PACKAGES = (
 # numpy's BLAS and OpenMP pools: a thread per core, each spinning as it starts (OpenBLAS:
 # about 0.1 s of a core in all on 2 cores), for the orchestrator's counting, which uses none
 THREADS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+WIDTHS = (*THREADS, "GOTO_NUM_THREADS")  # any of them set: the environment names a width
 _numpy_lock = threading.Lock()
 
 
 def numpy() -> ModuleType:
     """numpy, imported on first use by the orchestrator's own counting (``novelty``'s
     histograms, ``lessons``' shared words): element-wise work that no BLAS call does,
-    so its thread pools are made one thread wide, where the environment does not say
-    otherwise. The variables are set only while numpy loads (its libraries read them
-    then), so no process started later inherits them; the sandboxes' environments are
-    their own anyway (``sandboxes.env``). A thread that asks while another loads it waits
-    for the whole module, as an ``import`` does (``sys.modules`` holds it half made)."""
+    so its thread pools are made one thread wide, where the environment names no width
+    (OpenBLAS falls back to ``OMP_NUM_THREADS`` and ``GOTO_NUM_THREADS``: one set, none
+    is added). The variables are put in the process's C environment only while numpy
+    loads (its libraries read them then with ``getenv``), never in ``os.environ``, which
+    other threads read meanwhile (``sandboxes.env`` walks it for every execution). In a
+    process that uses revtree as a library, a numpy loaded first here keeps one BLAS
+    thread (``threadpoolctl`` widens it). A thread that asks while another loads numpy
+    waits for the whole module, as an ``import`` does (``sys.modules`` holds it half
+    made)."""
     np = sys.modules.get("numpy")
     if np is not None and not getattr(np.__spec__, "_initializing", False):
         return np
     with _numpy_lock:
-        if "numpy" in sys.modules:  # loaded meanwhile, or by a thread of another's
-            return importlib.import_module("numpy")  # (waits for its end, if need be)
-        added = [k for k in THREADS if k not in os.environ]
-        for key in added:
-            os.environ[key] = "1"
+        if "numpy" in sys.modules or any(k in os.environ for k in WIDTHS):
+            return importlib.import_module("numpy")  # (waits for another's load to end)
         try:
+            for key in THREADS:
+                os.putenv(key, "1")
             return importlib.import_module("numpy")
         finally:
-            for key in added:
-                os.environ.pop(key, None)
+            for key in THREADS:
+                os.unsetenv(key)
 
 
 class _Finder:

@@ -28,6 +28,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from revtree.deferred import PACKAGES
 
 INIT = """\
@@ -233,18 +235,25 @@ out["model"] = openai.types.chat.ChatCompletion is ChatCompletion
 
 
 NUMPY_THREADS = """\
-import json, os, sys
+import ctypes, json, os, sys
 if sys.argv[1] == "plain":
     import numpy
 else:
     from revtree import deferred
     deferred.numpy()
     deferred.numpy()  # (loaded: returned as it is)
-print(json.dumps([len(os.listdir("/proc/self/task")), os.environ.get("OPENBLAS_NUM_THREADS")]))
+libc = ctypes.CDLL(None)
+libc.getenv.restype = ctypes.c_char_p
+left = [k for k in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+        if libc.getenv(k.encode()) is not None and k not in os.environ]
+print(json.dumps([len(os.listdir("/proc/self/task")), left]))
 """
 
 
-def _numpy_threads(how: str, **env: str) -> tuple[int, str | None]:
+def _numpy_threads(how: str, **env: str) -> tuple[int, list[str]]:
+    """The threads of a fresh interpreter once it has loaded numpy, ``plain``ly or by
+    ``deferred.numpy``, and the variables left in its C environment that its own did
+    not have."""
     out = subprocess.run(
         [sys.executable, "-c", NUMPY_THREADS, how],
         capture_output=True,
@@ -252,19 +261,44 @@ def _numpy_threads(how: str, **env: str) -> tuple[int, str | None]:
         check=True,
         env={"PATH": "/usr/bin:/bin", **env},
     )
-    tasks, variable = json.loads(out.stdout)
-    return tasks, variable
+    tasks, left = json.loads(out.stdout)
+    return tasks, left
 
 
 def test_numpy_for_the_orchestrator_starts_no_blas_threads_and_leaves_no_variable() -> None:
     plain, _ = _numpy_threads("plain")
-    assert plain > 1, "numpy's BLAS started no thread of its own here: nothing to check"
-    assert _numpy_threads("deferred") == (1, None)
-    # a width the environment names is kept, as a plain import keeps it
-    assert _numpy_threads("deferred", OPENBLAS_NUM_THREADS="2") == (
-        _numpy_threads("plain", OPENBLAS_NUM_THREADS="2")[0],
-        "2",
+    if plain == 1:
+        pytest.skip("numpy's BLAS starts no thread of its own here (one core, or no OpenBLAS)")
+    assert _numpy_threads("deferred") == (1, [])
+    # a width the environment names is kept, as a plain import keeps it; OpenBLAS reads
+    # OMP_NUM_THREADS where OPENBLAS_NUM_THREADS is not set: none is added then
+    for named in ({"OPENBLAS_NUM_THREADS": "2"}, {"OMP_NUM_THREADS": "2"}):
+        assert _numpy_threads("deferred", **named) == (_numpy_threads("plain", **named)[0], [])
+        assert _numpy_threads("plain", **named)[0] == 2
+
+
+NUMPY_MEANWHILE = """\
+import sys, threading
+from revtree import deferred
+threading.Thread(target=lambda: __import__("numpy"), daemon=True).start()
+while "numpy" not in sys.modules:
+    pass
+np = deferred.numpy()  # another thread loads it: this one waits for the whole module
+print(int(np.bincount(np.frombuffer(b"abca", np.uint8))[97]))
+"""
+
+
+def test_numpy_asked_while_another_thread_imports_it_is_whole() -> None:
+    """Asked the moment numpy enters ``sys.modules`` (half made, another thread loading
+    it by a plain import): the first version returned that module
+    (``AttributeError``)."""
+    out = subprocess.run(
+        [sys.executable, "-c", NUMPY_MEANWHILE],
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin"},
     )
+    assert (out.returncode, out.stdout.strip()) == (0, "2"), out.stderr[-2000:]
 
 
 NUMPY_AT_ONCE = """\
