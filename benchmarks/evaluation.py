@@ -16,14 +16,12 @@ and their ratios. Measured here, never asserted in tests.
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
 import shutil
 import statistics
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 import warnings
@@ -50,9 +48,9 @@ def child(n: int, source: str | None) -> None:
     """N evaluations with the revtree importable here (of the folder ``source``, else
     the built-in one); their wall times (s) as JSON."""
     from revtree.agents import Evaluator
+    from revtree.orchestrator.commands.check import baseline_archive
     from revtree.sandboxes.local import LocalSandbox
-    from revtree.tasks import code_files, load_task, matches
-    from revtree.tasks.load import source_dir
+    from revtree.tasks import load_task
 
     with tempfile.TemporaryDirectory() as d:
         folder = Path(d) / "task"
@@ -65,25 +63,17 @@ def child(n: int, source: str | None) -> None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             spec = load_task(folder)
-        files = {rel: (source_dir(spec) / rel).read_bytes() for rel in code_files(spec)}
-        files |= {rel: text.encode() for rel, text in spec.support_files.items()}
-        buf = io.BytesIO()
-        with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
-            for rel, data in sorted(files.items()):
-                info = tarfile.TarInfo(rel)
-                info.size = len(data)
-                tar.addfile(info, io.BytesIO(data))
+        # the baseline's workspace and the protected files it overlays, as ``revtree
+        # check`` makes them (and a run: what the fork server loads and compiles ahead
+        # comes from those files)
+        archive, protected = baseline_archive(spec, Path(d))
         sandbox = LocalSandbox(Path(d) / "boxes")
-        # the protected files, as a run overlays them (``wiring.protected_files``): what
-        # the fork server loads and compiles ahead comes from them
-        shims = {rel: text.encode() for rel, text in spec.support_files.items()}
-        protected = {r: b for r, b in files.items() if matches(r, spec.protected)} | shims
         evaluator = Evaluator(spec, sandbox, None, protected)
         times = []
         try:
             for _ in range(n + 1):  # the first starts the fork server: not counted
                 t0 = time.perf_counter()
-                out = evaluator.evaluate(1, buf.getvalue(), {}, lambda r: None)
+                out = evaluator.evaluate(1, archive, {}, lambda r: None)
                 times.append(time.perf_counter() - t0)
                 if not out.ok:
                     raise SystemExit(f"the evaluation failed: {out.error}")
